@@ -1,0 +1,257 @@
+use serde::{Deserialize, Serialize};
+
+use crate::symbols::Sym;
+
+/// Node health as the scheduler sees it. Only `Healthy` nodes take new pods; `Preflight` marks a
+/// node not yet verified by health checks, where a gang must never land.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Serialize, Deserialize)]
+#[serde(rename_all = "kebab-case")]
+#[repr(u8)]
+pub enum Health {
+    Healthy = 0,
+    NotReady = 1,
+    Unhealthy = 2,
+    Preflight = 3,
+    Cordoned = 4,
+}
+
+impl Health {
+    pub fn from_u8(value: u8) -> Option<Self> {
+        Some(match value {
+            0 => Self::Healthy,
+            1 => Self::NotReady,
+            2 => Self::Unhealthy,
+            3 => Self::Preflight,
+            4 => Self::Cordoned,
+            _ => return None,
+        })
+    }
+}
+
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Serialize, Deserialize)]
+#[serde(rename_all = "PascalCase")]
+pub enum TaintEffect {
+    NoSchedule,
+    PreferNoSchedule,
+    NoExecute,
+}
+
+/// A node taint with interned key and value (value 0 = none), as Kubernetes defines it.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Serialize, Deserialize)]
+pub struct Taint {
+    pub key: Sym,
+    pub value: Sym,
+    pub effect: TaintEffect,
+}
+
+/// A pod's toleration. `key` 0 with `exists` tolerates everything; `effect` `None` any effect.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Serialize, Deserialize)]
+pub struct Toleration {
+    pub key: Sym,
+    pub exists: bool,
+    pub value: Sym,
+    pub effect: Option<TaintEffect>,
+}
+
+impl Toleration {
+    /// Kubernetes' matching rule: same key (or empty key with Exists), same value unless Exists,
+    /// and same effect unless the toleration names none.
+    pub fn tolerates(&self, taint: &Taint) -> bool {
+        let key_ok = if self.key == 0 {
+            self.exists
+        } else {
+            self.key == taint.key
+        };
+        let value_ok = self.exists || self.value == taint.value;
+        let effect_ok = self.effect.is_none_or(|effect| effect == taint.effect);
+        key_ok && value_ok && effect_ok
+    }
+}
+
+/// One topology level over the node table (for example rack or block).
+#[derive(Debug, Clone, Default, PartialEq, Eq, Serialize, Deserialize)]
+pub struct LevelColumn {
+    pub name: Sym,
+    /// Per node, its domain id at this level, or `u32::MAX` when it has none.
+    pub node_domain: Vec<u32>,
+    /// Per domain, free whole GPUs across all its nodes.
+    pub domain_gpu_free: Vec<u32>,
+    /// Per domain, total GPUs across all its nodes.
+    pub domain_gpu_total: Vec<u32>,
+}
+
+/// The cluster's nodes as columns: entry `i` of every vector describes node `i`. Columns, not
+/// rows, because policies scan one or two attributes over thousands of nodes, and because this
+/// is the layout that crosses the Wasm boundary at a few nanoseconds per node.
+#[derive(Debug, Clone, Default, PartialEq, Eq, Serialize, Deserialize)]
+pub struct NodeTable {
+    pub name: Vec<Sym>,
+    pub gpu_total: Vec<u32>,
+    pub gpu_free: Vec<u32>,
+    /// Most milli-GPUs free on one GPU of the node (1000 when a GPU is wholly free).
+    pub gpu_milli_free_max: Vec<u32>,
+    pub gpu_type: Vec<Sym>,
+    pub cpu_free_milli: Vec<u64>,
+    pub memory_free_mib: Vec<u64>,
+    /// `Health as u8`, so the column crosses as bytes.
+    pub health: Vec<u8>,
+    /// Index into `taint_sets`.
+    pub taint_set: Vec<u32>,
+    /// Distinct taint sets; entry 0 is the empty set.
+    pub taint_sets: Vec<Vec<Taint>>,
+    /// Innermost level first.
+    pub levels: Vec<LevelColumn>,
+}
+
+impl NodeTable {
+    pub fn len(&self) -> usize {
+        self.name.len()
+    }
+
+    pub fn is_empty(&self) -> bool {
+        self.name.is_empty()
+    }
+
+    pub fn health(&self, node: usize) -> Health {
+        Health::from_u8(self.health[node]).unwrap_or(Health::NotReady)
+    }
+
+    pub fn taints(&self, node: usize) -> &[Taint] {
+        self.taint_sets
+            .get(self.taint_set[node] as usize)
+            .map_or(&[], Vec::as_slice)
+    }
+}
+
+/// Whole-cluster resource amounts, as quota counts them.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Hash, Serialize, Deserialize)]
+pub struct Resources {
+    pub gpus: u64,
+    pub cpu_milli: u64,
+    pub memory_mib: u64,
+}
+
+impl Resources {
+    pub fn gpus(gpus: u64) -> Self {
+        Self {
+            gpus,
+            ..Self::default()
+        }
+    }
+}
+
+/// What one pod asks for. A gang's pods share one shape.
+#[derive(Debug, Clone, Default, PartialEq, Eq, Serialize, Deserialize)]
+pub struct PodShape {
+    pub name: Sym,
+    pub queue: Sym,
+    pub priority: i32,
+    pub gpus: u32,
+    /// 1..=999 for a fraction of one GPU, 0 for whole GPUs.
+    pub gpu_milli: u32,
+    /// 0 for any type.
+    pub gpu_type: Sym,
+    pub cpu_milli: u64,
+    pub memory_mib: u64,
+    pub tolerations: Vec<Toleration>,
+    pub gang_size: u32,
+}
+
+impl PodShape {
+    pub fn tolerates_all(&self, taints: &[Taint]) -> bool {
+        taints.iter().all(|taint| {
+            taint.effect == TaintEffect::PreferNoSchedule
+                || self.tolerations.iter().any(|t| t.tolerates(taint))
+        })
+    }
+}
+
+/// A job asking quota for `count` pods of one shape.
+#[derive(Debug, Clone, Default, PartialEq, Eq, Serialize, Deserialize)]
+pub struct JobRequest {
+    pub pod: PodShape,
+    pub count: u32,
+    pub total: Resources,
+}
+
+/// One queue's quota and current use, as a quota policy sees it.
+#[derive(Debug, Clone, Default, PartialEq, Eq, Serialize, Deserialize)]
+pub struct QueueUsage {
+    pub name: Sym,
+    pub nominal: Resources,
+    /// `None` = may borrow without limit.
+    pub borrowing_limit: Option<Resources>,
+    /// `None` = lends all idle nominal quota.
+    pub lending_limit: Option<Resources>,
+    pub used: Resources,
+    pub weight: u32,
+}
+
+/// The queues that share quota with each other.
+#[derive(Debug, Clone, Default, PartialEq, Eq, Serialize, Deserialize)]
+pub struct CohortUsage {
+    pub name: Sym,
+    pub nominal: Resources,
+    pub used: Resources,
+    pub queues: Vec<QueueUsage>,
+}
+
+/// A quota decision.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(tag = "verdict", rename_all = "kebab-case")]
+pub enum QuotaVerdict {
+    Admit,
+    AdmitBorrowing { borrowed: Resources },
+    Deny { reason: String },
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn toleration_matching_follows_kubernetes() {
+        let taint = Taint {
+            key: 5,
+            value: 6,
+            effect: TaintEffect::NoSchedule,
+        };
+        let equal = Toleration {
+            key: 5,
+            exists: false,
+            value: 6,
+            effect: None,
+        };
+        let wrong_value = Toleration { value: 7, ..equal };
+        let exists_any = Toleration {
+            key: 0,
+            exists: true,
+            value: 0,
+            effect: None,
+        };
+        let wrong_effect = Toleration {
+            effect: Some(TaintEffect::NoExecute),
+            ..equal
+        };
+        assert!(equal.tolerates(&taint));
+        assert!(!wrong_value.tolerates(&taint));
+        assert!(exists_any.tolerates(&taint));
+        assert!(!wrong_effect.tolerates(&taint));
+    }
+
+    #[test]
+    fn prefer_no_schedule_never_blocks() {
+        let pod = PodShape::default();
+        let soft = Taint {
+            key: 1,
+            value: 0,
+            effect: TaintEffect::PreferNoSchedule,
+        };
+        let hard = Taint {
+            effect: TaintEffect::NoSchedule,
+            ..soft
+        };
+        assert!(pod.tolerates_all(&[soft]));
+        assert!(!pod.tolerates_all(&[hard]));
+    }
+}

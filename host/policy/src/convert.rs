@@ -1,0 +1,160 @@
+//! The core model to and from the WIT types. Node columns are converted once per snapshot into
+//! [`WasmNodes`] and then lent to every call, so a call copies nothing on the host side.
+
+use gantry_core::{
+    CohortUsage, JobRequest, NodeTable, PodShape, QueueUsage, Resources, Taint, TaintEffect,
+    Toleration,
+};
+
+use crate::bindings::types;
+
+/// The node table in the shape that crosses the boundary. Built from a [`NodeTable`] once and
+/// reused for every call on the same snapshot.
+#[derive(Debug, Clone)]
+pub struct WasmNodes {
+    raw: types::Nodes,
+}
+
+impl WasmNodes {
+    pub fn new(table: &NodeTable) -> Self {
+        Self {
+            raw: types::Nodes {
+                name: table.name.clone(),
+                gpu_total: table.gpu_total.clone(),
+                gpu_free: table.gpu_free.clone(),
+                gpu_milli_free_max: table.gpu_milli_free_max.clone(),
+                gpu_type: table.gpu_type.clone(),
+                cpu_free_milli: table.cpu_free_milli.clone(),
+                memory_free_mib: table.memory_free_mib.clone(),
+                health: table.health.clone(),
+                taint_set: table.taint_set.clone(),
+                taint_sets: table
+                    .taint_sets
+                    .iter()
+                    .map(|set| set.iter().map(taint).collect())
+                    .collect(),
+                levels: table
+                    .levels
+                    .iter()
+                    .map(|level| types::Level {
+                        name: level.name,
+                        node_domain: level.node_domain.clone(),
+                        domain_gpu_free: level.domain_gpu_free.clone(),
+                        domain_gpu_total: level.domain_gpu_total.clone(),
+                    })
+                    .collect(),
+            },
+        }
+    }
+
+    pub fn len(&self) -> usize {
+        self.raw.name.len()
+    }
+
+    pub fn is_empty(&self) -> bool {
+        self.raw.name.is_empty()
+    }
+
+    /// Record a node's new free capacity after a placement, without rebuilding the table.
+    pub fn set_free(&mut self, node: usize, table: &NodeTable) {
+        self.raw.gpu_free[node] = table.gpu_free[node];
+        self.raw.gpu_milli_free_max[node] = table.gpu_milli_free_max[node];
+        self.raw.cpu_free_milli[node] = table.cpu_free_milli[node];
+        self.raw.memory_free_mib[node] = table.memory_free_mib[node];
+        for (raw, level) in self.raw.levels.iter_mut().zip(&table.levels) {
+            if let Some(&domain) = level.node_domain.get(node)
+                && let Some(free) = level.domain_gpu_free.get(domain as usize)
+            {
+                raw.domain_gpu_free[domain as usize] = *free;
+            }
+        }
+    }
+
+    pub(crate) fn raw(&self) -> &types::Nodes {
+        &self.raw
+    }
+}
+
+fn effect(effect: TaintEffect) -> types::TaintEffect {
+    match effect {
+        TaintEffect::NoSchedule => types::TaintEffect::NoSchedule,
+        TaintEffect::PreferNoSchedule => types::TaintEffect::PreferNoSchedule,
+        TaintEffect::NoExecute => types::TaintEffect::NoExecute,
+    }
+}
+
+fn taint(taint: &Taint) -> types::Taint {
+    types::Taint {
+        key: taint.key,
+        value: taint.value,
+        effect: effect(taint.effect),
+    }
+}
+
+fn toleration(t: &Toleration) -> types::Toleration {
+    types::Toleration {
+        key: t.key,
+        exists: t.exists,
+        value: t.value,
+        effect: t.effect.map(effect),
+    }
+}
+
+pub(crate) fn pod(pod: &PodShape) -> types::Pod {
+    types::Pod {
+        name: pod.name,
+        queue: pod.queue,
+        priority: pod.priority,
+        gpus: pod.gpus,
+        gpu_milli: pod.gpu_milli,
+        gpu_type: pod.gpu_type,
+        cpu_milli: pod.cpu_milli,
+        memory_mib: pod.memory_mib,
+        tolerations: pod.tolerations.iter().map(toleration).collect(),
+        gang_size: pod.gang_size.max(1),
+    }
+}
+
+fn resources(r: &Resources) -> types::Resources {
+    types::Resources {
+        gpus: r.gpus,
+        cpu_milli: r.cpu_milli,
+        memory_mib: r.memory_mib,
+    }
+}
+
+pub(crate) fn resources_from(r: types::Resources) -> Resources {
+    Resources {
+        gpus: r.gpus,
+        cpu_milli: r.cpu_milli,
+        memory_mib: r.memory_mib,
+    }
+}
+
+pub(crate) fn job(job: &JobRequest) -> types::Job {
+    types::Job {
+        pod: pod(&job.pod),
+        count: job.count,
+        total: resources(&job.total),
+    }
+}
+
+pub(crate) fn queue(q: &QueueUsage) -> types::QueueUsage {
+    types::QueueUsage {
+        name: q.name,
+        nominal: resources(&q.nominal),
+        borrowing_limit: q.borrowing_limit.as_ref().map(resources),
+        lending_limit: q.lending_limit.as_ref().map(resources),
+        used: resources(&q.used),
+        weight: q.weight,
+    }
+}
+
+pub(crate) fn cohort(c: &CohortUsage) -> types::CohortUsage {
+    types::CohortUsage {
+        name: c.name,
+        nominal: resources(&c.nominal),
+        used: resources(&c.used),
+        queues: c.queues.iter().map(queue).collect(),
+    }
+}
