@@ -294,11 +294,17 @@ fn check_magic(bytes: &[u8]) -> Result<()> {
     if bytes.starts_with(b"\0asm") {
         return Err(PolicyError::CoreModule);
     }
+    // WebAssembly text, which the engine also accepts: look past `;;` comments.
     let text = std::str::from_utf8(bytes).unwrap_or("");
-    if text.trim_start().starts_with("(component") {
+    let code = text
+        .lines()
+        .map(str::trim)
+        .find(|line| !line.is_empty() && !line.starts_with(";;"))
+        .unwrap_or("");
+    if code.starts_with("(component") {
         return Ok(());
     }
-    if text.trim_start().starts_with("(module") {
+    if code.starts_with("(module") {
         return Err(PolicyError::CoreModule);
     }
     let found = if bytes.is_empty() {
@@ -365,28 +371,35 @@ fn check_imports(
     compiled: &CompiledPolicy,
     caps: &Capabilities,
 ) -> Result<()> {
-    let component = compiled.component();
-    for name in import_names(engine, component) {
+    let mut refused: Vec<String> = Vec::new();
+    let mut grants: Vec<&str> = Vec::new();
+    for name in import_names(engine, compiled.component()) {
         if ALWAYS.iter().any(|p| name.starts_with(p)) {
             continue;
         }
-        let (granted, hint) = if name.starts_with("wasi:clocks/") {
-            (caps.clock, "grant the clock to allow it")
+        let (granted, grant) = if name.starts_with("wasi:clocks/") {
+            (caps.clock, "the clock")
         } else if name.starts_with("wasi:filesystem/") {
-            (
-                caps.read_dir.is_some(),
-                "grant a read directory to allow it",
-            )
+            (caps.read_dir.is_some(), "a read directory")
         } else if name.starts_with("wasi:sockets/") {
-            (caps.network, "grant the network to allow it")
+            (caps.network, "the network")
         } else {
             return Err(PolicyError::UnknownImport { import: name });
         };
         if !granted {
-            return Err(PolicyError::NotGranted { import: name, hint });
+            refused.push(format!("`{name}`"));
+            if !grants.contains(&grant) {
+                grants.push(grant);
+            }
         }
     }
-    Ok(())
+    if refused.is_empty() {
+        return Ok(());
+    }
+    Err(PolicyError::NotGranted {
+        imports: refused.join(", "),
+        grants: grants.join(" and "),
+    })
 }
 
 impl CompiledPolicy {

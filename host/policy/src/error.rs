@@ -21,8 +21,10 @@ pub enum PolicyError {
     SeveralWorlds { found: String },
     #[error("the component does not match the `{world}` world: {detail}")]
     WrongWorld { world: String, detail: String },
-    #[error("the component imports `{import}`, a capability this policy was not granted ({hint})")]
-    NotGranted { import: String, hint: &'static str },
+    #[error(
+        "the component imports {imports}: capabilities this policy was not granted (grant {grants} to allow them)"
+    )]
+    NotGranted { imports: String, grants: String },
     #[error("the component imports `{import}`, which Gantry does not provide to policies")]
     UnknownImport { import: String },
     #[error("config is not valid JSON: {0}")]

@@ -440,25 +440,18 @@ impl Policy {
         if instance.is_some_and(Instance::memory_refused) {
             return out_of_memory;
         }
-        let text = crate::engine::one_line(&format!("{error:#}"));
-        if instance.is_none() && text.contains("memory") && text.contains("limit") {
+        let root = crate::engine::one_line(&error.root_cause().to_string());
+        if instance.is_none() && root.contains("memory") && root.contains("limit") {
             return out_of_memory;
         }
         let message = match (trap, instance.and_then(Instance::console_tail)) {
             (Some(Trap::StackOverflow), _) => "call stack exhausted (unbounded recursion?)".into(),
-            (Some(_), Some(console)) => format!("{console} ({trap})", trap = trap_text(&text)),
-            _ => trap_text(&text),
+            (Some(trap), Some(console)) => format!("{console} (wasm trap: {trap})"),
+            (Some(trap), None) => format!("wasm trap: {trap}"),
+            (None, _) => root,
         };
         PolicyFault::Trap { message }
     }
-}
-
-/// The first line of a wasmtime error is the trap; the backtrace after it is for debugging.
-fn trap_text(text: &str) -> String {
-    let text = text.split(" wasm backtrace:").next().unwrap_or(text).trim();
-    text.strip_prefix("error while executing at wasm backtrace: ")
-        .unwrap_or(text)
-        .to_string()
 }
 
 impl Pool {

@@ -1,0 +1,106 @@
+//! Shared fixtures for the policy engine's tests: real components built from `plugins/` by
+//! `scripts/build-plugins.sh`, and small node tables.
+#![allow(dead_code)]
+
+use std::path::PathBuf;
+use std::sync::Arc;
+
+use gantry_core::{Health, LevelColumn, NodeTable, PodShape, Symbols, Taint, TaintEffect};
+use gantry_policy::{Limits, PolicyEngine};
+
+/// A policy built by `scripts/build-plugins.sh`, by crate name (`gpu-fit`, `hostile-loop`).
+pub fn plugin(name: &str) -> Vec<u8> {
+    let path = plugin_dir().join(format!("{}.wasm", name.replace('-', "_")));
+    std::fs::read(&path).unwrap_or_else(|e| {
+        panic!(
+            "{}: {e}. Build the policies first: scripts/build-plugins.sh",
+            path.display()
+        )
+    })
+}
+
+pub fn plugin_dir() -> PathBuf {
+    let target = std::env::var_os("CARGO_TARGET_DIR")
+        .map(PathBuf::from)
+        .unwrap_or_else(|| PathBuf::from(concat!(env!("CARGO_MANIFEST_DIR"), "/../../target")));
+    target.join("wasm32-wasip2/plugin")
+}
+
+/// A WAT file from plugins/hostile/wat.
+pub fn wat(name: &str) -> Vec<u8> {
+    let path = PathBuf::from(concat!(
+        env!("CARGO_MANIFEST_DIR"),
+        "/../../plugins/hostile/wat"
+    ))
+    .join(name);
+    std::fs::read(&path).unwrap_or_else(|e| panic!("{}: {e}", path.display()))
+}
+
+pub fn engine() -> PolicyEngine {
+    engine_with(Limits::default())
+}
+
+pub fn engine_with(limits: Limits) -> PolicyEngine {
+    PolicyEngine::new(limits, Symbols::new()).expect("engine")
+}
+
+/// `count` A100 nodes with 8 GPUs, racks of 4. Node `i` has `i % 9` GPUs free (capped at 8).
+pub fn nodes(symbols: &Symbols, count: usize) -> NodeTable {
+    let a100 = symbols.intern("A100");
+    let mut table = NodeTable {
+        taint_sets: vec![vec![]],
+        ..NodeTable::default()
+    };
+    for i in 0..count {
+        table.name.push(symbols.intern(&format!("node-{i}")));
+        table.gpu_total.push(8);
+        let free = (i % 9).min(8) as u32;
+        table.gpu_free.push(free);
+        table
+            .gpu_milli_free_max
+            .push(if free > 0 { 1000 } else { 0 });
+        table.gpu_type.push(a100);
+        table.cpu_free_milli.push(96_000);
+        table.memory_free_mib.push(1 << 20);
+        table.health.push(Health::Healthy as u8);
+        table.taint_set.push(0);
+    }
+    let racks = count.div_ceil(4);
+    let mut rack = LevelColumn {
+        name: symbols.intern("rack"),
+        node_domain: (0..count as u32).map(|i| i / 4).collect(),
+        domain_gpu_free: vec![0; racks],
+        domain_gpu_total: vec![0; racks],
+    };
+    for i in 0..count {
+        let d = rack.node_domain[i] as usize;
+        rack.domain_gpu_free[d] += table.gpu_free[i];
+        rack.domain_gpu_total[d] += table.gpu_total[i];
+    }
+    table.levels.push(rack);
+    table
+}
+
+/// Add a NoSchedule taint `key=value` to `node`.
+pub fn taint(table: &mut NodeTable, symbols: &Symbols, node: usize, key: &str, value: &str) {
+    table.taint_sets.push(vec![Taint {
+        key: symbols.intern(key),
+        value: symbols.intern(value),
+        effect: TaintEffect::NoSchedule,
+    }]);
+    table.taint_set[node] = (table.taint_sets.len() - 1) as u32;
+}
+
+pub fn pod(symbols: &Symbols, gpus: u32) -> PodShape {
+    PodShape {
+        name: symbols.intern("pod-a"),
+        queue: symbols.intern("team-a"),
+        gpus,
+        gang_size: 1,
+        ..PodShape::default()
+    }
+}
+
+pub fn symbols_of(engine: &PolicyEngine) -> Arc<Symbols> {
+    engine.symbols().clone()
+}
