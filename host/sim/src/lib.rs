@@ -1,0 +1,17 @@
+//! The simulator's input side: cluster specs (YAML) and job traces (CSV), read and checked into
+//! the core's model. This is the simulated cluster source of DESIGN.md's data flow, kept apart
+//! from the core so that the core never parses files, and from the replay loop so that a bad
+//! input fails here, once, with a message naming the file, the line or item and the field.
+//!
+//! - [`spec`]: `clusters/*.yaml` → [`ClusterSpec`] → [`Cluster`] (a columnar `NodeTable` plus
+//!   the queue tree).
+//! - [`trace`]: Gantry job trace v1 (`traces/FORMAT.md`) → [`TraceJob`]s in submit order.
+//! - [`alibaba`]: importers for the Alibaba GPU 2023 (`openb_*`) pod and node lists.
+
+pub mod alibaba;
+pub mod spec;
+pub mod trace;
+
+pub use alibaba::{PodListImport, SkippedPod, import_node_list, import_pod_list};
+pub use spec::{Cluster, ClusterSpec, NodePoolSpec, QueueSpec, SpecError, TopologyLevelSpec};
+pub use trace::{Trace, TraceError, TraceJob};
