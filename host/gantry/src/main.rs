@@ -1,1 +1,111 @@
-fn main() {}
+//! The `gantry` binary: wires the crates together behind one clap CLI. `anyhow` lives here and
+//! only here; every library crate reports its own typed errors.
+
+mod bench;
+mod sample;
+mod validate;
+
+use std::path::PathBuf;
+use std::process::ExitCode;
+
+use clap::{Args, Parser, Subcommand};
+
+#[derive(Parser)]
+#[command(
+    name = "gantry",
+    version,
+    about = "A GPU scheduler for Kubernetes with sandboxed WebAssembly policies"
+)]
+struct Cli {
+    /// Log as JSON lines instead of text.
+    #[arg(long, global = true)]
+    log_json: bool,
+    #[command(subcommand)]
+    command: Command,
+}
+
+#[derive(Subcommand)]
+enum Command {
+    /// Work with policy components.
+    #[command(subcommand)]
+    Policy(PolicyCommand),
+    /// Measure Gantry and print the figures.
+    #[command(subcommand)]
+    Bench(BenchCommand),
+}
+
+#[derive(Subcommand)]
+enum PolicyCommand {
+    /// Compile a policy, check its world, run init with its config and one sample evaluation.
+    Validate(validate::ValidateArgs),
+}
+
+#[derive(Subcommand)]
+enum BenchCommand {
+    /// Cost per node of the Wasm example policies against their native Rust twins.
+    Policy(bench::PolicyBenchArgs),
+}
+
+/// Where the policies built from `plugins/` are found.
+#[derive(Args, Clone, Debug)]
+pub struct PluginDir {
+    /// Folder holding the built example policies (`gpu_fit.wasm`, …). Defaults to
+    /// $GANTRY_PLUGIN_DIR, then the `wasm32-wasip2/plugin` folder beside this binary's target.
+    #[arg(long, env = "GANTRY_PLUGIN_DIR")]
+    pub plugin_dir: Option<PathBuf>,
+}
+
+impl PluginDir {
+    pub fn resolve(&self, file: &str) -> anyhow::Result<PathBuf> {
+        let dir = match &self.plugin_dir {
+            Some(dir) => dir.clone(),
+            None => {
+                let exe = std::env::current_exe()?;
+                // target/<profile>/gantry → target/wasm32-wasip2/plugin
+                let target = exe
+                    .parent()
+                    .and_then(|profile| profile.parent())
+                    .ok_or_else(|| anyhow::anyhow!("cannot locate the target folder"))?;
+                target.join("wasm32-wasip2/plugin")
+            }
+        };
+        let path = dir.join(file);
+        anyhow::ensure!(
+            path.exists(),
+            "{} not found: build the example policies with scripts/build-plugins.sh, or pass --plugin-dir",
+            path.display()
+        );
+        Ok(path)
+    }
+}
+
+fn main() -> ExitCode {
+    let cli = Cli::parse();
+    init_tracing(cli.log_json);
+    let result = match cli.command {
+        Command::Policy(PolicyCommand::Validate(args)) => validate::run(args),
+        Command::Bench(BenchCommand::Policy(args)) => {
+            bench::run_policy(args).map(|()| ExitCode::SUCCESS)
+        }
+    };
+    match result {
+        Ok(code) => code,
+        Err(error) => {
+            eprintln!("error: {error:#}");
+            ExitCode::FAILURE
+        }
+    }
+}
+
+fn init_tracing(json: bool) {
+    let filter = tracing_subscriber::EnvFilter::try_from_env("GANTRY_LOG")
+        .unwrap_or_else(|_| tracing_subscriber::EnvFilter::new("warn"));
+    let builder = tracing_subscriber::fmt()
+        .with_env_filter(filter)
+        .with_writer(std::io::stderr);
+    if json {
+        builder.json().init();
+    } else {
+        builder.init();
+    }
+}

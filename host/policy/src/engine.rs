@@ -145,6 +145,10 @@ impl PolicyEngine {
             .epoch_interruption(true)
             .max_wasm_stack(limits.max_wasm_stack)
             .cranelift_opt_level(wasmtime::OptLevel::Speed);
+        // `GANTRY_WASM_PROFILE=perfmap` names JIT code for `perf report`.
+        if std::env::var("GANTRY_WASM_PROFILE").is_ok_and(|v| v == "perfmap") {
+            config.profiler(wasmtime::ProfilingStrategy::PerfMap);
+        }
         let engine = wasmtime::Engine::new(&config).map_err(engine_error)?;
         let mut linker = Linker::new(&engine);
         crate::instance::add_to_linker(&mut linker).map_err(engine_error)?;

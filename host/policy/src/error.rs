@@ -35,7 +35,7 @@ pub enum PolicyError {
     InitFault(PolicyFault),
     #[error("cannot set up the Wasm engine: {0}")]
     Engine(String),
-    #[error("{path}: {message}")]
+    #[error("cannot read the file: {message}")]
     Read { path: String, message: String },
 }
 

@@ -271,7 +271,7 @@ impl Policy {
             Exports::Quota(quota) => Some(quota.gantry_policy_quota_policy().call_admit(
                 &mut instance.store,
                 &job,
-                queue.clone(),
+                queue,
                 cohort.as_ref(),
             )),
             _ => None,

@@ -164,7 +164,7 @@ pub fn import_node_list(path: impl AsRef<Path>) -> Result<ClusterSpec, TraceErro
 }
 
 /// What makes two nodes of a node list interchangeable: (GPUs, model, CPU milli, memory MiB).
-type NodeShape = (u32, Option<String>, u64, u64);
+type NodeShape = (u32, Option<String>, u32, u32);
 
 /// Converts a node list read from `reader` into a spec called `name`. Identical nodes (same GPU
 /// count, model, CPU and memory) form one pool, named like `g2-8gpu-96c`; pools are ordered by
@@ -193,8 +193,8 @@ pub fn node_list_from_reader(
         let shape = (
             u32::try_from(row.uint(gpu, 0, u64::from(MAX_GPUS_PER_NODE))?).unwrap_or(0),
             row.optional(model).map(str::to_owned),
-            row.uint(cpu_milli, 0, u64::MAX)?,
-            row.uint(memory_mib, 0, u64::MAX)?,
+            u32::try_from(row.uint(cpu_milli, 0, u64::from(u32::MAX))?).unwrap_or(u32::MAX),
+            u32::try_from(row.uint(memory_mib, 0, u64::from(u32::MAX))?).unwrap_or(u32::MAX),
         );
         match shapes.iter_mut().find(|(s, _)| *s == shape) {
             Some((_, count)) => *count += 1,

@@ -64,8 +64,8 @@ pub struct NodePoolSpec {
     /// Absent for CPU-only pools; interned to symbol 0 ("none").
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub gpu_type: Option<String>,
-    pub cpu_milli: u64,
-    pub memory_mib: u64,
+    pub cpu_milli: u32,
+    pub memory_mib: u32,
     /// Innermost level first.
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
     pub topology: Vec<TopologyLevelSpec>,

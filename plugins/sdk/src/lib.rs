@@ -21,7 +21,7 @@
 pub mod bindings;
 mod view;
 
-pub use view::{Node, NodeIter, Nodes, Pod};
+pub use view::{Node, Nodes, Pod};
 
 pub use bindings::types::{
     CohortUsage, Health, Job, QueueUsage, QuotaVerdict, Resources, Sym, Taint, TaintEffect,
@@ -44,7 +44,7 @@ pub trait FilterPolicy: Sized + 'static {
     /// Parse the JSON config; an `Err` message reaches the admin unchanged.
     fn new(config: &str) -> Result<Self, String>;
     /// `FITS` or a declared reason code.
-    fn filter(&self, pod: &Pod, node: &Node) -> u16;
+    fn filter(&self, pod: &Pod, node: &Node<'_, '_>) -> u16;
 }
 
 /// A score policy: ranks the nodes that passed every filter, 0..=`MAX_SCORE`.
@@ -52,7 +52,17 @@ pub trait ScorePolicy: Sized + 'static {
     const NAME: &'static str;
     const VERSION: &'static str = "0.1.0";
     fn new(config: &str) -> Result<Self, String>;
-    fn score(&self, pod: &Pod, node: &Node) -> u32;
+    fn score(&self, pod: &Pod, node: &Node<'_, '_>) -> u32;
+    /// Score every node. Override it to compute something once per call (a per-domain table,
+    /// say) instead of once per node; the default calls [`score`](Self::score) per node and
+    /// caps each score at `MAX_SCORE`. An override must keep scores in 0..=`MAX_SCORE`: the host
+    /// treats anything above as bad output.
+    fn score_all(&self, pod: &Pod, nodes: &Nodes<'_>) -> Vec<u32> {
+        nodes
+            .iter()
+            .map(|node| self.score(pod, &node).min(MAX_SCORE))
+            .collect()
+    }
 }
 
 /// A quota policy: admits, denies, or admits a job as borrowing.
@@ -189,12 +199,7 @@ macro_rules! export_score {
                 fn score(pod: __wit::Pod, nodes: __wit::Nodes) -> Vec<u32> {
                     let policy = SLOT.get();
                     let pod = $crate::Pod::new(&pod);
-                    $crate::Nodes::new(&nodes)
-                        .iter()
-                        .map(|node| {
-                            $crate::ScorePolicy::score(policy, &pod, &node).min($crate::MAX_SCORE)
-                        })
-                        .collect()
+                    $crate::ScorePolicy::score_all(policy, &pod, &$crate::Nodes::new(&nodes))
                 }
             }
     $crate::__private::score::export!(Export with_types_in $crate::__private::score);

@@ -1,0 +1,22 @@
+#!/usr/bin/env bash
+# Every test Gantry has, from a fresh machine: installs the toolchain and the wasm32-wasip2
+# target, builds the policies from plugins/, checks formatting and lints, runs the tests.
+set -euo pipefail
+cd "$(dirname "$0")/.."
+source scripts/env.sh
+step() { printf '\n==> %s\n' "$*"; }
+
+step "toolchain and policies"
+scripts/build-plugins.sh
+
+step "format"
+cargo fmt --all --check
+
+step "lints"
+cargo clippy --release --workspace --all-targets --quiet -- -D warnings
+
+step "tests"
+cargo test --release --workspace --quiet 2>&1 | tee "$CARGO_TARGET_DIR/test.log"
+# One closing line for the whole run, in the form CI reads.
+awk '/^test result:/ { p += $4; f += $6 } END { printf "\n%d passed, %d failed\n", p, f; exit (f > 0) }' \
+    "$CARGO_TARGET_DIR/test.log"
