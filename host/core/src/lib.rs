@@ -1,12 +1,27 @@
-//! The scheduling core's model: the columnar node table, pod shapes, queues and the string
-//! interner they share. Pure on purpose: no kube, axum, sled or wasmtime types live here, so the
-//! same core drives the simulator and a live cluster, and every policy engine reads one model.
+//! Gantry's scheduling core: the model (a columnar node table, pod shapes, queues, interned
+//! strings), the queue tree with quota and fair share, the live cluster state, the built-in
+//! filter and score, and the cycle that places jobs and explains every decision. Pure on
+//! purpose: no kube, axum, sled or wasmtime types live here, so the same core drives the
+//! simulator and a live cluster, and policies plug in through [`PolicyHooks`].
 
+pub mod builtin;
+pub mod cluster;
+pub mod explain;
+pub mod hooks;
 pub mod model;
+pub mod queues;
+pub mod scheduler;
 pub mod symbols;
 
+pub use cluster::{ClusterState, Slot};
+pub use explain::{Explanation, Outcome, PolicyRef};
+pub use hooks::{BuiltinOnly, PolicyHooks, Verdict};
 pub use model::{
     CohortUsage, Health, JobRequest, LevelColumn, NodeTable, PodShape, QueueUsage, QuotaVerdict,
     Resources, Taint, TaintEffect, Toleration,
+};
+pub use queues::{Admission, QueueDef, QueueId, Queues};
+pub use scheduler::{
+    CycleOutput, Decision, JobId, JobSpec, Scheduler, SchedulerConfig, TopologyPref,
 };
 pub use symbols::{Sym, Symbols};

@@ -5,7 +5,7 @@ use std::hint::black_box;
 use std::time::{Duration, Instant};
 
 use clap::Args;
-use gantry_core::{Health, NodeTable, PodShape, Symbols};
+use gantry_core::{PodShape, Symbols};
 use gantry_policy::{Limits, Policy, PolicyEngine, PolicyOptions, WasmNodes};
 use serde_json::json;
 
@@ -50,119 +50,6 @@ fn round2(x: f64) -> f64 {
     (x * 100.0).round() / 100.0
 }
 
-/// The native twin of `plugins/gpu-fit`: the same checks in the same order.
-pub fn gpu_fit_native(pod: &PodShape, t: &NodeTable) -> Vec<u16> {
-    (0..t.len())
-        .map(|i| {
-            let has_gpus = if pod.gpu_milli > 0 {
-                t.gpu_milli_free_max[i] >= pod.gpu_milli
-            } else {
-                t.gpu_free[i] >= pod.gpus
-            };
-            if t.health[i] != Health::Healthy as u8 {
-                1
-            } else if pod.gpu_type != 0 && pod.gpu_type != t.gpu_type[i] {
-                2
-            } else if !has_gpus {
-                3
-            } else if t.cpu_free_milli[i] < pod.cpu_milli || t.memory_free_mib[i] < pod.memory_mib {
-                5
-            } else if !pod.tolerates_all(t.taints(i)) {
-                4
-            } else {
-                0
-            }
-        })
-        .collect()
-}
-
-/// 2^32 / d rounded up, as `plugins/gpu-binpack` computes it.
-const fn recip(d: u64) -> u64 {
-    (1u64 << 32).div_ceil(d)
-}
-
-const RECIP_10_TOTAL: [u64; 65] = {
-    let mut table = [0; 65];
-    let mut total = 1;
-    while total <= 64 {
-        table[total] = recip(10 * total as u64);
-        total += 1;
-    }
-    table
-};
-
-/// The native twin of `plugins/gpu-binpack` with its default weights (70 node, 30 domain):
-/// the same integer arithmetic, and the same shortcut of computing domain fullness once per
-/// innermost domain, so the two agree exactly.
-pub fn gpu_binpack_native(pod: &PodShape, t: &NodeTable) -> Vec<u32> {
-    let (node_weight, domain_weight) = (70u64, 30u64);
-    let weights_recip = recip(node_weight + domain_weight);
-    let level_pct: Vec<Vec<u64>> = t
-        .levels
-        .iter()
-        .map(|level| {
-            level
-                .domain_gpu_total
-                .iter()
-                .zip(&level.domain_gpu_free)
-                .map(|(&total, &free)| {
-                    u64::from(
-                        ((total - free.min(total)) * 100)
-                            .checked_div(total)
-                            .unwrap_or(0),
-                    )
-                })
-                .collect()
-        })
-        .collect();
-    let domain_full = |node: usize| {
-        let (mut sum, mut parts, mut part) = (0u64, 0u64, 1u64 << 8);
-        for (level, pct) in t.levels.iter().zip(&level_pct) {
-            let domain = level.node_domain[node];
-            if domain == u32::MAX {
-                break;
-            }
-            sum += part * pct[domain as usize];
-            parts += part;
-            part /= 2;
-        }
-        (parts > 0).then(|| sum / parts)
-    };
-    let asked = u64::from(if pod.gpu_milli > 0 {
-        pod.gpu_milli
-    } else {
-        pod.gpus * 1000
-    });
-    const UNKNOWN: u8 = u8::MAX;
-    let mut inner_to_full = vec![UNKNOWN; t.levels.first().map_or(0, |l| l.domain_gpu_total.len())];
-    (0..t.len())
-        .map(|i| {
-            let total = t.gpu_total[i];
-            if total == 0 {
-                return 0;
-            }
-            let full = match t.levels.first().map(|level| level.node_domain[i]) {
-                None | Some(u32::MAX) => None,
-                Some(inner) => inner_to_full.get_mut(inner as usize).and_then(|slot| {
-                    if *slot == UNKNOWN {
-                        *slot = domain_full(i).map_or(UNKNOWN - 1, |full| full as u8);
-                    }
-                    (*slot < UNKNOWN - 1).then_some(u64::from(*slot))
-                }),
-            };
-            let used = u64::from(total - t.gpu_free[i].min(total)) * 1000 + asked;
-            let recip_10_total = match RECIP_10_TOTAL.get(total as usize) {
-                Some(&r) => r,
-                None => recip(10 * u64::from(total)),
-            };
-            let node_full = ((used * recip_10_total) >> 32).min(100);
-            let domain_full = full.unwrap_or(node_full);
-            let weighted = node_weight * node_full + domain_weight * domain_full;
-            ((weighted * weights_recip) >> 32) as u32
-        })
-        .collect()
-}
-
 struct Measured {
     wasm_ns_per_node: f64,
     native_ns_per_node: f64,
@@ -202,14 +89,14 @@ pub fn run_policy(args: PolicyBenchArgs) -> anyhow::Result<()> {
     let (fit, fit_compile, fit_inst) = load("gpu_fit.wasm")?;
     for pod in &pods {
         anyhow::ensure!(
-            fit.filter(pod, &nodes)? == gpu_fit_native(pod, &table),
+            fit.filter(pod, &nodes)? == gantry_core::builtin::gpu_fit(pod, &table),
             "gpu-fit: the Wasm policy and its native twin disagree"
         );
     }
     let (binpack, bp_compile, bp_inst) = load("gpu_binpack.wasm")?;
     for pod in &pods {
         anyhow::ensure!(
-            binpack.score(pod, &nodes)? == gpu_binpack_native(pod, &table),
+            binpack.score(pod, &nodes)? == gantry_core::builtin::gpu_binpack(pod, &table),
             "gpu-binpack: the Wasm policy and its native twin disagree"
         );
     }
@@ -232,7 +119,10 @@ pub fn run_policy(args: PolicyBenchArgs) -> anyhow::Result<()> {
             black_box(fit.filter(next_pod(), &nodes).expect("gpu-fit"));
         })) / n,
         native_ns_per_node: ns(median_time(budget, || {
-            black_box(gpu_fit_native(black_box(next_pod()), black_box(&table)));
+            black_box(gantry_core::builtin::gpu_fit(
+                black_box(next_pod()),
+                black_box(&table),
+            ));
         })) / n,
         call_overhead_ns: ns(median_time(budget / 2, || {
             black_box(fit.filter(next_pod(), &one_node).expect("gpu-fit"));
@@ -246,7 +136,10 @@ pub fn run_policy(args: PolicyBenchArgs) -> anyhow::Result<()> {
             black_box(binpack.score(next_pod(), &nodes).expect("gpu-binpack"));
         })) / n,
         native_ns_per_node: ns(median_time(budget, || {
-            black_box(gpu_binpack_native(black_box(next_pod()), black_box(&table)));
+            black_box(gantry_core::builtin::gpu_binpack(
+                black_box(next_pod()),
+                black_box(&table),
+            ));
         })) / n,
         call_overhead_ns: ns(median_time(budget / 2, || {
             black_box(binpack.score(next_pod(), &one_node).expect("gpu-binpack"));

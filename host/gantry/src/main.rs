@@ -3,6 +3,7 @@
 
 mod bench;
 mod sample;
+mod simulate;
 mod validate;
 
 use std::path::PathBuf;
@@ -32,6 +33,8 @@ enum Command {
     /// Measure Gantry and print the figures.
     #[command(subcommand)]
     Bench(BenchCommand),
+    /// Replay a job trace on a simulated cluster and report waits, allocation and gangs.
+    Simulate(simulate::SimulateArgs),
 }
 
 #[derive(Subcommand)]
@@ -87,6 +90,7 @@ fn main() -> ExitCode {
         Command::Bench(BenchCommand::Policy(args)) => {
             bench::run_policy(args).map(|()| ExitCode::SUCCESS)
         }
+        Command::Simulate(args) => simulate::run(args).map(|()| ExitCode::SUCCESS),
     };
     match result {
         Ok(code) => code,

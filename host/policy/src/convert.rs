@@ -55,8 +55,10 @@ impl WasmNodes {
         self.raw.name.is_empty()
     }
 
-    /// Record a node's new free capacity after a placement, without rebuilding the table.
-    pub fn set_free(&mut self, node: usize, table: &NodeTable) {
+    /// Copy one node's changing columns (free capacity, health, its domains' free GPUs) from
+    /// `table`, after a placement, a release or a health change, without rebuilding.
+    pub fn refresh(&mut self, node: usize, table: &NodeTable) {
+        self.raw.health[node] = table.health[node];
         self.raw.gpu_free[node] = table.gpu_free[node];
         self.raw.gpu_milli_free_max[node] = table.gpu_milli_free_max[node];
         self.raw.cpu_free_milli[node] = table.cpu_free_milli[node];

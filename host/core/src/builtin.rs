@@ -1,0 +1,147 @@
+//! The built-in filter and score: the same logic as the example `gpu-fit` and `gpu-binpack`
+//! policies, in native Rust. The cycle always runs the built-in filter (a pod never goes where
+//! it does not fit); the built-in score ranks when no score policy is active. `gantry bench
+//! policy` also uses them as the native twins the Wasm policies are measured against.
+
+use crate::model::{Health, NodeTable, PodShape};
+
+/// The built-in filter's reason codes, as `gpu-fit` declares them.
+pub const NOT_HEALTHY: u16 = 1;
+pub const WRONG_GPU_TYPE: u16 = 2;
+pub const NOT_ENOUGH_GPUS: u16 = 3;
+pub const TAINT_NOT_TOLERATED: u16 = 4;
+pub const NOT_ENOUGH_CPU_OR_MEMORY: u16 = 5;
+
+/// Texts of the built-in reason codes, indexed by code.
+pub const FILTER_REASONS: [&str; 6] = [
+    "fits",
+    "node not ready or not healthy",
+    "GPU type does not match",
+    "Insufficient nvidia.com/gpu",
+    "node has a taint the pod does not tolerate",
+    "Insufficient cpu or memory",
+];
+
+/// One reason code per node: 0 fits.
+pub fn gpu_fit(pod: &PodShape, t: &NodeTable) -> Vec<u16> {
+    (0..t.len()).map(|i| gpu_fit_one(pod, t, i)).collect()
+}
+
+#[inline]
+pub fn gpu_fit_one(pod: &PodShape, t: &NodeTable, i: usize) -> u16 {
+    let has_gpus = if pod.gpu_milli > 0 {
+        t.gpu_milli_free_max[i] >= pod.gpu_milli
+    } else {
+        t.gpu_free[i] >= pod.gpus
+    };
+    if t.health[i] != Health::Healthy as u8 {
+        NOT_HEALTHY
+    } else if pod.gpu_type != 0 && pod.gpu_type != t.gpu_type[i] {
+        WRONG_GPU_TYPE
+    } else if !has_gpus {
+        NOT_ENOUGH_GPUS
+    } else if t.cpu_free_milli[i] < pod.cpu_milli || t.memory_free_mib[i] < pod.memory_mib {
+        NOT_ENOUGH_CPU_OR_MEMORY
+    } else if !pod.tolerates_all(t.taints(i)) {
+        TAINT_NOT_TOLERATED
+    } else {
+        0
+    }
+}
+
+/// 2^32 / d rounded up: `x * recip(d) >> 32` is `x / d` for the small `x` used here.
+const fn recip(d: u64) -> u64 {
+    (1u64 << 32).div_ceil(d)
+}
+
+const RECIP_10_TOTAL: [u64; 65] = {
+    let mut table = [0; 65];
+    let mut total = 1;
+    while total <= 64 {
+        table[total] = recip(10 * total as u64);
+        total += 1;
+    }
+    table
+};
+
+/// Bin-packing scores in 0..=100, exactly as `gpu-binpack` computes them with its default
+/// weights (70 for the node, 30 for its domains).
+pub fn gpu_binpack(pod: &PodShape, t: &NodeTable) -> Vec<u32> {
+    binpack_with(pod, t, 70, 30)
+}
+
+/// Least-allocated spreading (kube-scheduler's default): emptier nodes score higher.
+pub fn least_allocated(pod: &PodShape, t: &NodeTable) -> Vec<u32> {
+    binpack_with(pod, t, 1, 0)
+        .into_iter()
+        .map(|full| 100 - full.min(100))
+        .collect()
+}
+
+fn binpack_with(pod: &PodShape, t: &NodeTable, node_weight: u64, domain_weight: u64) -> Vec<u32> {
+    let weights_recip = recip(node_weight + domain_weight);
+    let level_pct: Vec<Vec<u64>> = t
+        .levels
+        .iter()
+        .map(|level| {
+            level
+                .domain_gpu_total
+                .iter()
+                .zip(&level.domain_gpu_free)
+                .map(|(&total, &free)| {
+                    u64::from(
+                        ((total - free.min(total)) * 100)
+                            .checked_div(total)
+                            .unwrap_or(0),
+                    )
+                })
+                .collect()
+        })
+        .collect();
+    let domain_full = |node: usize| {
+        let (mut sum, mut parts, mut part) = (0u64, 0u64, 1u64 << 8);
+        for (level, pct) in t.levels.iter().zip(&level_pct) {
+            let domain = level.node_domain[node];
+            if domain == u32::MAX {
+                break;
+            }
+            sum += part * pct[domain as usize];
+            parts += part;
+            part /= 2;
+        }
+        (parts > 0).then(|| sum / parts)
+    };
+    let asked = u64::from(if pod.gpu_milli > 0 {
+        pod.gpu_milli
+    } else {
+        pod.gpus * 1000
+    });
+    const UNKNOWN: u8 = u8::MAX;
+    let mut inner_to_full = vec![UNKNOWN; t.levels.first().map_or(0, |l| l.domain_gpu_total.len())];
+    (0..t.len())
+        .map(|i| {
+            let total = t.gpu_total[i];
+            if total == 0 {
+                return 0;
+            }
+            let full = match t.levels.first().map(|level| level.node_domain[i]) {
+                None | Some(u32::MAX) => None,
+                Some(inner) => inner_to_full.get_mut(inner as usize).and_then(|slot| {
+                    if *slot == UNKNOWN {
+                        *slot = domain_full(i).map_or(UNKNOWN - 1, |full| full as u8);
+                    }
+                    (*slot < UNKNOWN - 1).then_some(u64::from(*slot))
+                }),
+            };
+            let used = u64::from(total - t.gpu_free[i].min(total)) * 1000 + asked;
+            let recip_10_total = match RECIP_10_TOTAL.get(total as usize) {
+                Some(&r) => r,
+                None => recip(10 * u64::from(total)),
+            };
+            let node_full = ((used * recip_10_total) >> 32).min(100);
+            let domain_full = full.unwrap_or(node_full);
+            let weighted = node_weight * node_full + domain_weight * domain_full;
+            ((weighted * weights_recip) >> 32) as u32
+        })
+        .collect()
+}

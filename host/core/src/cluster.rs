@@ -1,0 +1,216 @@
+//! The live node table: what is free where, kept consistent on every reservation and release.
+
+use serde::{Deserialize, Serialize};
+
+use crate::model::{NodeTable, PodShape};
+
+/// Where one pod runs: a node, and for a fractional pod, the GPU it shares.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Serialize, Deserialize)]
+pub struct Slot {
+    pub node: u32,
+    /// The GPU index on the node for a fractional pod; `None` for whole GPUs.
+    pub shared_gpu: Option<u16>,
+}
+
+/// The cluster as the scheduler sees it between cycles.
+#[derive(Debug, Clone)]
+pub struct ClusterState {
+    pub nodes: NodeTable,
+    /// Milli-GPUs in use on each GPU, flattened: node `i`'s GPUs start at `gpu_offset[i]`.
+    gpu_milli_used: Vec<u16>,
+    gpu_offset: Vec<u32>,
+    /// Nodes changed since the start, in order. Policy adapters keep a cursor into it to
+    /// refresh only what changed; `changes_base` counts entries dropped from the front.
+    changes: Vec<u32>,
+    changes_base: u64,
+}
+
+impl ClusterState {
+    pub fn new(nodes: NodeTable) -> Self {
+        let mut gpu_offset = Vec::with_capacity(nodes.len());
+        let mut total = 0u32;
+        for &gpus in &nodes.gpu_total {
+            gpu_offset.push(total);
+            total += gpus;
+        }
+        let mut state = Self {
+            gpu_milli_used: vec![0; total as usize],
+            gpu_offset,
+            nodes,
+            changes: Vec::new(),
+            changes_base: 0,
+        };
+        for node in 0..state.nodes.len() {
+            state.refresh(node);
+        }
+        state.changes.clear();
+        state
+    }
+
+    pub fn len(&self) -> usize {
+        self.nodes.len()
+    }
+
+    pub fn is_empty(&self) -> bool {
+        self.nodes.is_empty()
+    }
+
+    fn gpus(&self, node: usize) -> std::ops::Range<usize> {
+        let start = self.gpu_offset[node] as usize;
+        start..start + self.nodes.gpu_total[node] as usize
+    }
+
+    /// Recompute the node's free-GPU columns and its domains' totals from the per-GPU usage.
+    fn refresh(&mut self, node: usize) {
+        let range = self.gpus(node);
+        let gpus = &self.gpu_milli_used[range];
+        let free = gpus.iter().filter(|&&m| m == 0).count() as u32;
+        let max_free_milli = gpus.iter().map(|&m| 1000 - u32::from(m)).max().unwrap_or(0);
+        let old_free = self.nodes.gpu_free[node];
+        self.nodes.gpu_free[node] = free;
+        self.nodes.gpu_milli_free_max[node] = max_free_milli;
+        for level in &mut self.nodes.levels {
+            let domain = level.node_domain[node];
+            if domain != u32::MAX {
+                let d = &mut level.domain_gpu_free[domain as usize];
+                *d = *d - old_free + free;
+            }
+        }
+        self.changes.push(node as u32);
+        if self.changes.len() > 1 << 20 {
+            let drop = self.changes.len() / 2;
+            self.changes.drain(..drop);
+            self.changes_base += drop as u64;
+        }
+    }
+
+    /// How many pods of `shape` fit on `node` now (resources only; filters come first).
+    pub fn capacity_for(&self, node: usize, shape: &PodShape) -> u32 {
+        let t = &self.nodes;
+        let by_cpu = t.cpu_free_milli[node]
+            .checked_div(shape.cpu_milli)
+            .unwrap_or(u32::MAX);
+        let by_mem = t.memory_free_mib[node]
+            .checked_div(shape.memory_mib)
+            .unwrap_or(u32::MAX);
+        let by_gpu = if shape.gpu_milli > 0 {
+            self.gpu_milli_used[self.gpus(node)]
+                .iter()
+                .map(|&m| (1000 - u32::from(m)) / shape.gpu_milli)
+                .sum()
+        } else {
+            t.gpu_free[node].checked_div(shape.gpus).unwrap_or(u32::MAX)
+        };
+        by_cpu.min(by_mem).min(by_gpu)
+    }
+
+    /// Reserve one pod of `shape` on `node`. The caller checked `capacity_for`.
+    pub fn reserve(&mut self, node: usize, shape: &PodShape) -> Slot {
+        let range = self.gpus(node);
+        let shared_gpu = if shape.gpu_milli > 0 {
+            // Best fit: the GPU with the least room that still holds the pod.
+            let (index, used) = self.gpu_milli_used[range.clone()]
+                .iter_mut()
+                .enumerate()
+                .filter(|(_, m)| 1000 - u32::from(**m) >= shape.gpu_milli)
+                .max_by_key(|(_, m)| **m)
+                .expect("capacity checked before reserving");
+            *used += shape.gpu_milli as u16;
+            Some(index as u16)
+        } else {
+            let mut left = shape.gpus;
+            for used in &mut self.gpu_milli_used[range] {
+                if left == 0 {
+                    break;
+                }
+                if *used == 0 {
+                    *used = 1000;
+                    left -= 1;
+                }
+            }
+            assert_eq!(left, 0, "capacity checked before reserving");
+            None
+        };
+        self.nodes.cpu_free_milli[node] -= shape.cpu_milli;
+        self.nodes.memory_free_mib[node] -= shape.memory_mib;
+        self.refresh(node);
+        Slot {
+            node: node as u32,
+            shared_gpu,
+        }
+    }
+
+    /// Give back what `reserve` took.
+    pub fn release(&mut self, slot: Slot, shape: &PodShape) {
+        let node = slot.node as usize;
+        let range = self.gpus(node);
+        match slot.shared_gpu {
+            Some(index) => {
+                let used = &mut self.gpu_milli_used[range][index as usize];
+                *used = used.saturating_sub(shape.gpu_milli as u16);
+            }
+            None => {
+                let mut left = shape.gpus;
+                for used in self.gpu_milli_used[range].iter_mut().rev() {
+                    if left == 0 {
+                        break;
+                    }
+                    if *used == 1000 {
+                        *used = 0;
+                        left -= 1;
+                    }
+                }
+            }
+        }
+        self.nodes.cpu_free_milli[node] += shape.cpu_milli;
+        self.nodes.memory_free_mib[node] += shape.memory_mib;
+        self.refresh(node);
+    }
+
+    /// Mark a node's health (a health check tainting or clearing it).
+    pub fn set_health(&mut self, node: usize, health: crate::model::Health) {
+        self.nodes.health[node] = health as u8;
+        self.changes.push(node as u32);
+    }
+
+    /// Nodes changed since `cursor` (from an earlier call), and the new cursor. `None` when the
+    /// log no longer reaches back that far: refresh everything.
+    pub fn changes_since(&self, cursor: u64) -> (Option<&[u32]>, u64) {
+        let end = self.changes_base + self.changes.len() as u64;
+        if cursor < self.changes_base {
+            return (None, end);
+        }
+        let start = (cursor - self.changes_base) as usize;
+        (Some(&self.changes[start.min(self.changes.len())..]), end)
+    }
+
+    /// Every GPU's milli usage is 0 or within 0..=1000, and every column matches it: the
+    /// invariant audit the simulator runs after each cycle.
+    pub fn audit(&self) -> Result<(), String> {
+        for node in 0..self.len() {
+            let gpus = &self.gpu_milli_used[self.gpus(node)];
+            if let Some(m) = gpus.iter().find(|&&m| m > 1000) {
+                return Err(format!("node {node}: a GPU is {m}/1000 allocated"));
+            }
+            let free = gpus.iter().filter(|&&m| m == 0).count() as u32;
+            if free != self.nodes.gpu_free[node] {
+                return Err(format!(
+                    "node {node}: gpu_free says {} but {free} GPUs are idle",
+                    self.nodes.gpu_free[node]
+                ));
+            }
+        }
+        for level in &self.nodes.levels {
+            let mut free = vec![0u32; level.domain_gpu_free.len()];
+            for node in 0..self.len() {
+                if let Some(d) = free.get_mut(level.node_domain[node] as usize) {
+                    *d += self.nodes.gpu_free[node];
+                }
+            }
+            if free != level.domain_gpu_free {
+                return Err("a topology domain's free-GPU count disagrees with its nodes".into());
+            }
+        }
+        Ok(())
+    }
+}

@@ -1,0 +1,124 @@
+//! The explanation record kept for every decision: what the store keeps, what the API serves and
+//! what the UI shows a researcher asking "why here?" or "why still pending?".
+
+use serde::{Deserialize, Serialize};
+
+use crate::queues::Admission;
+
+/// One decision about one job in one cycle.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct Explanation {
+    pub job: String,
+    pub queue: String,
+    pub pods: u32,
+    pub gpus_per_pod: u32,
+    pub priority: i32,
+    /// Virtual or wall time of the attempt, in seconds.
+    pub time_s: f64,
+    pub outcome: Outcome,
+    pub quota: QuotaExplain,
+    /// Nodes looked at, and how many passed every filter.
+    pub nodes_total: u32,
+    pub nodes_feasible: u32,
+    /// Per filter (built-in first), how many nodes it rejected for each reason.
+    pub filters: Vec<FilterExplain>,
+    /// The best-scored feasible nodes, with each score policy's weighted part.
+    pub top_nodes: Vec<NodeScore>,
+    /// The topology domain the job was placed in (gangs), e.g. `rack 12`.
+    pub domain: Option<String>,
+    /// The policy-set version and the policies that took part.
+    pub policy_set: u64,
+    pub policies: Vec<PolicyRef>,
+    /// Jobs evicted to make room for this one.
+    pub preempted: Vec<String>,
+    /// Policy faults in this decision, as `policy: fault`.
+    pub faults: Vec<String>,
+}
+
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[serde(tag = "kind", rename_all = "kebab-case")]
+pub enum Outcome {
+    /// Every pod has a node: `(node name, pods on it)`.
+    Placed { nodes: Vec<(String, u32)> },
+    /// Not placed this cycle; `waiting_for` says what would change that, in plain words.
+    Pending { waiting_for: String },
+}
+
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct QuotaExplain {
+    pub builtin: Admission,
+    /// Each Wasm quota policy's verdict, as `(policy, verdict text)`.
+    pub policies: Vec<(String, String)>,
+    /// The queue's fair-share position: its key (lower goes first) and its place in this cycle.
+    pub fair_share_key: f64,
+    pub position: u32,
+}
+
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct FilterExplain {
+    pub policy: String,
+    /// `(reason text, nodes rejected for it)`, most first.
+    pub rejected: Vec<(String, u32)>,
+}
+
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct NodeScore {
+    pub node: String,
+    pub total: u64,
+    /// `(policy, weighted score)`.
+    pub parts: Vec<(String, u64)>,
+}
+
+/// A policy taking part in a cycle.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct PolicyRef {
+    pub name: String,
+    pub version: String,
+    pub role: String,
+    pub weight: u32,
+    pub sha256: String,
+}
+
+impl Explanation {
+    /// kube-scheduler's aggregated message: "0/7500 nodes are available: 7000 Insufficient
+    /// nvidia.com/gpu, 500 rejected by policy gpu-binpack: rack full."
+    pub fn summary(&self) -> String {
+        match &self.outcome {
+            Outcome::Placed { nodes } => {
+                let pods: u32 = nodes.iter().map(|(_, n)| n).sum();
+                let domain = self
+                    .domain
+                    .as_ref()
+                    .map(|d| format!(" in {d}"))
+                    .unwrap_or_default();
+                format!("placed {pods} pods on {} nodes{domain}", nodes.len())
+            }
+            Outcome::Pending { waiting_for } => {
+                let mut parts: Vec<String> = Vec::new();
+                for filter in &self.filters {
+                    for (reason, count) in &filter.rejected {
+                        if filter.policy == "builtin" {
+                            parts.push(format!("{count} {reason}"));
+                        } else {
+                            parts.push(format!(
+                                "{count} rejected by policy {}: {reason}",
+                                filter.policy
+                            ));
+                        }
+                    }
+                }
+                let nodes = if parts.is_empty() {
+                    String::new()
+                } else {
+                    format!(
+                        "{}/{} nodes are available: {}. ",
+                        self.nodes_feasible,
+                        self.nodes_total,
+                        parts.join(", ")
+                    )
+                };
+                format!("{nodes}Waiting for {waiting_for}.")
+            }
+        }
+    }
+}

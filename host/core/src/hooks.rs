@@ -1,0 +1,71 @@
+//! The seam between the pure cycle and the policies it consults beyond the built-ins. The Wasm
+//! runtime (`gantry-policy`) implements [`PolicyHooks`]; the core knows nothing of wasmtime.
+
+use crate::cluster::ClusterState;
+use crate::explain::PolicyRef;
+use crate::model::{CohortUsage, JobRequest, PodShape, QueueUsage, QuotaVerdict};
+
+/// A policy's answer once its failure policy has been applied to any fault.
+#[derive(Debug, Clone, PartialEq)]
+pub enum Verdict<T> {
+    Answer(T),
+    /// Faulted and fails open: leave it out of this decision. The text names the fault.
+    Skipped(String),
+    /// Faulted and fails closed: reject, with the fault as the reason.
+    Rejected(String),
+}
+
+/// The active policy set, as the cycle sees it.
+pub trait PolicyHooks {
+    /// The policies taking part, for explanation records.
+    fn policies(&self) -> Vec<PolicyRef>;
+    /// The policy-set version every decision of this cycle records.
+    fn set_version(&self) -> u64;
+    /// Per filter policy, in order: its name and a reason code per node of `state` (0 fits).
+    fn filter(&mut self, state: &ClusterState, pod: &PodShape) -> Vec<(String, Verdict<Vec<u16>>)>;
+    /// The text of filter policy `index`'s reason `code`.
+    fn reason_text(&self, index: usize, code: u16) -> String;
+    /// Per score policy, in order: its name, weight and a score per node (0..=100).
+    fn score(
+        &mut self,
+        state: &ClusterState,
+        pod: &PodShape,
+    ) -> Vec<(String, u32, Verdict<Vec<u32>>)>;
+    /// Per quota policy, in order: its name and verdict.
+    fn admit(
+        &mut self,
+        job: &JobRequest,
+        queue: &QueueUsage,
+        cohort: Option<&CohortUsage>,
+    ) -> Vec<(String, Verdict<QuotaVerdict>)>;
+}
+
+/// Built-ins only: no Wasm policy is active.
+#[derive(Debug, Default, Clone, Copy)]
+pub struct BuiltinOnly;
+
+impl PolicyHooks for BuiltinOnly {
+    fn policies(&self) -> Vec<PolicyRef> {
+        Vec::new()
+    }
+    fn set_version(&self) -> u64 {
+        0
+    }
+    fn filter(&mut self, _: &ClusterState, _: &PodShape) -> Vec<(String, Verdict<Vec<u16>>)> {
+        Vec::new()
+    }
+    fn reason_text(&self, _: usize, code: u16) -> String {
+        format!("reason {code}")
+    }
+    fn score(&mut self, _: &ClusterState, _: &PodShape) -> Vec<(String, u32, Verdict<Vec<u32>>)> {
+        Vec::new()
+    }
+    fn admit(
+        &mut self,
+        _: &JobRequest,
+        _: &QueueUsage,
+        _: Option<&CohortUsage>,
+    ) -> Vec<(String, Verdict<QuotaVerdict>)> {
+        Vec::new()
+    }
+}

@@ -1,0 +1,409 @@
+//! The queue tree: quota, borrowing and fair share. Quota counts GPUs (what the cluster specs
+//! declare); fair share uses dominant-resource shares over GPUs, CPU and memory.
+
+use std::collections::HashMap;
+
+use serde::{Deserialize, Serialize};
+
+use crate::model::Resources;
+
+/// One queue as declared (cluster spec, CRD). A queue with children is a cohort.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct QueueDef {
+    pub name: String,
+    pub parent: Option<String>,
+    pub nominal_gpus: u64,
+    pub weight: u32,
+    /// `None` = may borrow without limit.
+    pub borrowing_limit_gpus: Option<u64>,
+    /// `None` = lends all idle nominal quota.
+    pub lending_limit_gpus: Option<u64>,
+}
+
+/// Index of a queue in [`Queues`].
+pub type QueueId = usize;
+
+/// Why the queue tree could not be built.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+pub enum QueueError {
+    #[error("queue {queue}: parent {parent} is not a declared queue")]
+    UnknownParent { queue: String, parent: String },
+    #[error("queue {0} is declared twice")]
+    Duplicate(String),
+}
+
+/// The built-in quota answer, before any Wasm quota policy.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(tag = "verdict", rename_all = "kebab-case")]
+pub enum Admission {
+    /// Within the queue's nominal quota.
+    Within,
+    /// Borrowing this many GPUs of idle capacity beyond the queue's nominal quota.
+    Borrowing {
+        gpus: u64,
+    },
+    Denied {
+        reason: String,
+    },
+}
+
+#[derive(Debug, Clone)]
+struct Queue {
+    def: QueueDef,
+    parent: Option<QueueId>,
+    children: Vec<QueueId>,
+    /// GPUs (and CPU, memory) admitted and not yet finished, in this queue and below.
+    used: Resources,
+    /// Dominant share integrated over time, decayed with the half-life (share·seconds).
+    decayed_usage: f64,
+}
+
+/// The queue hierarchy with live usage. Owned by the scheduler; updated on every admission and
+/// completion so quota checks are O(depth).
+#[derive(Debug, Clone)]
+pub struct Queues {
+    queues: Vec<Queue>,
+    /// Looked up once per job, by the name in its queue label or trace row.
+    name_to_id: HashMap<String, QueueId>,
+    /// Top-level queues: they lend to and borrow from each other, as if under one root.
+    roots: Vec<QueueId>,
+    capacity: Resources,
+    half_life_s: f64,
+    last_decay_s: f64,
+}
+
+impl Queues {
+    /// `capacity` is the cluster's total, the denominator of dominant shares.
+    pub fn new(
+        defs: &[QueueDef],
+        capacity: Resources,
+        half_life_s: f64,
+    ) -> Result<Self, QueueError> {
+        let mut name_to_id = HashMap::new();
+        for (id, def) in defs.iter().enumerate() {
+            if name_to_id.insert(def.name.clone(), id).is_some() {
+                return Err(QueueError::Duplicate(def.name.clone()));
+            }
+        }
+        let mut queues: Vec<Queue> = defs
+            .iter()
+            .map(|def| Queue {
+                def: def.clone(),
+                parent: None,
+                children: Vec::new(),
+                used: Resources::default(),
+                decayed_usage: 0.0,
+            })
+            .collect();
+        let mut roots = Vec::new();
+        for id in 0..queues.len() {
+            match queues[id].def.parent.clone() {
+                Some(parent) => {
+                    let parent_id =
+                        *name_to_id
+                            .get(&parent)
+                            .ok_or_else(|| QueueError::UnknownParent {
+                                queue: queues[id].def.name.clone(),
+                                parent: parent.clone(),
+                            })?;
+                    queues[id].parent = Some(parent_id);
+                    queues[parent_id].children.push(id);
+                }
+                None => roots.push(id),
+            }
+        }
+        Ok(Self {
+            queues,
+            name_to_id,
+            roots,
+            capacity,
+            half_life_s,
+            last_decay_s: 0.0,
+        })
+    }
+
+    pub fn len(&self) -> usize {
+        self.queues.len()
+    }
+
+    pub fn is_empty(&self) -> bool {
+        self.queues.is_empty()
+    }
+
+    pub fn id(&self, name: &str) -> Option<QueueId> {
+        self.name_to_id.get(name).copied()
+    }
+
+    pub fn name(&self, id: QueueId) -> &str {
+        &self.queues[id].def.name
+    }
+
+    pub fn def(&self, id: QueueId) -> &QueueDef {
+        &self.queues[id].def
+    }
+
+    pub fn parent(&self, id: QueueId) -> Option<QueueId> {
+        self.queues[id].parent
+    }
+
+    pub fn children(&self, id: QueueId) -> &[QueueId] {
+        &self.queues[id].children
+    }
+
+    pub fn used(&self, id: QueueId) -> Resources {
+        self.queues[id].used
+    }
+
+    /// A queue's nominal GPUs: declared, or its children's sum when it declares none.
+    pub fn nominal(&self, id: QueueId) -> u64 {
+        let queue = &self.queues[id];
+        if queue.def.nominal_gpus > 0 || queue.children.is_empty() {
+            queue.def.nominal_gpus
+        } else {
+            queue.children.iter().map(|&c| self.nominal(c)).sum()
+        }
+    }
+
+    fn siblings(&self, id: QueueId) -> &[QueueId] {
+        match self.queues[id].parent {
+            Some(parent) => &self.queues[parent].children,
+            None => &self.roots,
+        }
+    }
+
+    /// GPUs a queue uses beyond its nominal quota.
+    pub fn borrowed(&self, id: QueueId) -> u64 {
+        self.queues[id].used.gpus.saturating_sub(self.nominal(id))
+    }
+
+    /// Idle nominal GPUs the queue lends to its siblings, within its lending limit.
+    pub fn lendable(&self, id: QueueId) -> u64 {
+        let idle = self.nominal(id).saturating_sub(self.queues[id].used.gpus);
+        self.queues[id]
+            .def
+            .lending_limit_gpus
+            .map_or(idle, |limit| idle.min(limit))
+    }
+
+    /// GPUs `id` could borrow now: its siblings' lendable GPUs not already borrowed by other
+    /// siblings, plus what its parent could borrow in turn.
+    fn available_to(&self, id: QueueId) -> u64 {
+        let siblings = self.siblings(id);
+        let lendable: u64 = siblings
+            .iter()
+            .filter(|&&s| s != id)
+            .map(|&s| self.lendable(s))
+            .sum();
+        let lent: u64 = siblings
+            .iter()
+            .filter(|&&s| s != id)
+            .map(|&s| self.borrowed(s))
+            .sum();
+        let here = lendable.saturating_sub(lent);
+        let above = match self.queues[id].parent {
+            Some(parent) => {
+                let limit = self.queues[parent]
+                    .def
+                    .borrowing_limit_gpus
+                    .unwrap_or(u64::MAX);
+                self.available_to(parent)
+                    .min(limit.saturating_sub(self.borrowed(parent)))
+            }
+            None => 0,
+        };
+        here.saturating_add(above)
+    }
+
+    /// The built-in quota check for `gpus` more GPUs in leaf queue `id`.
+    pub fn admission(&self, id: QueueId, gpus: u64) -> Admission {
+        let queue = &self.queues[id];
+        let name = &queue.def.name;
+        let nominal = self.nominal(id);
+        let after = queue.used.gpus + gpus;
+        if after <= nominal {
+            return Admission::Within;
+        }
+        let borrow = after - nominal;
+        if let Some(limit) = queue.def.borrowing_limit_gpus
+            && borrow > limit
+        {
+            return Admission::Denied {
+                reason: format!(
+                    "queue {name} would borrow {borrow} GPUs, over its borrowing limit of {limit}"
+                ),
+            };
+        }
+        let extra = borrow - self.borrowed(id);
+        let available = self.available_to(id);
+        if extra > available {
+            return Admission::Denied {
+                reason: format!(
+                    "queue {name} is at its quota of {nominal} GPUs and only {available} idle GPUs can be borrowed; it needs {extra}"
+                ),
+            };
+        }
+        Admission::Borrowing { gpus: borrow }
+    }
+
+    /// Record `amount` admitted (or, with `sign` false, finished) in `id` and its ancestors.
+    pub fn charge(&mut self, id: QueueId, amount: Resources, admit: bool) {
+        let mut at = Some(id);
+        while let Some(q) = at {
+            let used = &mut self.queues[q].used;
+            if admit {
+                used.gpus += amount.gpus;
+                used.cpu_milli += amount.cpu_milli;
+                used.memory_mib += amount.memory_mib;
+            } else {
+                used.gpus = used.gpus.saturating_sub(amount.gpus);
+                used.cpu_milli = used.cpu_milli.saturating_sub(amount.cpu_milli);
+                used.memory_mib = used.memory_mib.saturating_sub(amount.memory_mib);
+            }
+            at = self.queues[q].parent;
+        }
+    }
+
+    /// The share of the cluster's scarcest resource the queue holds now.
+    pub fn dominant_share(&self, id: QueueId) -> f64 {
+        let used = self.queues[id].used;
+        let frac = |used: u64, total: u64| {
+            if total == 0 {
+                0.0
+            } else {
+                used as f64 / total as f64
+            }
+        };
+        frac(used.gpus, self.capacity.gpus)
+            .max(frac(used.cpu_milli, self.capacity.cpu_milli))
+            .max(frac(used.memory_mib, self.capacity.memory_mib))
+    }
+
+    /// Fold usage up to `now_s` into each queue's history, halving it every half-life.
+    pub fn decay_to(&mut self, now_s: f64) {
+        let dt = now_s - self.last_decay_s;
+        if dt <= 0.0 {
+            return;
+        }
+        let keep = 0.5f64.powf(dt / self.half_life_s.max(1e-9));
+        for id in 0..self.queues.len() {
+            let share = self.dominant_share(id);
+            let queue = &mut self.queues[id];
+            queue.decayed_usage = queue.decayed_usage * keep + share * dt;
+        }
+        self.last_decay_s = now_s;
+    }
+
+    /// The fair-share key: lower goes first. The current dominant share plus decayed past
+    /// usage (in half-lives), divided by the queue's weight.
+    pub fn fair_share_key(&self, id: QueueId) -> f64 {
+        let queue = &self.queues[id];
+        let history = queue.decayed_usage / self.half_life_s.max(1e-9);
+        (self.dominant_share(id) + history) / f64::from(queue.def.weight.max(1))
+    }
+
+    /// A queue's fair share of the cluster's GPUs: its weight against its siblings', down the
+    /// tree from the roots.
+    pub fn fair_share(&self, id: QueueId) -> f64 {
+        let siblings = self.siblings(id);
+        let total: f64 = siblings
+            .iter()
+            .map(|&s| f64::from(self.queues[s].def.weight.max(1)))
+            .sum();
+        let mine = f64::from(self.queues[id].def.weight.max(1)) / total.max(1.0);
+        match self.queues[id].parent {
+            Some(parent) => mine * self.fair_share(parent),
+            None => mine,
+        }
+    }
+
+    pub fn ids(&self) -> std::ops::Range<QueueId> {
+        0..self.queues.len()
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn def(name: &str, parent: Option<&str>, nominal: u64) -> QueueDef {
+        QueueDef {
+            name: name.into(),
+            parent: parent.map(Into::into),
+            nominal_gpus: nominal,
+            weight: 1,
+            borrowing_limit_gpus: None,
+            lending_limit_gpus: None,
+        }
+    }
+
+    fn tree() -> Queues {
+        let mut rl = def("rl", Some("research"), 16);
+        rl.borrowing_limit_gpus = Some(8);
+        let mut applied = def("applied", None, 16);
+        applied.lending_limit_gpus = Some(4);
+        Queues::new(
+            &[
+                def("research", None, 0),
+                def("pretraining", Some("research"), 20),
+                rl,
+                applied,
+            ],
+            Resources::gpus(52),
+            3600.0,
+        )
+        .unwrap()
+    }
+
+    #[test]
+    fn within_nominal_then_borrowing_then_refused() {
+        let mut q = tree();
+        let rl = q.id("rl").unwrap();
+        assert_eq!(q.nominal(q.id("research").unwrap()), 36);
+        assert_eq!(q.admission(rl, 16), Admission::Within);
+        q.charge(rl, Resources::gpus(16), true);
+        assert_eq!(q.admission(rl, 8), Admission::Borrowing { gpus: 8 });
+        assert_eq!(
+            q.admission(rl, 9),
+            Admission::Denied {
+                reason: "queue rl would borrow 9 GPUs, over its borrowing limit of 8".into()
+            }
+        );
+        // Pretraining takes all but 2 of its quota: rl can borrow only 2 from it, plus what
+        // research can borrow from applied (its lending limit of 4).
+        let pretraining = q.id("pretraining").unwrap();
+        q.charge(pretraining, Resources::gpus(18), true);
+        assert_eq!(q.admission(rl, 6), Admission::Borrowing { gpus: 6 });
+        assert_eq!(
+            q.admission(rl, 7),
+            Admission::Denied {
+                reason: "queue rl is at its quota of 16 GPUs and only 6 idle GPUs can be borrowed; it needs 7".into()
+            }
+        );
+        q.charge(pretraining, Resources::gpus(18), false);
+        assert_eq!(q.used(q.id("research").unwrap()).gpus, 16);
+    }
+
+    #[test]
+    fn fair_share_follows_weights_down_the_tree() {
+        let q = tree();
+        let research = q.id("research").unwrap();
+        assert!((q.fair_share(research) - 0.5).abs() < 1e-9);
+        assert!((q.fair_share(q.id("rl").unwrap()) - 0.25).abs() < 1e-9);
+    }
+
+    #[test]
+    fn past_usage_decays_over_the_half_life() {
+        let mut q = tree();
+        let rl = q.id("rl").unwrap();
+        q.charge(rl, Resources::gpus(26), true);
+        q.decay_to(3600.0);
+        let busy = q.fair_share_key(rl);
+        q.charge(rl, Resources::gpus(26), false);
+        q.decay_to(7200.0);
+        let after_one = q.fair_share_key(rl);
+        q.decay_to(10800.0);
+        let after_two = q.fair_share_key(rl);
+        assert!(busy > after_one && after_one > after_two && after_two > 0.0);
+        assert!((after_one / after_two - 2.0).abs() < 1e-6);
+    }
+}

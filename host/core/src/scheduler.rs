@@ -1,0 +1,727 @@
+//! The scheduling cycle: order the pending jobs, then for each one quota, filter, score, place
+//! (topology-aware for gangs), preempt if that is what it takes, and reserve. Every attempt
+//! yields an [`Explanation`].
+
+use std::sync::Arc;
+
+use serde::{Deserialize, Serialize};
+
+use crate::builtin;
+use crate::cluster::{ClusterState, Slot};
+use crate::explain::{Explanation, FilterExplain, NodeScore, Outcome, QuotaExplain};
+use crate::hooks::{PolicyHooks, Verdict};
+use crate::model::{CohortUsage, JobRequest, PodShape, QueueUsage, QuotaVerdict, Resources};
+use crate::queues::{Admission, QueueId, Queues};
+use crate::symbols::Symbols;
+
+/// Index of a job in the scheduler.
+pub type JobId = u32;
+
+/// Where a gang wants to run: within one domain of `level` (an index into the node table's
+/// levels, innermost first), as a hard requirement or a preference.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Serialize, Deserialize)]
+pub struct TopologyPref {
+    pub level: Option<usize>,
+    pub required: bool,
+}
+
+/// A job as submitted: a gang of `pods` identical pods (1 for a single pod).
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct JobSpec {
+    pub name: String,
+    pub queue: QueueId,
+    pub priority: i32,
+    pub pods: u32,
+    pub shape: PodShape,
+    /// A placeholder that holds capacity and gives way at once to real work.
+    pub balloon: bool,
+    pub topology: TopologyPref,
+    pub submit_s: f64,
+}
+
+impl JobSpec {
+    pub fn total(&self) -> Resources {
+        let pods = u64::from(self.pods);
+        let gpus = if self.shape.gpu_milli > 0 {
+            // A fractional pod is charged a whole GPU's quota per 1000 milli, rounded up.
+            (u64::from(self.shape.gpu_milli) * pods).div_ceil(1000)
+        } else {
+            u64::from(self.shape.gpus) * pods
+        };
+        Resources {
+            gpus,
+            cpu_milli: u64::from(self.shape.cpu_milli) * pods,
+            memory_mib: u64::from(self.shape.memory_mib) * pods,
+        }
+    }
+}
+
+#[derive(Debug, Clone)]
+enum JobState {
+    Pending,
+    Running { slots: Vec<Slot> },
+    Finished,
+}
+
+#[derive(Debug, Clone)]
+struct JobEntry {
+    spec: JobSpec,
+    state: JobState,
+}
+
+/// What a cycle did.
+#[derive(Debug, Default, Clone)]
+pub struct CycleOutput {
+    /// One per job attempted, placed or not.
+    pub decisions: Vec<Decision>,
+    /// Jobs evicted (whole gangs) to make room; they are pending again.
+    pub evicted: Vec<JobId>,
+}
+
+#[derive(Debug, Clone)]
+pub struct Decision {
+    pub job: JobId,
+    pub placed: bool,
+    pub explanation: Explanation,
+}
+
+/// Knobs of the cycle.
+#[derive(Debug, Clone)]
+pub struct SchedulerConfig {
+    /// Most jobs attempted per cycle; the rest wait for the next cycle.
+    pub max_attempts: usize,
+    /// Top nodes kept in an explanation.
+    pub top_nodes: usize,
+    pub preemption: bool,
+}
+
+impl Default for SchedulerConfig {
+    fn default() -> Self {
+        Self {
+            max_attempts: 1000,
+            top_nodes: 5,
+            preemption: true,
+        }
+    }
+}
+
+/// The pure scheduler: cluster, queues and jobs, driven by [`Scheduler::cycle`].
+pub struct Scheduler {
+    pub state: ClusterState,
+    pub queues: Queues,
+    pub config: SchedulerConfig,
+    symbols: Arc<Symbols>,
+    jobs: Vec<JobEntry>,
+    /// Pending job ids; reordered at the start of every cycle.
+    pending: Vec<JobId>,
+}
+
+/// A placement found for a job: the pods per node, and the domain it fits in.
+struct Placement {
+    node_pods: Vec<(usize, u32)>,
+    domain: Option<String>,
+}
+
+impl Scheduler {
+    pub fn new(
+        state: ClusterState,
+        queues: Queues,
+        symbols: Arc<Symbols>,
+        config: SchedulerConfig,
+    ) -> Self {
+        Self {
+            state,
+            queues,
+            config,
+            symbols,
+            jobs: Vec::new(),
+            pending: Vec::new(),
+        }
+    }
+
+    pub fn symbols(&self) -> &Arc<Symbols> {
+        &self.symbols
+    }
+
+    pub fn submit(&mut self, spec: JobSpec) -> JobId {
+        let id = self.jobs.len() as JobId;
+        self.jobs.push(JobEntry {
+            spec,
+            state: JobState::Pending,
+        });
+        self.pending.push(id);
+        id
+    }
+
+    pub fn job(&self, id: JobId) -> &JobSpec {
+        &self.jobs[id as usize].spec
+    }
+
+    pub fn pending(&self) -> &[JobId] {
+        &self.pending
+    }
+
+    pub fn is_running(&self, id: JobId) -> bool {
+        matches!(self.jobs[id as usize].state, JobState::Running { .. })
+    }
+
+    /// The slots of a running job.
+    pub fn slots(&self, id: JobId) -> &[Slot] {
+        match &self.jobs[id as usize].state {
+            JobState::Running { slots } => slots,
+            _ => &[],
+        }
+    }
+
+    pub fn running(&self) -> impl Iterator<Item = JobId> + '_ {
+        (0..self.jobs.len() as JobId).filter(|&id| self.is_running(id))
+    }
+
+    /// A running job ends: free its nodes and its quota.
+    pub fn finish(&mut self, id: JobId) {
+        self.release(id);
+        self.jobs[id as usize].state = JobState::Finished;
+    }
+
+    fn release(&mut self, id: JobId) {
+        let entry = &mut self.jobs[id as usize];
+        if let JobState::Running { slots } = std::mem::replace(&mut entry.state, JobState::Pending)
+        {
+            for slot in slots {
+                self.state.release(slot, &entry.spec.shape);
+            }
+            if !entry.spec.balloon {
+                self.queues
+                    .charge(entry.spec.queue, entry.spec.total(), false);
+            }
+        }
+    }
+
+    /// Evict a running job (all of its pods) back to pending.
+    fn evict(&mut self, id: JobId) {
+        self.release(id);
+        self.pending.push(id);
+    }
+
+    /// One scheduling cycle at time `now_s`.
+    pub fn cycle(&mut self, now_s: f64, hooks: &mut dyn PolicyHooks) -> CycleOutput {
+        self.queues.decay_to(now_s);
+        let queues = &self.queues;
+        let jobs = &self.jobs;
+        self.pending.sort_by(|&a, &b| {
+            let (a, b) = (&jobs[a as usize].spec, &jobs[b as usize].spec);
+            b.priority
+                .cmp(&a.priority)
+                .then(
+                    queues
+                        .fair_share_key(a.queue)
+                        .total_cmp(&queues.fair_share_key(b.queue)),
+                )
+                .then(a.submit_s.total_cmp(&b.submit_s))
+        });
+        let policies = hooks.policies();
+        let set_version = hooks.set_version();
+        let mut out = CycleOutput::default();
+        let attempts: Vec<JobId> = self
+            .pending
+            .iter()
+            .take(self.config.max_attempts)
+            .copied()
+            .collect();
+        for (position, id) in attempts.into_iter().enumerate() {
+            if !matches!(self.jobs[id as usize].state, JobState::Pending) {
+                continue;
+            }
+            let (placed, mut explanation, evicted) =
+                self.attempt(id, now_s, position as u32, hooks);
+            explanation.policy_set = set_version;
+            explanation.policies.clone_from(&policies);
+            out.evicted.extend(evicted);
+            out.decisions.push(Decision {
+                job: id,
+                placed,
+                explanation,
+            });
+        }
+        out
+    }
+
+    fn attempt(
+        &mut self,
+        id: JobId,
+        now_s: f64,
+        position: u32,
+        hooks: &mut dyn PolicyHooks,
+    ) -> (bool, Explanation, Vec<JobId>) {
+        let spec = self.jobs[id as usize].spec.clone();
+        let total = spec.total();
+        let mut explanation = Explanation {
+            job: spec.name.clone(),
+            queue: self.queues.name(spec.queue).to_string(),
+            pods: spec.pods,
+            gpus_per_pod: spec.shape.gpus,
+            priority: spec.priority,
+            time_s: now_s,
+            outcome: Outcome::Pending {
+                waiting_for: String::new(),
+            },
+            quota: QuotaExplain {
+                builtin: Admission::Within,
+                policies: Vec::new(),
+                fair_share_key: self.queues.fair_share_key(spec.queue),
+                position,
+            },
+            nodes_total: self.state.len() as u32,
+            nodes_feasible: 0,
+            filters: Vec::new(),
+            top_nodes: Vec::new(),
+            domain: None,
+            policy_set: 0,
+            policies: Vec::new(),
+            preempted: Vec::new(),
+            faults: Vec::new(),
+        };
+        let pending = |explanation: &mut Explanation, waiting_for: String| {
+            explanation.outcome = Outcome::Pending { waiting_for };
+        };
+
+        // Quota: the built-in hierarchy, then every quota policy. Balloons hold idle capacity
+        // and are not charged against quota.
+        let admission = if spec.balloon {
+            Admission::Within
+        } else {
+            self.queues.admission(spec.queue, total.gpus)
+        };
+        explanation.quota.builtin = admission.clone();
+        if let Admission::Denied { reason } = &admission {
+            let reason = reason.clone();
+            pending(&mut explanation, format!("quota: {reason}"));
+            return (false, explanation, Vec::new());
+        }
+        if !spec.balloon {
+            let request = JobRequest {
+                pod: spec.shape.clone(),
+                count: spec.pods,
+                total,
+            };
+            let (queue, cohort) = self.usage(spec.queue);
+            for (policy, verdict) in hooks.admit(&request, &queue, cohort.as_ref()) {
+                let text = match verdict {
+                    Verdict::Answer(QuotaVerdict::Admit) => "admit".to_string(),
+                    Verdict::Answer(QuotaVerdict::AdmitBorrowing { borrowed }) => {
+                        format!("admit, borrowing {} GPUs", borrowed.gpus)
+                    }
+                    Verdict::Answer(QuotaVerdict::Deny { reason }) => {
+                        explanation
+                            .quota
+                            .policies
+                            .push((policy.clone(), format!("deny: {reason}")));
+                        pending(&mut explanation, format!("quota policy {policy}: {reason}"));
+                        return (false, explanation, Vec::new());
+                    }
+                    Verdict::Skipped(fault) => {
+                        explanation.faults.push(format!("{policy}: {fault}"));
+                        format!("skipped: {fault}")
+                    }
+                    Verdict::Rejected(fault) => {
+                        explanation.faults.push(format!("{policy}: {fault}"));
+                        explanation
+                            .quota
+                            .policies
+                            .push((policy.clone(), format!("faulted: {fault}")));
+                        pending(
+                            &mut explanation,
+                            format!("quota policy {policy} faulted: {fault}"),
+                        );
+                        return (false, explanation, Vec::new());
+                    }
+                };
+                explanation.quota.policies.push((policy, text));
+            }
+        }
+
+        // Filter and score, then place.
+        let (capacity, scores) = self.evaluate(&spec, hooks, &mut explanation);
+        if let Some(placement) = self.place(&spec, &capacity, &scores) {
+            self.commit(id, &spec, placement, &mut explanation);
+            return (true, explanation, Vec::new());
+        }
+
+        // Preemption: make room by evicting whole gangs that may give way to this job.
+        if self.config.preemption
+            && let Some(victims) = self.find_victims(&spec)
+        {
+            for &victim in &victims {
+                explanation
+                    .preempted
+                    .push(self.jobs[victim as usize].spec.name.clone());
+                self.evict(victim);
+            }
+            let (capacity, scores) = self.evaluate(&spec, hooks, &mut explanation);
+            if let Some(placement) = self.place(&spec, &capacity, &scores) {
+                self.commit(id, &spec, placement, &mut explanation);
+                return (true, explanation, victims);
+            }
+            pending(
+                &mut explanation,
+                "the nodes freed by preemption (a policy rejected them)".into(),
+            );
+            return (false, explanation, victims);
+        }
+        let feasible = explanation.nodes_feasible;
+        let pods_fit: u64 = capacity.iter().map(|&c| u64::from(c)).sum();
+        let waiting_for = if feasible == 0 {
+            format!("{} {} GPU(s) to free up", spec.pods, gpu_text(&spec.shape))
+        } else if spec.topology.required && spec.topology.level.is_some() {
+            format!(
+                "room for all {} pods in one {} ({pods_fit} fit across the cluster)",
+                spec.pods,
+                self.level_name(spec.topology.level.unwrap_or(0))
+            )
+        } else {
+            format!(
+                "room for all {} pods at once ({pods_fit} fit now)",
+                spec.pods
+            )
+        };
+        pending(&mut explanation, waiting_for);
+        (false, explanation, Vec::new())
+    }
+
+    /// Run every filter and score; the pods of `spec`'s shape each node takes (0 where
+    /// filtered out) and each node's total score.
+    fn evaluate(
+        &self,
+        spec: &JobSpec,
+        hooks: &mut dyn PolicyHooks,
+        explanation: &mut Explanation,
+    ) -> (Vec<u32>, Vec<u64>) {
+        let nodes = &self.state.nodes;
+        let n = nodes.len();
+        let builtin_codes = builtin::gpu_fit(&spec.shape, nodes);
+        let policy_codes = hooks.filter(&self.state, &spec.shape);
+        // Each rejected node is counted once, for the first filter that rejected it.
+        let mut rejected_by: Vec<Option<(usize, u16)>> = vec![None; n];
+        for (node, &code) in builtin_codes.iter().enumerate() {
+            if code != 0 {
+                rejected_by[node] = Some((0, code));
+            }
+        }
+        let mut filter_names = vec!["builtin".to_string()];
+        let mut closed: Vec<(usize, String)> = Vec::new();
+        for (index, (policy, verdict)) in policy_codes.iter().enumerate() {
+            filter_names.push(policy.clone());
+            match verdict {
+                Verdict::Answer(codes) => {
+                    for (node, &code) in codes.iter().enumerate() {
+                        if code != 0 && rejected_by[node].is_none() {
+                            rejected_by[node] = Some((index + 1, code));
+                        }
+                    }
+                }
+                Verdict::Skipped(fault) => explanation.faults.push(format!("{policy}: {fault}")),
+                Verdict::Rejected(fault) => {
+                    explanation.faults.push(format!("{policy}: {fault}"));
+                    closed.push((index + 1, fault.clone()));
+                }
+            }
+        }
+        let mut capacity = vec![0u32; n];
+        let mut counts: Vec<std::collections::BTreeMap<String, u32>> =
+            vec![Default::default(); filter_names.len()];
+        for node in 0..n {
+            match rejected_by[node] {
+                Some((filter, code)) => {
+                    let text = if filter == 0 {
+                        builtin::FILTER_REASONS
+                            .get(code as usize)
+                            .copied()
+                            .unwrap_or("rejected")
+                            .to_string()
+                    } else {
+                        hooks.reason_text(filter - 1, code)
+                    };
+                    *counts[filter].entry(text).or_default() += 1;
+                }
+                None if !closed.is_empty() => {
+                    let (filter, fault) = &closed[0];
+                    *counts[*filter]
+                        .entry(format!("policy faulted: {fault}"))
+                        .or_default() += 1;
+                }
+                None => capacity[node] = self.state.capacity_for(node, &spec.shape),
+            }
+        }
+        explanation.nodes_feasible = capacity.iter().filter(|&&c| c > 0).count() as u32;
+        explanation.filters = filter_names
+            .into_iter()
+            .zip(counts)
+            .filter(|(_, counts)| !counts.is_empty())
+            .map(|(policy, counts)| {
+                let mut rejected: Vec<(String, u32)> = counts.into_iter().collect();
+                rejected.sort_by_key(|r| std::cmp::Reverse(r.1));
+                FilterExplain { policy, rejected }
+            })
+            .collect();
+
+        // Scores: every score policy's answer times its weight; the built-in binpack when
+        // none answered.
+        let mut totals = vec![0u64; n];
+        let mut parts: Vec<(String, Vec<u64>)> = Vec::new();
+        for (policy, weight, verdict) in hooks.score(&self.state, &spec.shape) {
+            match verdict {
+                Verdict::Answer(scores) => {
+                    let weighted: Vec<u64> = scores
+                        .iter()
+                        .map(|&s| u64::from(s) * u64::from(weight))
+                        .collect();
+                    for (total, w) in totals.iter_mut().zip(&weighted) {
+                        *total += w;
+                    }
+                    parts.push((policy, weighted));
+                }
+                Verdict::Skipped(fault) | Verdict::Rejected(fault) => {
+                    explanation.faults.push(format!("{policy}: {fault}"));
+                }
+            }
+        }
+        if parts.is_empty() {
+            let scores: Vec<u64> = builtin::gpu_binpack(&spec.shape, nodes)
+                .into_iter()
+                .map(u64::from)
+                .collect();
+            totals.clone_from(&scores);
+            parts.push(("builtin:binpack".into(), scores));
+        }
+        let mut feasible: Vec<usize> = (0..n).filter(|&i| capacity[i] > 0).collect();
+        feasible.sort_by(|&a, &b| totals[b].cmp(&totals[a]).then(a.cmp(&b)));
+        explanation.top_nodes = feasible
+            .iter()
+            .take(self.config.top_nodes)
+            .map(|&node| NodeScore {
+                node: self.node_name(node),
+                total: totals[node],
+                parts: parts
+                    .iter()
+                    .map(|(policy, scores)| (policy.clone(), scores[node]))
+                    .collect(),
+            })
+            .collect();
+        (capacity, totals)
+    }
+
+    /// Choose nodes for every pod, or `None`. A single pod takes the best-scored node. A gang
+    /// takes the smallest domain that holds all of it, innermost level first (rack, then
+    /// block, then the whole cluster), honouring the job's required or preferred level.
+    fn place(&self, spec: &JobSpec, capacity: &[u32], scores: &[u64]) -> Option<Placement> {
+        let n = capacity.len();
+        if spec.pods == 1 {
+            let best = (0..n)
+                .filter(|&i| capacity[i] > 0)
+                .max_by(|&a, &b| scores[a].cmp(&scores[b]).then(b.cmp(&a)))?;
+            return Some(Placement {
+                node_pods: vec![(best, 1)],
+                domain: None,
+            });
+        }
+        let need = u64::from(spec.pods);
+        let levels = &self.state.nodes.levels;
+        let first_level = match spec.topology.level {
+            Some(level) if spec.topology.required => level,
+            _ => 0,
+        };
+        for (level_index, level) in levels.iter().enumerate().skip(first_level) {
+            let domains = level.domain_gpu_total.len();
+            let mut fit = vec![0u64; domains];
+            let mut best_score = vec![0u64; domains];
+            for node in 0..n {
+                let domain = level.node_domain[node];
+                if domain != u32::MAX && capacity[node] > 0 {
+                    fit[domain as usize] += u64::from(capacity[node]);
+                    best_score[domain as usize] = best_score[domain as usize].max(scores[node]);
+                }
+            }
+            // The tightest domain that holds the gang keeps bigger ones whole.
+            let chosen = (0..domains)
+                .filter(|&d| fit[d] >= need)
+                .min_by(|&a, &b| fit[a].cmp(&fit[b]).then(best_score[b].cmp(&best_score[a])));
+            if let Some(domain) = chosen {
+                let nodes: Vec<usize> = (0..n)
+                    .filter(|&i| level.node_domain[i] == domain as u32 && capacity[i] > 0)
+                    .collect();
+                return Some(Placement {
+                    node_pods: fill(&nodes, capacity, scores, spec.pods),
+                    domain: Some(format!("{} {domain}", self.level_name(level_index))),
+                });
+            }
+            if spec.topology.required {
+                return None;
+            }
+        }
+        let all: Vec<usize> = (0..n).filter(|&i| capacity[i] > 0).collect();
+        let room: u64 = all.iter().map(|&i| u64::from(capacity[i])).sum();
+        (room >= need).then(|| Placement {
+            node_pods: fill(&all, capacity, scores, spec.pods),
+            domain: Some("the whole cluster".into()),
+        })
+    }
+
+    fn commit(
+        &mut self,
+        id: JobId,
+        spec: &JobSpec,
+        placement: Placement,
+        explanation: &mut Explanation,
+    ) {
+        let mut slots = Vec::with_capacity(spec.pods as usize);
+        let mut nodes = Vec::new();
+        for (node, pods) in placement.node_pods {
+            for _ in 0..pods {
+                slots.push(self.state.reserve(node, &spec.shape));
+            }
+            nodes.push((self.node_name(node), pods));
+        }
+        if !spec.balloon {
+            self.queues.charge(spec.queue, spec.total(), true);
+        }
+        self.jobs[id as usize].state = JobState::Running { slots };
+        self.pending.retain(|&p| p != id);
+        explanation.domain = placement.domain;
+        explanation.outcome = Outcome::Placed { nodes };
+    }
+
+    /// Running jobs to evict so that `spec` fits, in the order they may be taken: balloons,
+    /// then borrowers beyond their quota (when `spec`'s queue is within its own), then jobs of
+    /// lower priority. Never a job of higher priority, and always whole gangs. `None` when even
+    /// all of them would not make room.
+    fn find_victims(&self, spec: &JobSpec) -> Option<Vec<JobId>> {
+        if spec.balloon {
+            return None;
+        }
+        let reclaiming = matches!(
+            self.queues.admission(spec.queue, spec.total().gpus),
+            Admission::Within
+        );
+        let mut candidates: Vec<(u8, i32, f64, JobId)> = Vec::new();
+        for id in self.running() {
+            let victim = &self.jobs[id as usize].spec;
+            if victim.priority > spec.priority {
+                continue;
+            }
+            let class = if victim.balloon {
+                0
+            } else if reclaiming
+                && victim.queue != spec.queue
+                && self.queues.borrowed(victim.queue) > 0
+            {
+                1
+            } else if victim.priority < spec.priority {
+                2
+            } else {
+                continue;
+            };
+            candidates.push((class, victim.priority, -victim.submit_s, id));
+        }
+        candidates.sort_by(|a, b| a.0.cmp(&b.0).then(a.1.cmp(&b.1)).then(a.2.total_cmp(&b.2)));
+        if candidates.is_empty() {
+            return None;
+        }
+        let mut scratch = self.state.clone();
+        let mut victims = Vec::new();
+        for (_, _, _, id) in candidates {
+            let victim = &self.jobs[id as usize];
+            for &slot in self.slots(id) {
+                scratch.release(slot, &victim.spec.shape);
+            }
+            victims.push(id);
+            let codes = builtin::gpu_fit(&spec.shape, &scratch.nodes);
+            let capacity: Vec<u32> = (0..scratch.len())
+                .map(|i| {
+                    if codes[i] == 0 {
+                        scratch.capacity_for(i, &spec.shape)
+                    } else {
+                        0
+                    }
+                })
+                .collect();
+            let scores = builtin::gpu_binpack(&spec.shape, &scratch.nodes)
+                .into_iter()
+                .map(u64::from)
+                .collect::<Vec<_>>();
+            if self.place(spec, &capacity, &scores).is_some() {
+                return Some(victims);
+            }
+        }
+        None
+    }
+
+    /// The queue's usage as a quota policy sees it, and its cohort's.
+    fn usage(&self, queue: QueueId) -> (QueueUsage, Option<CohortUsage>) {
+        let usage = |id: QueueId| {
+            let def = self.queues.def(id);
+            QueueUsage {
+                name: self.symbols.intern(&def.name),
+                nominal: Resources::gpus(self.queues.nominal(id)),
+                borrowing_limit: def.borrowing_limit_gpus.map(Resources::gpus),
+                lending_limit: def.lending_limit_gpus.map(Resources::gpus),
+                used: self.queues.used(id),
+                weight: def.weight,
+            }
+        };
+        let cohort = self.queues.parent(queue).map(|parent| CohortUsage {
+            name: self.symbols.intern(self.queues.name(parent)),
+            nominal: Resources::gpus(self.queues.nominal(parent)),
+            used: self.queues.used(parent),
+            queues: self
+                .queues
+                .children(parent)
+                .iter()
+                .map(|&c| usage(c))
+                .collect(),
+        });
+        (usage(queue), cohort)
+    }
+
+    pub fn node_name(&self, node: usize) -> String {
+        self.symbols
+            .resolve(self.state.nodes.name[node])
+            .to_string()
+    }
+
+    fn level_name(&self, level: usize) -> String {
+        self.state.nodes.levels.get(level).map_or_else(
+            || "domain".into(),
+            |l| self.symbols.resolve(l.name).to_string(),
+        )
+    }
+}
+
+/// Fill the best-scored nodes first, each up to its capacity, until `pods` are placed.
+fn fill(nodes: &[usize], capacity: &[u32], scores: &[u64], pods: u32) -> Vec<(usize, u32)> {
+    let mut order = nodes.to_vec();
+    order.sort_by(|&a, &b| {
+        scores[b]
+            .cmp(&scores[a])
+            .then(capacity[b].cmp(&capacity[a]))
+            .then(a.cmp(&b))
+    });
+    let mut left = pods;
+    let mut out = Vec::new();
+    for node in order {
+        if left == 0 {
+            break;
+        }
+        let take = capacity[node].min(left);
+        out.push((node, take));
+        left -= take;
+    }
+    out
+}
+
+fn gpu_text(shape: &PodShape) -> String {
+    if shape.gpu_milli > 0 {
+        format!("pod(s) of {}/1000", shape.gpu_milli)
+    } else {
+        format!("pod(s) of {}", shape.gpus)
+    }
+}

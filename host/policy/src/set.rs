@@ -1,0 +1,163 @@
+//! A policy set as the scheduling core consults it: the ordered Wasm policies of each role,
+//! with the node columns kept in their Wasm shape between calls and refreshed only where the
+//! cluster changed.
+
+use std::sync::Arc;
+
+use gantry_core::{
+    ClusterState, CohortUsage, JobRequest, PodShape, PolicyHooks, PolicyRef, QueueUsage,
+    QuotaVerdict, Verdict,
+};
+
+use crate::convert::WasmNodes;
+use crate::engine::Role;
+use crate::policy::{Guarded, Policy};
+
+/// One policy in a set, with its weight (for scores).
+#[derive(Clone)]
+pub struct SetEntry {
+    pub policy: Arc<Policy>,
+    pub weight: u32,
+}
+
+/// An ordered list of policies, the unit admins activate and roll back.
+pub struct PolicySet {
+    version: u64,
+    entries: Vec<SetEntry>,
+    /// The node table in its Wasm shape, refreshed from the cluster's change log.
+    nodes: Option<WasmNodes>,
+    /// Position in `ClusterState`'s change log up to which `nodes` is current.
+    cursor: u64,
+}
+
+impl PolicySet {
+    pub fn new(version: u64, entries: Vec<SetEntry>) -> Self {
+        Self {
+            version,
+            entries,
+            nodes: None,
+            cursor: 0,
+        }
+    }
+
+    pub fn entries(&self) -> &[SetEntry] {
+        &self.entries
+    }
+
+    fn of_role(&self, role: Role) -> impl Iterator<Item = &SetEntry> {
+        self.entries.iter().filter(move |e| e.policy.role() == role)
+    }
+
+    fn sync(&mut self, state: &ClusterState) -> &WasmNodes {
+        let (changed, cursor) = state.changes_since(self.cursor);
+        let stale = self.nodes.as_ref().is_none_or(|n| n.len() != state.len());
+        match (changed, stale) {
+            (Some(changed), false) => {
+                let nodes = self.nodes.as_mut().expect("checked above");
+                for &node in changed {
+                    nodes.refresh(node as usize, &state.nodes);
+                }
+            }
+            _ => self.nodes = Some(WasmNodes::new(&state.nodes)),
+        }
+        self.cursor = cursor;
+        self.nodes.as_ref().expect("set above")
+    }
+}
+
+fn verdict<T>(guarded: Guarded<T>) -> Verdict<T> {
+    match guarded {
+        Guarded::Answer(answer) => Verdict::Answer(answer),
+        Guarded::Skipped(fault) => Verdict::Skipped(fault.to_string()),
+        Guarded::Rejected(fault) => Verdict::Rejected(fault.to_string()),
+    }
+}
+
+impl PolicyHooks for PolicySet {
+    fn policies(&self) -> Vec<PolicyRef> {
+        self.entries
+            .iter()
+            .map(|e| {
+                let info = e.policy.info();
+                PolicyRef {
+                    name: info.name.clone(),
+                    version: info.version.clone(),
+                    role: info.role.to_string(),
+                    weight: e.weight,
+                    sha256: info.sha256.clone(),
+                }
+            })
+            .collect()
+    }
+
+    fn set_version(&self) -> u64 {
+        self.version
+    }
+
+    fn filter(&mut self, state: &ClusterState, pod: &PodShape) -> Vec<(String, Verdict<Vec<u16>>)> {
+        if self.of_role(Role::Filter).next().is_none() {
+            return Vec::new();
+        }
+        let filters: Vec<Arc<Policy>> = self
+            .of_role(Role::Filter)
+            .map(|e| e.policy.clone())
+            .collect();
+        let nodes = self.sync(state);
+        filters
+            .iter()
+            .map(|policy| {
+                (
+                    policy.info().name.clone(),
+                    verdict(policy.guard(policy.filter(pod, nodes))),
+                )
+            })
+            .collect()
+    }
+
+    fn reason_text(&self, index: usize, code: u16) -> String {
+        self.of_role(Role::Filter)
+            .nth(index)
+            .and_then(|e| e.policy.reason_text(code).map(str::to_string))
+            .unwrap_or_else(|| format!("reason {code}"))
+    }
+
+    fn score(
+        &mut self,
+        state: &ClusterState,
+        pod: &PodShape,
+    ) -> Vec<(String, u32, Verdict<Vec<u32>>)> {
+        if self.of_role(Role::Score).next().is_none() {
+            return Vec::new();
+        }
+        let scores: Vec<SetEntry> = self.of_role(Role::Score).cloned().collect();
+        let nodes = self.sync(state);
+        scores
+            .iter()
+            .map(|e| {
+                let policy = &e.policy;
+                (
+                    policy.info().name.clone(),
+                    e.weight,
+                    verdict(policy.guard(policy.score(pod, nodes))),
+                )
+            })
+            .collect()
+    }
+
+    fn admit(
+        &mut self,
+        job: &JobRequest,
+        queue: &QueueUsage,
+        cohort: Option<&CohortUsage>,
+    ) -> Vec<(String, Verdict<QuotaVerdict>)> {
+        self.of_role(Role::Quota)
+            .map(|e| {
+                let policy = &e.policy;
+                (
+                    policy.info().name.clone(),
+                    verdict(policy.guard(policy.admit(job, queue, cohort))),
+                )
+            })
+            .collect()
+    }
+}

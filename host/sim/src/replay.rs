@@ -1,0 +1,495 @@
+//! Trace replay in virtual time: the same core scheduler, driven by job arrivals and
+//! completions instead of a clock, and measured as it goes. The report is a function of the
+//! inputs alone (its `wall_clock` part aside), so two runs compare byte for byte.
+
+use std::cmp::Reverse;
+use std::collections::{BTreeMap, BinaryHeap};
+use std::sync::Arc;
+use std::time::Instant;
+
+use gantry_core::{
+    ClusterState, JobId, JobSpec, PodShape, PolicyHooks, QueueDef, Queues, Resources, Scheduler,
+    SchedulerConfig, Symbols, TopologyPref,
+};
+use serde::Serialize;
+
+use crate::spec::Cluster;
+use crate::trace::TraceJob;
+
+/// Why a replay could not start.
+#[derive(Debug, thiserror::Error)]
+pub enum ReplayError {
+    #[error("{origin} line {line}: queue \"{queue}\" is not declared in cluster spec {cluster}")]
+    UnknownQueue {
+        origin: String,
+        line: u64,
+        queue: String,
+        cluster: String,
+    },
+    #[error("cluster spec {cluster}: {message}")]
+    Queues { cluster: String, message: String },
+    #[error("the invariant audit failed at t={time_s}s: {message}")]
+    Audit { time_s: f64, message: String },
+}
+
+/// How to replay.
+#[derive(Debug, Clone)]
+pub struct ReplayOptions {
+    /// Fair-share usage half-life.
+    pub half_life_s: f64,
+    /// Check every GPU's allocation and every gang after each cycle.
+    pub audit: bool,
+    /// Recorded in the report; the replay itself is deterministic.
+    pub seed: u64,
+    pub scheduler: SchedulerConfig,
+}
+
+impl Default for ReplayOptions {
+    fn default() -> Self {
+        Self {
+            half_life_s: 3600.0,
+            audit: true,
+            seed: 0,
+            scheduler: SchedulerConfig::default(),
+        }
+    }
+}
+
+/// Wait-time percentiles, in seconds.
+#[derive(Debug, Clone, Serialize, PartialEq)]
+pub struct WaitStats {
+    pub jobs: usize,
+    pub mean_s: f64,
+    pub p50_s: f64,
+    pub p95_s: f64,
+    pub p99_s: f64,
+}
+
+#[derive(Debug, Clone, Serialize, PartialEq)]
+pub struct QueueReport {
+    pub wait: WaitStats,
+    /// Time-averaged share of the cluster's GPUs the queue held while work was queued.
+    pub gpu_share: f64,
+    /// Its share by weight, down the queue tree.
+    pub fair_share: f64,
+}
+
+/// What `gantry simulate --report` writes.
+#[derive(Debug, Clone, Serialize, PartialEq)]
+pub struct Report {
+    pub cluster: String,
+    pub trace: String,
+    pub scheduler: String,
+    pub seed: u64,
+    pub nodes: usize,
+    pub gpus: u64,
+    pub jobs_submitted: usize,
+    pub jobs_started: usize,
+    pub jobs_finished: usize,
+    /// Jobs that could never start (for example, larger than the cluster).
+    pub jobs_never_started: usize,
+    /// Allocated GPUs over total GPUs, time-weighted over the time when work was queued.
+    pub gpu_allocation_while_queued: f64,
+    pub wait: WaitStats,
+    pub queues: BTreeMap<String, QueueReport>,
+    /// Gangs that ever ran with some but not all of their pods. Must be 0.
+    pub partial_gangs: u64,
+    pub preemptions: u64,
+    /// Free GPUs no pending pod shape could use, as a fraction of free GPUs, averaged over the
+    /// cycles that had work pending.
+    pub fragmentation: f64,
+    pub makespan_s: f64,
+    pub cycles: u64,
+    pub decisions: u64,
+    pub wall_clock: WallClock,
+}
+
+/// The only part of the report that varies between identical runs.
+#[derive(Debug, Clone, Serialize, PartialEq)]
+pub struct WallClock {
+    pub seconds: f64,
+    pub decisions_per_s: f64,
+}
+
+/// Virtual time with a total order, for the completion heap.
+#[derive(PartialEq)]
+struct Time(f64);
+impl Eq for Time {}
+impl PartialOrd for Time {
+    fn partial_cmp(&self, other: &Self) -> Option<std::cmp::Ordering> {
+        Some(self.cmp(other))
+    }
+}
+impl Ord for Time {
+    fn cmp(&self, other: &Self) -> std::cmp::Ordering {
+        self.0.total_cmp(&other.0)
+    }
+}
+
+/// Every decision the replay made, for callers that keep them (the store, the UI).
+pub type OnDecision<'a> = dyn FnMut(&gantry_core::Decision) + 'a;
+
+/// A cluster and a trace, ready to replay.
+pub struct Replay {
+    cluster_name: String,
+    trace_name: String,
+    scheduler: Scheduler,
+    /// Trace order: `job_ids[i]` is the scheduler's id for `jobs[i]`.
+    jobs: Vec<TraceJob>,
+    options: ReplayOptions,
+}
+
+impl Replay {
+    pub fn new(
+        cluster: Cluster,
+        trace_name: &str,
+        jobs: Vec<TraceJob>,
+        symbols: Arc<Symbols>,
+        options: ReplayOptions,
+    ) -> Result<Self, ReplayError> {
+        let defs: Vec<QueueDef> = cluster
+            .queues
+            .iter()
+            .map(|q| QueueDef {
+                name: q.name.clone(),
+                parent: q.parent.clone(),
+                nominal_gpus: q.nominal_gpus,
+                weight: q.weight,
+                borrowing_limit_gpus: q.borrowing_limit_gpus,
+                lending_limit_gpus: q.lending_limit_gpus,
+            })
+            .collect();
+        let capacity = Resources {
+            gpus: cluster.nodes.gpu_total.iter().map(|&g| u64::from(g)).sum(),
+            cpu_milli: cluster
+                .nodes
+                .cpu_free_milli
+                .iter()
+                .map(|&c| u64::from(c))
+                .sum(),
+            memory_mib: cluster
+                .nodes
+                .memory_free_mib
+                .iter()
+                .map(|&m| u64::from(m))
+                .sum(),
+        };
+        let queues =
+            Queues::new(&defs, capacity, options.half_life_s).map_err(|e| ReplayError::Queues {
+                cluster: cluster.name.clone(),
+                message: e.to_string(),
+            })?;
+        for job in &jobs {
+            if queues.id(&job.queue).is_none() {
+                return Err(ReplayError::UnknownQueue {
+                    origin: trace_name.to_string(),
+                    line: job.line,
+                    queue: job.queue.clone(),
+                    cluster: cluster.name.clone(),
+                });
+            }
+        }
+        let scheduler = Scheduler::new(
+            ClusterState::new(cluster.nodes),
+            queues,
+            symbols,
+            options.scheduler.clone(),
+        );
+        Ok(Self {
+            cluster_name: cluster.name,
+            trace_name: trace_name.to_string(),
+            scheduler,
+            jobs,
+            options,
+        })
+    }
+
+    fn spec(&self, job: &TraceJob) -> JobSpec {
+        let symbols = self.scheduler.symbols();
+        let queue = self.scheduler.queues.id(&job.queue).unwrap_or(0);
+        JobSpec {
+            name: job.job_id.clone(),
+            queue,
+            priority: job.priority,
+            pods: job.pods,
+            shape: PodShape {
+                name: symbols.intern(&job.job_id),
+                queue: symbols.intern(&job.queue),
+                priority: job.priority,
+                gpus: job.gpus_per_pod,
+                gpu_milli: job.gpu_milli.unwrap_or(0),
+                gpu_type: job.gpu_type.as_deref().map_or(0, |t| symbols.intern(t)),
+                cpu_milli: job
+                    .cpu_milli
+                    .map_or(0, |c| u32::try_from(c).unwrap_or(u32::MAX)),
+                memory_mib: job
+                    .memory_mib
+                    .map_or(0, |m| u32::try_from(m).unwrap_or(u32::MAX)),
+                tolerations: Vec::new(),
+                gang_size: job.pods,
+            },
+            balloon: false,
+            topology: TopologyPref::default(),
+            submit_s: job.submit_s,
+        }
+    }
+
+    /// Replay the whole trace. `progress` is told how many jobs have finished, now and then.
+    pub fn run(
+        mut self,
+        hooks: &mut dyn PolicyHooks,
+        progress: &mut dyn FnMut(usize),
+        on_decision: &mut OnDecision<'_>,
+    ) -> Result<Report, ReplayError> {
+        let started = Instant::now();
+        let total_gpus: u64 = self
+            .scheduler
+            .state
+            .nodes
+            .gpu_total
+            .iter()
+            .map(|&g| u64::from(g))
+            .sum();
+        let mut arrivals = self.jobs.iter().map(|j| j.submit_s).enumerate().peekable();
+        let mut trace_to_job: Vec<JobId> = Vec::with_capacity(self.jobs.len());
+        // Completions: (end time, job, generation); an eviction bumps the job's generation so
+        // a stale completion is ignored.
+        let mut completions: BinaryHeap<Reverse<(Time, JobId, u32)>> = BinaryHeap::new();
+        let mut generation: Vec<u32> = Vec::new();
+        let mut duration: Vec<f64> = Vec::new();
+        let mut start_s: Vec<Option<f64>> = Vec::new();
+        let (mut finished, mut partial_gangs, mut preemptions, mut cycles, mut decisions) =
+            (0usize, 0u64, 0u64, 0u64, 0u64);
+        let mut queued_time = 0.0;
+        let mut allocated_integral = 0.0;
+        let mut queue_integral = vec![0.0; self.scheduler.queues.len()];
+        let (mut frag_sum, mut frag_cycles) = (0.0, 0u64);
+        let mut now = 0.0f64;
+        let mut last_end = 0.0f64;
+        let first_submit = self.jobs.first().map_or(0.0, |j| j.submit_s);
+        loop {
+            let next_arrival = arrivals.peek().map(|&(_, t)| t);
+            let next_completion = completions.peek().map(|Reverse((Time(t), _, _))| *t);
+            let next = match (next_arrival, next_completion) {
+                (None, None) => break,
+                (Some(a), None) => a,
+                (None, Some(c)) => c,
+                (Some(a), Some(c)) => a.min(c),
+            };
+            // Integrate allocation over [now, next) while work waits.
+            if !self.scheduler.pending().is_empty() && next > now {
+                let dt = next - now;
+                queued_time += dt;
+                let allocated = total_gpus
+                    - self
+                        .scheduler
+                        .state
+                        .nodes
+                        .gpu_free
+                        .iter()
+                        .map(|&g| u64::from(g))
+                        .sum::<u64>();
+                allocated_integral += allocated as f64 * dt;
+                for (q, integral) in queue_integral.iter_mut().enumerate() {
+                    if self.scheduler.queues.parent(q).is_some()
+                        || self.scheduler.queues.children(q).is_empty()
+                    {
+                        *integral += self.scheduler.queues.used(q).gpus as f64 * dt;
+                    }
+                }
+            }
+            now = next;
+            while let Some(&(index, t)) = arrivals.peek() {
+                if t > now {
+                    break;
+                }
+                arrivals.next();
+                let spec = self.spec(&self.jobs[index]);
+                let id = self.scheduler.submit(spec);
+                trace_to_job.push(id);
+                generation.push(0);
+                duration.push(self.jobs[index].duration_s);
+                start_s.push(None);
+            }
+            while let Some(Reverse((Time(t), id, gen_at))) = completions.peek() {
+                if *t > now {
+                    break;
+                }
+                let (id, gen_at) = (*id, *gen_at);
+                completions.pop();
+                if generation[id as usize] == gen_at && self.scheduler.is_running(id) {
+                    self.scheduler.finish(id);
+                    finished += 1;
+                    last_end = now;
+                    if finished % 256 == 0 {
+                        progress(finished);
+                    }
+                }
+            }
+            let output = self.scheduler.cycle(now, hooks);
+            cycles += 1;
+            decisions += output.decisions.len() as u64;
+            for &victim in &output.evicted {
+                generation[victim as usize] += 1;
+                preemptions += 1;
+            }
+            for decision in &output.decisions {
+                on_decision(decision);
+                if decision.placed {
+                    let id = decision.job;
+                    let placed = self.scheduler.slots(id).len() as u32;
+                    if placed != self.scheduler.job(id).pods {
+                        partial_gangs += 1;
+                    }
+                    if start_s[id as usize].is_none() {
+                        start_s[id as usize] = Some(now);
+                    }
+                    completions.push(Reverse((
+                        Time(now + duration[id as usize]),
+                        id,
+                        generation[id as usize],
+                    )));
+                }
+            }
+            if !self.scheduler.pending().is_empty() {
+                frag_sum += self.fragmentation();
+                frag_cycles += 1;
+            }
+            if self.options.audit {
+                self.scheduler
+                    .state
+                    .audit()
+                    .map_err(|message| ReplayError::Audit {
+                        time_s: now,
+                        message,
+                    })?;
+            }
+        }
+        progress(finished);
+
+        let waits: Vec<(usize, f64)> = trace_to_job
+            .iter()
+            .filter_map(|&id| {
+                let spec = self.scheduler.job(id);
+                start_s[id as usize].map(|s| (spec.queue, s - spec.submit_s))
+            })
+            .collect();
+        let mut queues = BTreeMap::new();
+        for q in self.scheduler.queues.ids() {
+            let mine: Vec<f64> = waits
+                .iter()
+                .filter(|(queue, _)| *queue == q)
+                .map(|(_, w)| *w)
+                .collect();
+            if self.scheduler.queues.children(q).is_empty() || !mine.is_empty() {
+                queues.insert(
+                    self.scheduler.queues.name(q).to_string(),
+                    QueueReport {
+                        wait: wait_stats(mine),
+                        gpu_share: round6(ratio(
+                            queue_integral[q],
+                            queued_time * total_gpus as f64,
+                        )),
+                        fair_share: round6(self.scheduler.queues.fair_share(q)),
+                    },
+                );
+            }
+        }
+        let started_jobs = start_s.iter().filter(|s| s.is_some()).count();
+        let seconds = started.elapsed().as_secs_f64();
+        Ok(Report {
+            cluster: self.cluster_name,
+            trace: self.trace_name,
+            scheduler: "gantry".into(),
+            seed: self.options.seed,
+            nodes: self.scheduler.state.len(),
+            gpus: total_gpus,
+            jobs_submitted: trace_to_job.len(),
+            jobs_started: started_jobs,
+            jobs_finished: finished,
+            jobs_never_started: trace_to_job.len() - started_jobs,
+            gpu_allocation_while_queued: round6(ratio(
+                allocated_integral,
+                queued_time * total_gpus as f64,
+            )),
+            wait: wait_stats(waits.iter().map(|(_, w)| *w).collect()),
+            queues,
+            partial_gangs,
+            preemptions,
+            fragmentation: round6(ratio(frag_sum, frag_cycles as f64)),
+            makespan_s: round6(last_end - first_submit),
+            cycles,
+            decisions,
+            wall_clock: WallClock {
+                seconds: round6(seconds),
+                decisions_per_s: round6(ratio(decisions as f64, seconds)),
+            },
+        })
+    }
+
+    /// Free GPUs that no pending job's pod shape can use, over all free GPUs.
+    fn fragmentation(&self) -> f64 {
+        let nodes = &self.scheduler.state.nodes;
+        // The smallest whole-GPU ask per GPU type (0 = any type), and the smallest fraction.
+        let mut any_min = u32::MAX;
+        let mut type_min: BTreeMap<u32, u32> = BTreeMap::new();
+        let mut milli_min = u32::MAX;
+        for &id in self.scheduler.pending() {
+            let shape = &self.scheduler.job(id).shape;
+            if shape.gpu_milli > 0 {
+                milli_min = milli_min.min(shape.gpu_milli);
+            } else if shape.gpus > 0 {
+                if shape.gpu_type == 0 {
+                    any_min = any_min.min(shape.gpus);
+                } else {
+                    let entry = type_min.entry(shape.gpu_type).or_insert(u32::MAX);
+                    *entry = (*entry).min(shape.gpus);
+                }
+            }
+        }
+        let (mut free, mut unusable) = (0u64, 0u64);
+        for i in 0..nodes.len() {
+            let node_free = nodes.gpu_free[i];
+            free += u64::from(node_free);
+            let need = any_min.min(
+                type_min
+                    .get(&nodes.gpu_type[i])
+                    .copied()
+                    .unwrap_or(u32::MAX),
+            );
+            let usable = node_free >= need
+                || (milli_min != u32::MAX && nodes.gpu_milli_free_max[i] >= milli_min);
+            if !usable {
+                unusable += u64::from(node_free);
+            }
+        }
+        ratio(unusable as f64, free as f64)
+    }
+}
+
+fn ratio(a: f64, b: f64) -> f64 {
+    if b > 0.0 { a / b } else { 0.0 }
+}
+
+fn round6(x: f64) -> f64 {
+    (x * 1e6).round() / 1e6
+}
+
+fn wait_stats(mut waits: Vec<f64>) -> WaitStats {
+    waits.sort_by(f64::total_cmp);
+    let pct = |p: f64| {
+        if waits.is_empty() {
+            0.0
+        } else {
+            let rank = ((p / 100.0) * waits.len() as f64).ceil() as usize;
+            waits[rank.clamp(1, waits.len()) - 1]
+        }
+    };
+    WaitStats {
+        jobs: waits.len(),
+        mean_s: round6(ratio(waits.iter().sum(), waits.len() as f64)),
+        p50_s: round6(pct(50.0)),
+        p95_s: round6(pct(95.0)),
+        p99_s: round6(pct(99.0)),
+    }
+}
