@@ -22,6 +22,6 @@ pub use model::{
 };
 pub use queues::{Admission, QueueDef, QueueId, Queues};
 pub use scheduler::{
-    CycleOutput, Decision, JobId, JobSpec, Scheduler, SchedulerConfig, TopologyPref,
+    CycleOutput, Decision, JobId, JobSpec, Mode, Scheduler, SchedulerConfig, TopologyPref,
 };
 pub use symbols::{Sym, Symbols};

@@ -59,8 +59,41 @@ impl JobSpec {
 #[derive(Debug, Clone)]
 enum JobState {
     Pending,
-    Running { slots: Vec<Slot> },
+    Running {
+        slots: Vec<Slot>,
+    },
+    /// The baselines only: some pods hold nodes while their siblings wait (bound and running
+    /// under `K8sDefault`, assumed at the permit stage under `Coscheduling`).
+    Holding {
+        slots: Vec<Slot>,
+        since_s: f64,
+    },
     Finished,
+}
+
+/// How the cycle places jobs: Gantry's way, or as one of the anchors it is measured against.
+#[derive(Debug, Clone, Copy, PartialEq, Serialize, Deserialize)]
+#[serde(rename_all = "kebab-case")]
+pub enum Mode {
+    /// Whole gangs at once, topology-aware, with quota, fair share and preemption.
+    Gantry,
+    /// Stock kube-scheduler: one pod at a time, priority then FIFO, least-allocated spreading,
+    /// no gang awareness: a gang's placed pods run and hold their GPUs while siblings wait.
+    K8sDefault,
+    /// kube-scheduler with the scheduler-plugins Coscheduling plugin: pods are assumed one at
+    /// a time and wait at the permit stage until the whole gang is assumed; after
+    /// `permit_timeout_s` the assumed pods are released and the gang waits again.
+    Coscheduling { permit_timeout_s: f64 },
+}
+
+impl Mode {
+    pub fn name(self) -> &'static str {
+        match self {
+            Mode::Gantry => "gantry",
+            Mode::K8sDefault => "k8s-default",
+            Mode::Coscheduling { .. } => "coscheduling",
+        }
+    }
 }
 
 #[derive(Debug, Clone)]
@@ -93,6 +126,7 @@ pub struct SchedulerConfig {
     /// Top nodes kept in an explanation.
     pub top_nodes: usize,
     pub preemption: bool,
+    pub mode: Mode,
 }
 
 impl Default for SchedulerConfig {
@@ -101,6 +135,7 @@ impl Default for SchedulerConfig {
             max_attempts: 1000,
             top_nodes: 5,
             preemption: true,
+            mode: Mode::Gantry,
         }
     }
 }
@@ -114,6 +149,8 @@ pub struct Scheduler {
     jobs: Vec<JobEntry>,
     /// Pending job ids; reordered at the start of every cycle.
     pending: Vec<JobId>,
+    /// GPUs held by jobs whose every pod runs: the allocation that does work.
+    running_gpus: u64,
 }
 
 /// A placement found for a job: the pods per node, and the domain it fits in.
@@ -136,7 +173,20 @@ impl Scheduler {
             symbols,
             jobs: Vec::new(),
             pending: Vec::new(),
+            running_gpus: 0,
         }
+    }
+
+    /// GPUs held by jobs whose every pod is running (not by the baselines' partial gangs).
+    pub fn running_gpus(&self) -> u64 {
+        self.running_gpus
+    }
+
+    /// Jobs with some but not all pods running: only `K8sDefault` ever has any.
+    pub fn partially_running(&self) -> impl Iterator<Item = JobId> + '_ {
+        let bound = self.config.mode == Mode::K8sDefault;
+        (0..self.jobs.len() as JobId)
+            .filter(move |&id| bound && matches!(self.jobs[id as usize].state, JobState::Holding { .. }))
     }
 
     pub fn symbols(&self) -> &Arc<Symbols> {
@@ -165,10 +215,10 @@ impl Scheduler {
         matches!(self.jobs[id as usize].state, JobState::Running { .. })
     }
 
-    /// The slots of a running job.
+    /// The slots of a running job, or of a baseline's partly placed one.
     pub fn slots(&self, id: JobId) -> &[Slot] {
         match &self.jobs[id as usize].state {
-            JobState::Running { slots } => slots,
+            JobState::Running { slots } | JobState::Holding { slots, .. } => slots,
             _ => &[],
         }
     }
@@ -205,6 +255,121 @@ impl Scheduler {
 
     /// One scheduling cycle at time `now_s`.
     pub fn cycle(&mut self, now_s: f64, hooks: &mut dyn PolicyHooks) -> CycleOutput {
+        match self.config.mode {
+            Mode::Gantry => self.cycle_gantry(now_s, hooks),
+            Mode::K8sDefault => self.cycle_pod_by_pod(now_s, None),
+            Mode::Coscheduling { permit_timeout_s } => self.cycle_pod_by_pod(now_s, Some(permit_timeout_s)),
+        }
+    }
+
+    /// The baselines' cycle: each pending pod in priority-then-FIFO order takes the emptiest
+    /// node that fits it. Built-in filter only; no quota, no topology, no preemption.
+    fn cycle_pod_by_pod(&mut self, now_s: f64, permit_timeout_s: Option<f64>) -> CycleOutput {
+        let jobs = &self.jobs;
+        self.pending.sort_by(|&a, &b| {
+            let (a, b) = (&jobs[a as usize].spec, &jobs[b as usize].spec);
+            b.priority.cmp(&a.priority).then(a.submit_s.total_cmp(&b.submit_s))
+        });
+        let mut out = CycleOutput::default();
+        let attempts: Vec<JobId> = self.pending.iter().take(self.config.max_attempts).copied().collect();
+        for (position, id) in attempts.into_iter().enumerate() {
+            let spec = self.jobs[id as usize].spec.clone();
+            let (mut slots, since_s) = match std::mem::replace(&mut self.jobs[id as usize].state, JobState::Pending) {
+                JobState::Holding { slots, since_s } => (slots, since_s),
+                JobState::Pending => (Vec::new(), now_s),
+                other => {
+                    self.jobs[id as usize].state = other;
+                    continue;
+                }
+            };
+            let mut explanation = self.blank_explanation(&spec, now_s, position as u32);
+            while (slots.len() as u32) < spec.pods {
+                let codes = builtin::gpu_fit(&spec.shape, &self.state.nodes);
+                let scores = builtin::least_allocated(&spec.shape, &self.state.nodes);
+                let best = (0..self.state.len())
+                    .filter(|&i| codes[i] == 0 && self.state.capacity_for(i, &spec.shape) > 0)
+                    .max_by(|&a, &b| scores[a].cmp(&scores[b]).then(b.cmp(&a)));
+                match best {
+                    Some(node) => slots.push(self.state.reserve(node, &spec.shape)),
+                    None => {
+                        let mut counts: std::collections::BTreeMap<&str, u32> = Default::default();
+                        for &code in codes.iter().filter(|&&c| c != 0) {
+                            *counts.entry(builtin::FILTER_REASONS[code as usize]).or_default() += 1;
+                        }
+                        explanation.nodes_feasible = codes.iter().filter(|&&c| c == 0).count() as u32;
+                        explanation.filters = vec![FilterExplain {
+                            policy: "builtin".into(),
+                            rejected: counts.into_iter().map(|(r, c)| (r.to_string(), c)).collect(),
+                        }];
+                        break;
+                    }
+                }
+            }
+            if slots.len() as u32 == spec.pods {
+                let mut node_pods: Vec<(usize, u32)> = Vec::new();
+                for slot in &slots {
+                    match node_pods.iter_mut().find(|(n, _)| *n == slot.node as usize) {
+                        Some((_, pods)) => *pods += 1,
+                        None => node_pods.push((slot.node as usize, 1)),
+                    }
+                }
+                explanation.outcome = Outcome::Placed {
+                    nodes: node_pods.into_iter().map(|(n, p)| (self.node_name(n), p)).collect(),
+                };
+                self.running_gpus += spec.total().gpus;
+                self.queues.charge(spec.queue, spec.total(), true);
+                self.jobs[id as usize].state = JobState::Running { slots };
+                self.pending.retain(|&p| p != id);
+                out.decisions.push(Decision { job: id, placed: true, explanation });
+                continue;
+            }
+            let timed_out = permit_timeout_s.is_some_and(|timeout| now_s - since_s >= timeout);
+            let waiting_for = if timed_out {
+                for &slot in &slots {
+                    self.state.release(slot, &spec.shape);
+                }
+                "the permit timeout released the assumed pods; retrying the whole gang".to_string()
+            } else {
+                let held = slots.len();
+                self.jobs[id as usize].state = JobState::Holding { slots, since_s };
+                format!("{} more pods to fit ({held} of {} hold nodes)", spec.pods as usize - held, spec.pods)
+            };
+            explanation.outcome = Outcome::Pending { waiting_for };
+            out.decisions.push(Decision { job: id, placed: false, explanation });
+        }
+        out
+    }
+
+    fn blank_explanation(&self, spec: &JobSpec, now_s: f64, position: u32) -> Explanation {
+        Explanation {
+            job: spec.name.clone(),
+            queue: self.queues.name(spec.queue).to_string(),
+            pods: spec.pods,
+            gpus_per_pod: spec.shape.gpus,
+            priority: spec.priority,
+            time_s: now_s,
+            outcome: Outcome::Pending {
+                waiting_for: String::new(),
+            },
+            quota: QuotaExplain {
+                builtin: Admission::Within,
+                policies: Vec::new(),
+                fair_share_key: self.queues.fair_share_key(spec.queue),
+                position,
+            },
+            nodes_total: self.state.len() as u32,
+            nodes_feasible: 0,
+            filters: Vec::new(),
+            top_nodes: Vec::new(),
+            domain: None,
+            policy_set: 0,
+            policies: Vec::new(),
+            preempted: Vec::new(),
+            faults: Vec::new(),
+        }
+    }
+
+    fn cycle_gantry(&mut self, now_s: f64, hooks: &mut dyn PolicyHooks) -> CycleOutput {
         self.queues.decay_to(now_s);
         let queues = &self.queues;
         let jobs = &self.jobs;
@@ -255,32 +420,7 @@ impl Scheduler {
     ) -> (bool, Explanation, Vec<JobId>) {
         let spec = self.jobs[id as usize].spec.clone();
         let total = spec.total();
-        let mut explanation = Explanation {
-            job: spec.name.clone(),
-            queue: self.queues.name(spec.queue).to_string(),
-            pods: spec.pods,
-            gpus_per_pod: spec.shape.gpus,
-            priority: spec.priority,
-            time_s: now_s,
-            outcome: Outcome::Pending {
-                waiting_for: String::new(),
-            },
-            quota: QuotaExplain {
-                builtin: Admission::Within,
-                policies: Vec::new(),
-                fair_share_key: self.queues.fair_share_key(spec.queue),
-                position,
-            },
-            nodes_total: self.state.len() as u32,
-            nodes_feasible: 0,
-            filters: Vec::new(),
-            top_nodes: Vec::new(),
-            domain: None,
-            policy_set: 0,
-            policies: Vec::new(),
-            preempted: Vec::new(),
-            faults: Vec::new(),
-        };
+        let mut explanation = self.blank_explanation(&spec, now_s, position);
         let pending = |explanation: &mut Explanation, waiting_for: String| {
             explanation.outcome = Outcome::Pending { waiting_for };
         };
@@ -584,6 +724,7 @@ impl Scheduler {
         if !spec.balloon {
             self.queues.charge(spec.queue, spec.total(), true);
         }
+        self.running_gpus += spec.total().gpus;
         self.jobs[id as usize].state = JobState::Running { slots };
         self.pending.retain(|&p| p != id);
         explanation.domain = placement.domain;
@@ -612,7 +753,7 @@ impl Scheduler {
                 0
             } else if reclaiming
                 && victim.queue != spec.queue
-                && self.queues.borrowed(victim.queue) > 0
+                && self.queues.borrowed(victim.queue) >= victim.total().gpus
             {
                 1
             } else if victim.priority < spec.priority {
@@ -628,8 +769,20 @@ impl Scheduler {
         }
         let mut scratch = self.state.clone();
         let mut victims = Vec::new();
-        for (_, _, _, id) in candidates {
+        // A borrower gives back only what its queue borrowed: reclaiming never pushes a queue
+        // below its own quota.
+        let mut queue_to_borrowed: std::collections::HashMap<QueueId, u64> = Default::default();
+        for (class, _, _, id) in candidates {
             let victim = &self.jobs[id as usize];
+            if class == 1 {
+                let borrowed = queue_to_borrowed
+                    .entry(victim.spec.queue)
+                    .or_insert_with(|| self.queues.borrowed(victim.spec.queue));
+                if *borrowed < victim.spec.total().gpus {
+                    continue;
+                }
+                *borrowed -= victim.spec.total().gpus;
+            }
             for &slot in self.slots(id) {
                 scratch.release(slot, &victim.spec.shape);
             }

@@ -6,7 +6,7 @@ use std::sync::Arc;
 
 use anyhow::Context;
 use clap::Args;
-use gantry_core::Symbols;
+use gantry_core::{Mode, Symbols};
 use gantry_policy::{Limits, PolicyEngine, PolicyOptions, PolicySet, SetEntry};
 use gantry_sim::{ClusterSpec, Replay, ReplayOptions, Report, Trace, TraceJob};
 use indicatif::{ProgressBar, ProgressStyle};
@@ -22,6 +22,13 @@ pub struct SimulateArgs {
     /// A Wasm policy to run beside the built-ins (repeatable; filter, score or quota).
     #[arg(long = "policy", value_name = "FILE.wasm")]
     policies: Vec<PathBuf>,
+    /// Replay as an anchor scheduler instead of Gantry: `k8s-default` (stock kube-scheduler,
+    /// pod by pod, no gangs) or `coscheduling` (scheduler-plugins Coscheduling, 60 s permit).
+    #[arg(long, value_name = "NAME")]
+    baseline: Option<Baseline>,
+    /// Divide every submit time by this, to turn a light trace into a saturated one.
+    #[arg(long, default_value_t = 1.0)]
+    time_scale: f64,
     /// Recorded in the report. The replay is deterministic.
     #[arg(long, default_value_t = 0)]
     seed: u64,
@@ -31,9 +38,18 @@ pub struct SimulateArgs {
     /// Skip the invariant audit after every cycle (faster on big traces).
     #[arg(long)]
     no_audit: bool,
+    /// Also write every decision's explanation, one JSON object per line.
+    #[arg(long, value_name = "OUT.jsonl")]
+    decisions: Option<PathBuf>,
     /// Leave the wall-clock figures out of the report, so that two runs compare byte for byte.
     #[arg(long)]
     no_wall_clock: bool,
+}
+
+#[derive(clap::ValueEnum, Clone, Copy, Debug)]
+enum Baseline {
+    K8sDefault,
+    Coscheduling,
 }
 
 /// A trace file in either supported format, told apart by its header.
@@ -62,7 +78,14 @@ pub fn run(args: SimulateArgs) -> anyhow::Result<()> {
     let symbols = Symbols::new();
     let spec = ClusterSpec::load(&args.cluster)?;
     let cluster = spec.build(&symbols);
-    let jobs = load_trace(&args.trace)?;
+    anyhow::ensure!(
+        args.time_scale.is_finite() && args.time_scale > 0.0,
+        "--time-scale must be a positive number"
+    );
+    let mut jobs = load_trace(&args.trace)?;
+    for job in &mut jobs {
+        job.submit_s /= args.time_scale;
+    }
     let engine = PolicyEngine::new(Limits::default(), symbols.clone())?;
     let mut entries = Vec::new();
     for path in &args.policies {
@@ -80,21 +103,59 @@ pub fn run(args: SimulateArgs) -> anyhow::Result<()> {
         || args.trace.display().to_string(),
         |n| n.to_string_lossy().into_owned(),
     );
-    let options = ReplayOptions {
+    let mut options = ReplayOptions {
         audit: !args.no_audit,
         seed: args.seed,
         ..ReplayOptions::default()
     };
+    options.scheduler.mode = match args.baseline {
+        None => Mode::Gantry,
+        Some(Baseline::K8sDefault) => Mode::K8sDefault,
+        Some(Baseline::Coscheduling) => Mode::Coscheduling {
+            permit_timeout_s: 60.0,
+        },
+    };
+    anyhow::ensure!(
+        args.baseline.is_none() || args.policies.is_empty(),
+        "--baseline runs an anchor scheduler with its built-ins only; drop --policy"
+    );
     let replay = Replay::new(cluster, &trace_name, jobs, symbols, options)?;
     let bar = ProgressBar::new(total as u64).with_style(
         ProgressStyle::with_template("{spinner} {bar:40} {pos}/{len} jobs finished ({elapsed})")
             .expect("template"),
     );
+    let mut decisions_out = match &args.decisions {
+        Some(path) => Some(std::io::BufWriter::new(
+            std::fs::File::create(path)
+                .with_context(|| format!("{}: cannot create", path.display()))?,
+        )),
+        None => None,
+    };
+    let mut write_error: Option<std::io::Error> = None;
     let mut report = replay.run(
         &mut set,
         &mut |done| bar.set_position(done as u64),
-        &mut |_| {},
+        &mut |decision| {
+            if let Some(out) = decisions_out.as_mut()
+                && write_error.is_none()
+            {
+                use std::io::Write;
+                let line = serde_json::to_string(&decision.explanation).expect("serializable");
+                if let Err(e) = writeln!(out, "{line}") {
+                    write_error = Some(e);
+                }
+            }
+        },
     )?;
+    if let Some(out) = decisions_out.as_mut()
+        && write_error.is_none()
+    {
+        use std::io::Write;
+        write_error = out.flush().err();
+    }
+    if let Some(e) = write_error {
+        anyhow::bail!("writing decisions: {e}");
+    }
     bar.finish_and_clear();
     print_summary(&report);
     if args.no_wall_clock {

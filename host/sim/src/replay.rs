@@ -88,7 +88,8 @@ pub struct Report {
     pub jobs_finished: usize,
     /// Jobs that could never start (for example, larger than the cluster).
     pub jobs_never_started: usize,
-    /// Allocated GPUs over total GPUs, time-weighted over the time when work was queued.
+    /// GPUs held by jobs whose every pod runs, over total GPUs, time-weighted over the time
+    /// when work was queued. GPUs held by a partly placed gang do no work and do not count.
     pub gpu_allocation_while_queued: f64,
     pub wait: WaitStats,
     pub queues: BTreeMap<String, QueueReport>,
@@ -258,6 +259,7 @@ impl Replay {
         let mut generation: Vec<u32> = Vec::new();
         let mut duration: Vec<f64> = Vec::new();
         let mut start_s: Vec<Option<f64>> = Vec::new();
+        let mut ever_partial: Vec<bool> = Vec::new();
         let (mut finished, mut partial_gangs, mut preemptions, mut cycles, mut decisions) =
             (0usize, 0u64, 0u64, 0u64, 0u64);
         let mut queued_time = 0.0;
@@ -310,6 +312,7 @@ impl Replay {
                 generation.push(0);
                 duration.push(self.jobs[index].duration_s);
                 start_s.push(None);
+                ever_partial.push(false);
             }
             while let Some(Reverse((Time(t), id, gen_at))) = completions.peek() {
                 if *t > now {
@@ -333,12 +336,21 @@ impl Replay {
                 generation[victim as usize] += 1;
                 preemptions += 1;
             }
+            for id in self.scheduler.partially_running() {
+                if !ever_partial[id as usize] {
+                    ever_partial[id as usize] = true;
+                    partial_gangs += 1;
+                }
+            }
             for decision in &output.decisions {
                 on_decision(decision);
                 if decision.placed {
                     let id = decision.job;
                     let placed = self.scheduler.slots(id).len() as u32;
-                    if placed != self.scheduler.job(id).pods {
+                    // A job evicted later in the same cycle is pending again, with no slots.
+                    let running = self.scheduler.is_running(id);
+                    if running && placed != self.scheduler.job(id).pods && !ever_partial[id as usize] {
+                        ever_partial[id as usize] = true;
                         partial_gangs += 1;
                     }
                     if start_s[id as usize].is_none() {
@@ -400,7 +412,7 @@ impl Replay {
         Ok(Report {
             cluster: self.cluster_name,
             trace: self.trace_name,
-            scheduler: "gantry".into(),
+            scheduler: self.scheduler.config.mode.name().into(),
             seed: self.options.seed,
             nodes: self.scheduler.state.len(),
             gpus: total_gpus,
