@@ -185,33 +185,31 @@ impl Queues {
             .map_or(idle, |limit| idle.min(limit))
     }
 
-    /// GPUs `id` could borrow now: its siblings' lendable GPUs not already borrowed by other
-    /// siblings, plus what its parent could borrow in turn.
-    fn available_to(&self, id: QueueId) -> u64 {
-        let siblings = self.siblings(id);
-        let lendable: u64 = siblings
-            .iter()
-            .filter(|&&s| s != id)
-            .map(|&s| self.lendable(s))
-            .sum();
-        let lent: u64 = siblings
-            .iter()
-            .filter(|&&s| s != id)
-            .map(|&s| self.borrowed(s))
-            .sum();
-        let here = lendable.saturating_sub(lent);
+    /// GPUs `id` could still borrow: its siblings' lendable GPUs less what they borrow
+    /// themselves (negative when they already borrow more than the others lend, the rest
+    /// coming from above), plus what its parent could borrow in turn within its limit.
+    fn spare_for(&self, id: QueueId) -> i128 {
+        let others = self.siblings(id).iter().filter(|&&s| s != id);
+        let lendable: u64 = others.clone().map(|&s| self.lendable(s)).sum();
+        let borrowed: u64 = others.map(|&s| self.borrowed(s)).sum();
+        let here = i128::from(lendable) - i128::from(borrowed);
         let above = match self.queues[id].parent {
             Some(parent) => {
                 let limit = self.queues[parent]
                     .def
                     .borrowing_limit_gpus
                     .unwrap_or(u64::MAX);
-                self.available_to(parent)
-                    .min(limit.saturating_sub(self.borrowed(parent)))
+                let room = i128::from(limit.saturating_sub(self.borrowed(parent)));
+                self.spare_for(parent).min(room).max(0)
             }
             None => 0,
         };
-        here.saturating_add(above)
+        here + above
+    }
+
+    /// GPUs `id` could borrow now, beyond what it already borrows.
+    fn available_to(&self, id: QueueId) -> u64 {
+        u64::try_from(self.spare_for(id).max(0)).unwrap_or(u64::MAX)
     }
 
     /// The built-in quota check for `gpus` more GPUs in leaf queue `id`.

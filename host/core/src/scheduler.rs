@@ -185,8 +185,9 @@ impl Scheduler {
     /// Jobs with some but not all pods running: only `K8sDefault` ever has any.
     pub fn partially_running(&self) -> impl Iterator<Item = JobId> + '_ {
         let bound = self.config.mode == Mode::K8sDefault;
-        (0..self.jobs.len() as JobId)
-            .filter(move |&id| bound && matches!(self.jobs[id as usize].state, JobState::Holding { .. }))
+        (0..self.jobs.len() as JobId).filter(move |&id| {
+            bound && matches!(self.jobs[id as usize].state, JobState::Holding { .. })
+        })
     }
 
     pub fn symbols(&self) -> &Arc<Symbols> {
@@ -258,7 +259,9 @@ impl Scheduler {
         match self.config.mode {
             Mode::Gantry => self.cycle_gantry(now_s, hooks),
             Mode::K8sDefault => self.cycle_pod_by_pod(now_s, None),
-            Mode::Coscheduling { permit_timeout_s } => self.cycle_pod_by_pod(now_s, Some(permit_timeout_s)),
+            Mode::Coscheduling { permit_timeout_s } => {
+                self.cycle_pod_by_pod(now_s, Some(permit_timeout_s))
+            }
         }
     }
 
@@ -268,20 +271,28 @@ impl Scheduler {
         let jobs = &self.jobs;
         self.pending.sort_by(|&a, &b| {
             let (a, b) = (&jobs[a as usize].spec, &jobs[b as usize].spec);
-            b.priority.cmp(&a.priority).then(a.submit_s.total_cmp(&b.submit_s))
+            b.priority
+                .cmp(&a.priority)
+                .then(a.submit_s.total_cmp(&b.submit_s))
         });
         let mut out = CycleOutput::default();
-        let attempts: Vec<JobId> = self.pending.iter().take(self.config.max_attempts).copied().collect();
+        let attempts: Vec<JobId> = self
+            .pending
+            .iter()
+            .take(self.config.max_attempts)
+            .copied()
+            .collect();
         for (position, id) in attempts.into_iter().enumerate() {
             let spec = self.jobs[id as usize].spec.clone();
-            let (mut slots, since_s) = match std::mem::replace(&mut self.jobs[id as usize].state, JobState::Pending) {
-                JobState::Holding { slots, since_s } => (slots, since_s),
-                JobState::Pending => (Vec::new(), now_s),
-                other => {
-                    self.jobs[id as usize].state = other;
-                    continue;
-                }
-            };
+            let (mut slots, since_s) =
+                match std::mem::replace(&mut self.jobs[id as usize].state, JobState::Pending) {
+                    JobState::Holding { slots, since_s } => (slots, since_s),
+                    JobState::Pending => (Vec::new(), now_s),
+                    other => {
+                        self.jobs[id as usize].state = other;
+                        continue;
+                    }
+                };
             let mut explanation = self.blank_explanation(&spec, now_s, position as u32);
             while (slots.len() as u32) < spec.pods {
                 let codes = builtin::gpu_fit(&spec.shape, &self.state.nodes);
@@ -294,12 +305,18 @@ impl Scheduler {
                     None => {
                         let mut counts: std::collections::BTreeMap<&str, u32> = Default::default();
                         for &code in codes.iter().filter(|&&c| c != 0) {
-                            *counts.entry(builtin::FILTER_REASONS[code as usize]).or_default() += 1;
+                            *counts
+                                .entry(builtin::FILTER_REASONS[code as usize])
+                                .or_default() += 1;
                         }
-                        explanation.nodes_feasible = codes.iter().filter(|&&c| c == 0).count() as u32;
+                        explanation.nodes_feasible =
+                            codes.iter().filter(|&&c| c == 0).count() as u32;
                         explanation.filters = vec![FilterExplain {
                             policy: "builtin".into(),
-                            rejected: counts.into_iter().map(|(r, c)| (r.to_string(), c)).collect(),
+                            rejected: counts
+                                .into_iter()
+                                .map(|(r, c)| (r.to_string(), c))
+                                .collect(),
                         }];
                         break;
                     }
@@ -314,13 +331,20 @@ impl Scheduler {
                     }
                 }
                 explanation.outcome = Outcome::Placed {
-                    nodes: node_pods.into_iter().map(|(n, p)| (self.node_name(n), p)).collect(),
+                    nodes: node_pods
+                        .into_iter()
+                        .map(|(n, p)| (self.node_name(n), p))
+                        .collect(),
                 };
                 self.running_gpus += spec.total().gpus;
                 self.queues.charge(spec.queue, spec.total(), true);
                 self.jobs[id as usize].state = JobState::Running { slots };
                 self.pending.retain(|&p| p != id);
-                out.decisions.push(Decision { job: id, placed: true, explanation });
+                out.decisions.push(Decision {
+                    job: id,
+                    placed: true,
+                    explanation,
+                });
                 continue;
             }
             let timed_out = permit_timeout_s.is_some_and(|timeout| now_s - since_s >= timeout);
@@ -331,11 +355,21 @@ impl Scheduler {
                 "the permit timeout released the assumed pods; retrying the whole gang".to_string()
             } else {
                 let held = slots.len();
-                self.jobs[id as usize].state = JobState::Holding { slots, since_s };
-                format!("{} more pods to fit ({held} of {} hold nodes)", spec.pods as usize - held, spec.pods)
+                if held > 0 {
+                    self.jobs[id as usize].state = JobState::Holding { slots, since_s };
+                }
+                format!(
+                    "{} more pods to fit ({held} of {} hold nodes)",
+                    spec.pods as usize - held,
+                    spec.pods
+                )
             };
             explanation.outcome = Outcome::Pending { waiting_for };
-            out.decisions.push(Decision { job: id, placed: false, explanation });
+            out.decisions.push(Decision {
+                job: id,
+                placed: false,
+                explanation,
+            });
         }
         out
     }

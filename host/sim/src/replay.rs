@@ -349,7 +349,10 @@ impl Replay {
                     let placed = self.scheduler.slots(id).len() as u32;
                     // A job evicted later in the same cycle is pending again, with no slots.
                     let running = self.scheduler.is_running(id);
-                    if running && placed != self.scheduler.job(id).pods && !ever_partial[id as usize] {
+                    if running
+                        && placed != self.scheduler.job(id).pods
+                        && !ever_partial[id as usize]
+                    {
                         ever_partial[id as usize] = true;
                         partial_gangs += 1;
                     }
