@@ -1,15 +1,10 @@
 #!/usr/bin/env bash
-# Gantry's main job for now: build the example policies, validate each as an admin would, and
-# measure them against native Rust. (The simulated 7,500-node cluster comes next.)
+# Gantry's main job with no cluster configured: build it and the example policies, then run a
+# simulated copy of the 7,500-node cluster in ../shared/clusters/ under a steady synthetic load.
+# Extra arguments go to `gantry serve` (for example --duration-s 60).
 set -euo pipefail
 cd "$(dirname "$0")/.."
 source scripts/env.sh
 scripts/build-plugins.sh
 cargo build --release --quiet -p gantry
-gantry="$CARGO_TARGET_DIR/release/gantry"
-for policy in gpu_fit gpu_binpack team_quota; do
-    echo
-    "$gantry" policy validate "$CARGO_TARGET_DIR/wasm32-wasip2/plugin/$policy.wasm"
-done
-echo
-"$gantry" bench policy --nodes 7500
+exec "$CARGO_TARGET_DIR/release/gantry" serve "$@"

@@ -3,6 +3,7 @@
 
 mod bench;
 mod sample;
+mod serve;
 mod simulate;
 mod validate;
 
@@ -33,6 +34,8 @@ enum Command {
     /// Measure Gantry and print the figures.
     #[command(subcommand)]
     Bench(BenchCommand),
+    /// Run Gantry. With no cluster configured: a simulated 7,500-node cluster under load.
+    Serve(serve::ServeArgs),
     /// Replay a job trace on a simulated cluster and report waits, allocation and gangs.
     Simulate(simulate::SimulateArgs),
 }
@@ -91,6 +94,7 @@ fn main() -> ExitCode {
             bench::run_policy(args).map(|()| ExitCode::SUCCESS)
         }
         Command::Simulate(args) => simulate::run(args).map(|()| ExitCode::SUCCESS),
+        Command::Serve(args) => serve::run(args).map(|()| ExitCode::SUCCESS),
     };
     match result {
         Ok(code) => code,

@@ -139,3 +139,155 @@ fn bench_policy_prints_one_json_object() {
     }
     assert!(report["boundary_ns_per_node"].as_f64().is_some());
 }
+
+fn shared(path: &str) -> String {
+    format!("{}/../../../shared/{path}", env!("CARGO_MANIFEST_DIR"))
+}
+
+fn simulate(
+    cluster: &str,
+    trace: &str,
+    extra: &[&str],
+    report: &std::path::Path,
+) -> serde_json::Value {
+    let report_arg = report.display().to_string();
+    let mut args = vec![
+        "simulate",
+        "--cluster",
+        cluster,
+        "--trace",
+        trace,
+        "--report",
+        &report_arg,
+    ];
+    args.extend_from_slice(extra);
+    let out = gantry(&args);
+    assert!(
+        out.status.success(),
+        "{}{}",
+        text(&out.stdout),
+        text(&out.stderr)
+    );
+    serde_json::from_slice(&std::fs::read(report).unwrap()).unwrap()
+}
+
+fn temp(name: &str) -> PathBuf {
+    let dir = std::env::temp_dir().join(format!("gantry-cli-{}", std::process::id()));
+    std::fs::create_dir_all(&dir).unwrap();
+    dir.join(name)
+}
+
+#[test]
+fn both_sample_traces_replay_with_the_wasm_policies_and_no_partial_gang() {
+    let policies = ["gpu_fit.wasm", "gpu_binpack.wasm", "team_quota.wasm"].map(plugin);
+    let mut extra = Vec::new();
+    for policy in &policies {
+        extra.extend(["--policy", policy.as_str()]);
+    }
+    for (cluster, trace, jobs) in [
+        (
+            "clusters/small-64.yaml",
+            "traces/tiresias-60.gantry.csv",
+            60,
+        ),
+        (
+            "clusters/alibaba-openb-2023.yaml",
+            "traces/alibaba-openb-default.gantry.csv",
+            8151,
+        ),
+    ] {
+        // The audit after every cycle is on by default: a double-allocated GPU fails the run.
+        let report = simulate(
+            &shared(cluster),
+            &shared(trace),
+            &extra,
+            &temp("sample.json"),
+        );
+        assert_eq!(report["partial_gangs"], 0, "{trace}");
+        assert_eq!(report["jobs_submitted"], jobs, "{trace}");
+        assert_eq!(report["jobs_finished"], jobs, "{trace}");
+    }
+}
+
+#[test]
+fn the_same_inputs_give_a_byte_identical_report() {
+    let scenario = concat!(
+        env!("CARGO_MANIFEST_DIR"),
+        "/../../tests/scenarios/gang-burst"
+    );
+    let (cluster, trace) = (
+        format!("{scenario}/cluster.yaml"),
+        format!("{scenario}/trace.csv"),
+    );
+    let (a, b) = (temp("a.json"), temp("b.json"));
+    simulate(&cluster, &trace, &["--no-wall-clock", "--seed", "3"], &a);
+    simulate(&cluster, &trace, &["--no-wall-clock", "--seed", "3"], &b);
+    assert_eq!(std::fs::read(&a).unwrap(), std::fs::read(&b).unwrap());
+}
+
+#[test]
+fn gangs_never_run_partially_under_gantry_but_do_under_stock_kube_scheduler() {
+    let scenario = concat!(
+        env!("CARGO_MANIFEST_DIR"),
+        "/../../tests/scenarios/gang-burst"
+    );
+    let (cluster, trace) = (
+        format!("{scenario}/cluster.yaml"),
+        format!("{scenario}/trace.csv"),
+    );
+    let gantry = simulate(&cluster, &trace, &[], &temp("g.json"));
+    let stock = simulate(
+        &cluster,
+        &trace,
+        &["--baseline", "k8s-default"],
+        &temp("k.json"),
+    );
+    let cosched = simulate(
+        &cluster,
+        &trace,
+        &["--baseline", "coscheduling"],
+        &temp("c.json"),
+    );
+    assert_eq!(gantry["partial_gangs"], 0);
+    assert_eq!(cosched["partial_gangs"], 0);
+    assert!(stock["partial_gangs"].as_u64().unwrap() > 0, "{stock}");
+    assert_eq!(gantry["scheduler"], "gantry");
+    assert_eq!(stock["scheduler"], "k8s-default");
+}
+
+#[test]
+fn a_trace_naming_an_unknown_queue_is_refused_with_its_line() {
+    let trace = temp("bad-queue.csv");
+    std::fs::write(&trace, "job_id,submit_s,duration_s,pods,gpus_per_pod,queue\nj1,0,10,1,1,default\nj2,5,10,1,1,nosuch\n").unwrap();
+    let out = gantry(&[
+        "simulate",
+        "--cluster",
+        &shared("clusters/small-64.yaml"),
+        "--trace",
+        &trace.display().to_string(),
+        "--report",
+        &temp("unused.json").display().to_string(),
+    ]);
+    assert!(!out.status.success());
+    assert_eq!(
+        text(&out.stderr),
+        "error: bad-queue.csv line 3: queue \"nosuch\" is not declared in cluster spec small-64\n"
+    );
+}
+
+#[test]
+fn serve_schedules_the_simulated_cluster_and_logs_progress() {
+    let out = gantry(&["serve", "--duration-s", "3", "--log-every-s", "1"]);
+    assert!(out.status.success(), "{}", text(&out.stderr));
+    let stdout = text(&out.stdout);
+    assert!(
+        stdout.starts_with("gantry serve: simulating openai-like-7500 (7500 nodes, 60000 GPUs)"),
+        "{stdout}"
+    );
+    assert!(
+        stdout
+            .lines()
+            .any(|l| l.starts_with("t=") && l.contains(" placed ")),
+        "{stdout}"
+    );
+}
