@@ -601,30 +601,35 @@ impl Scheduler {
             }
         }
         let mut capacity = vec![0u32; n];
-        let mut counts: Vec<std::collections::BTreeMap<String, u32>> =
-            vec![Default::default(); filter_names.len()];
+        // Count by (filter, code) first; the reason texts are looked up once per distinct code.
+        let mut code_counts: std::collections::HashMap<(usize, u16), u32> = Default::default();
+        let mut fault_count = 0u32;
         for node in 0..n {
             match rejected_by[node] {
-                Some((filter, code)) => {
-                    let text = if filter == 0 {
-                        builtin::FILTER_REASONS
-                            .get(code as usize)
-                            .copied()
-                            .unwrap_or("rejected")
-                            .to_string()
-                    } else {
-                        hooks.reason_text(filter - 1, code)
-                    };
-                    *counts[filter].entry(text).or_default() += 1;
-                }
-                None if !closed.is_empty() => {
-                    let (filter, fault) = &closed[0];
-                    *counts[*filter]
-                        .entry(format!("policy faulted: {fault}"))
-                        .or_default() += 1;
-                }
+                Some(key) => *code_counts.entry(key).or_default() += 1,
+                None if !closed.is_empty() => fault_count += 1,
                 None => capacity[node] = self.state.capacity_for(node, &spec.shape),
             }
+        }
+        let mut counts: Vec<std::collections::BTreeMap<String, u32>> =
+            vec![Default::default(); filter_names.len()];
+        for ((filter, code), count) in code_counts {
+            let text = if filter == 0 {
+                builtin::FILTER_REASONS
+                    .get(code as usize)
+                    .copied()
+                    .unwrap_or("rejected")
+                    .to_string()
+            } else {
+                hooks.reason_text(filter - 1, code)
+            };
+            *counts[filter].entry(text).or_default() += count;
+        }
+        if fault_count > 0 {
+            let (filter, fault) = &closed[0];
+            *counts[*filter]
+                .entry(format!("policy faulted: {fault}"))
+                .or_default() += fault_count;
         }
         explanation.nodes_feasible = capacity.iter().filter(|&&c| c > 0).count() as u32;
         explanation.filters = filter_names
@@ -668,7 +673,13 @@ impl Scheduler {
             parts.push(("builtin:binpack".into(), scores));
         }
         let mut feasible: Vec<usize> = (0..n).filter(|&i| capacity[i] > 0).collect();
-        feasible.sort_by(|&a, &b| totals[b].cmp(&totals[a]).then(a.cmp(&b)));
+        let better = |a: &usize, b: &usize| totals[*b].cmp(&totals[*a]).then(a.cmp(b));
+        let top = self.config.top_nodes.min(feasible.len());
+        if top > 0 && top < feasible.len() {
+            feasible.select_nth_unstable_by(top - 1, better);
+            feasible.truncate(top);
+        }
+        feasible.sort_by(better);
         explanation.top_nodes = feasible
             .iter()
             .take(self.config.top_nodes)

@@ -189,3 +189,173 @@ pub fn run_policy(args: PolicyBenchArgs) -> anyhow::Result<()> {
     }
     Ok(())
 }
+
+#[derive(Args, Debug)]
+pub struct ScheduleBenchArgs {
+    /// Cluster spec to schedule on.
+    #[arg(long, default_value = concat!(env!("CARGO_MANIFEST_DIR"), "/../../../shared/clusters/openai-like-7500.yaml"))]
+    cluster: std::path::PathBuf,
+    /// Single pods to place, one decision each.
+    #[arg(long, default_value_t = 2000)]
+    pods: usize,
+    /// 128-pod × 8-GPU gangs to place.
+    #[arg(long, default_value_t = 20)]
+    gangs: usize,
+    /// Print one JSON object instead of text.
+    #[arg(long)]
+    json: bool,
+    #[command(flatten)]
+    plugins: PluginDir,
+}
+
+fn percentile(sorted: &[Duration], p: f64) -> Duration {
+    if sorted.is_empty() {
+        return Duration::ZERO;
+    }
+    let rank = ((p / 100.0) * sorted.len() as f64).ceil() as usize;
+    sorted[rank.clamp(1, sorted.len()) - 1]
+}
+
+/// A scheduler on `cluster` with the three example policies active.
+fn bench_scheduler(
+    args: &ScheduleBenchArgs,
+    engine: &PolicyEngine,
+    symbols: &std::sync::Arc<Symbols>,
+) -> anyhow::Result<(
+    gantry_core::Scheduler,
+    gantry_policy::PolicySet,
+    Vec<String>,
+)> {
+    let spec = gantry_sim::ClusterSpec::load(&args.cluster)?;
+    let cluster = spec.build(symbols);
+    let defs: Vec<gantry_core::QueueDef> = cluster
+        .queues
+        .iter()
+        .map(|q| gantry_core::QueueDef {
+            name: q.name.clone(),
+            parent: q.parent.clone(),
+            nominal_gpus: q.nominal_gpus,
+            weight: q.weight,
+            borrowing_limit_gpus: q.borrowing_limit_gpus,
+            lending_limit_gpus: q.lending_limit_gpus,
+        })
+        .collect();
+    let leaves: Vec<String> = cluster
+        .queues
+        .iter()
+        .filter(|q| {
+            !cluster
+                .queues
+                .iter()
+                .any(|c| c.parent.as_deref() == Some(&q.name))
+        })
+        .map(|q| q.name.clone())
+        .collect();
+    let gpus: u64 = cluster.nodes.gpu_total.iter().map(|&g| u64::from(g)).sum();
+    let queues = gantry_core::Queues::new(&defs, gantry_core::Resources::gpus(gpus), 600.0)?;
+    let config = gantry_core::SchedulerConfig {
+        max_attempts: 1,
+        ..gantry_core::SchedulerConfig::default()
+    };
+    let scheduler = gantry_core::Scheduler::new(
+        gantry_core::ClusterState::new(cluster.nodes),
+        queues,
+        symbols.clone(),
+        config,
+    );
+    let mut entries = Vec::new();
+    for file in ["gpu_fit.wasm", "gpu_binpack.wasm", "team_quota.wasm"] {
+        let bytes = std::fs::read(args.plugins.resolve(file)?)?;
+        entries.push(gantry_policy::SetEntry {
+            policy: std::sync::Arc::new(engine.load(&bytes, PolicyOptions::default())?),
+            weight: 1,
+        });
+    }
+    Ok((scheduler, gantry_policy::PolicySet::new(1, entries), leaves))
+}
+
+fn job(
+    symbols: &Symbols,
+    name: String,
+    queue: (usize, &str),
+    pods: u32,
+    gpus: u32,
+) -> gantry_core::JobSpec {
+    gantry_core::JobSpec {
+        shape: PodShape {
+            name: symbols.intern(&name),
+            queue: symbols.intern(queue.1),
+            gpus,
+            gang_size: pods,
+            ..PodShape::default()
+        },
+        name,
+        queue: queue.0,
+        priority: 0,
+        pods,
+        balloon: false,
+        topology: gantry_core::TopologyPref::default(),
+        submit_s: 0.0,
+    }
+}
+
+/// `gantry bench schedule`: decisions per second and latency with the example policies active.
+pub fn run_schedule(args: ScheduleBenchArgs) -> anyhow::Result<()> {
+    let symbols = Symbols::new();
+    let engine = PolicyEngine::new(Limits::default(), symbols.clone())?;
+    let (mut scheduler, mut set, leaves) = bench_scheduler(&args, &engine, &symbols)?;
+    let queue_ids: Vec<(usize, String)> = leaves
+        .iter()
+        .map(|name| (scheduler.queues.id(name).unwrap_or(0), name.clone()))
+        .collect();
+    anyhow::ensure!(!queue_ids.is_empty(), "the cluster spec declares no queue");
+
+    let mut single = Vec::with_capacity(args.pods);
+    let started = Instant::now();
+    for i in 0..args.pods {
+        let (id, name) = &queue_ids[i % queue_ids.len()];
+        let gpus = [1, 2, 4, 8][i % 4];
+        scheduler.submit(job(&symbols, format!("pod-{i}"), (*id, name), 1, gpus));
+        let t = Instant::now();
+        let out = scheduler.cycle(0.0, &mut set);
+        single.push(t.elapsed());
+        anyhow::ensure!(
+            out.decisions.iter().all(|d| d.placed),
+            "pod-{i} was not placed: the cluster is full; ask fewer --pods"
+        );
+    }
+    let single_wall = started.elapsed();
+
+    let (mut scheduler, mut set, _) = bench_scheduler(&args, &engine, &symbols)?;
+    let mut gang = Vec::with_capacity(args.gangs);
+    for i in 0..args.gangs {
+        let (id, name) = &queue_ids[i % queue_ids.len()];
+        scheduler.submit(job(&symbols, format!("gang-{i}"), (*id, name), 128, 8));
+        let t = Instant::now();
+        let out = scheduler.cycle(0.0, &mut set);
+        gang.push(t.elapsed());
+        anyhow::ensure!(
+            out.decisions.iter().all(|d| d.placed),
+            "gang-{i} was not placed; ask fewer --gangs"
+        );
+    }
+    single.sort_unstable();
+    gang.sort_unstable();
+    let report = json!({
+        "cluster": scheduler.state.len(),
+        "policies": ["gpu-fit", "gpu-binpack", "team-quota"],
+        "single_pods": args.pods,
+        "single_pod_decisions_per_s": round2(args.pods as f64 / single_wall.as_secs_f64()),
+        "decision_p50_us": round2(ns(percentile(&single, 50.0)) / 1e3),
+        "decision_p99_us": round2(ns(percentile(&single, 99.0)) / 1e3),
+        "gangs": args.gangs,
+        "gang_128x8_p50_ms": round2(ns(percentile(&gang, 50.0)) / 1e6),
+        "gang_128x8_p99_ms": round2(ns(percentile(&gang, 99.0)) / 1e6),
+    });
+    if args.json {
+        println!("{report}");
+    } else {
+        println!("{}", serde_json::to_string_pretty(&report)?);
+    }
+    Ok(())
+}

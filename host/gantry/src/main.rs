@@ -50,6 +50,8 @@ enum PolicyCommand {
 enum BenchCommand {
     /// Cost per node of the Wasm example policies against their native Rust twins.
     Policy(bench::PolicyBenchArgs),
+    /// Scheduling decisions per second and latency, with the example policies active.
+    Schedule(bench::ScheduleBenchArgs),
 }
 
 /// Where the policies built from `plugins/` are found.
@@ -92,6 +94,9 @@ fn main() -> ExitCode {
         Command::Policy(PolicyCommand::Validate(args)) => validate::run(args),
         Command::Bench(BenchCommand::Policy(args)) => {
             bench::run_policy(args).map(|()| ExitCode::SUCCESS)
+        }
+        Command::Bench(BenchCommand::Schedule(args)) => {
+            bench::run_schedule(args).map(|()| ExitCode::SUCCESS)
         }
         Command::Simulate(args) => simulate::run(args).map(|()| ExitCode::SUCCESS),
         Command::Serve(args) => serve::run(args).map(|()| ExitCode::SUCCESS),
