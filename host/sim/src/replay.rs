@@ -86,11 +86,12 @@ pub struct Report {
     pub jobs_submitted: usize,
     pub jobs_started: usize,
     pub jobs_finished: usize,
-    /// Jobs that could never start (for example, larger than the cluster).
+    /// Jobs that never started: larger than the cluster, or starved (a scheduler deadlock).
     pub jobs_never_started: usize,
     /// GPUs held by jobs whose every pod runs, over total GPUs, time-weighted over the time
     /// when work was queued. GPUs held by a partly placed gang do no work and do not count.
     pub gpu_allocation_while_queued: f64,
+    /// Over every submitted job; one that never started counts its wait until the end.
     pub wait: WaitStats,
     pub queues: BTreeMap<String, QueueReport>,
     /// Gangs that ever ran with some but not all of their pods. Must be 0.
@@ -126,6 +127,11 @@ impl Ord for Time {
         self.0.total_cmp(&other.0)
     }
 }
+
+/// How often a scheduler with pending work retries when nothing else happens.
+const RETRY_S: f64 = 30.0;
+/// Retries in a row that change nothing, with nothing running, before the replay gives up.
+const MAX_IDLE_RETRIES: u32 = 40;
 
 /// Every decision the replay made, for callers that keep them (the store, the UI).
 pub type OnDecision<'a> = dyn FnMut(&gantry_core::Decision) + 'a;
@@ -268,16 +274,26 @@ impl Replay {
         let (mut frag_sum, mut frag_cycles) = (0.0, 0u64);
         let mut now = 0.0f64;
         let mut last_end = 0.0f64;
+        let mut idle_retries = 0u32;
         let first_submit = self.jobs.first().map_or(0.0, |j| j.submit_s);
         loop {
             let next_arrival = arrivals.peek().map(|&(_, t)| t);
             let next_completion = completions.peek().map(|Reverse((Time(t), _, _))| *t);
-            let next = match (next_arrival, next_completion) {
-                (None, None) => break,
-                (Some(a), None) => a,
-                (None, Some(c)) => c,
-                (Some(a), Some(c)) => a.min(c),
+            // With work pending, a real scheduler keeps retrying (and the Coscheduling permit
+            // timeout fires) even when no job arrives or ends: retry every `RETRY_S`, until a
+            // few retries in a row change nothing and nothing runs that could.
+            let retry = (!self.scheduler.pending().is_empty() && idle_retries < MAX_IDLE_RETRIES)
+                .then_some(now + RETRY_S);
+            let next = match [next_arrival, next_completion, retry]
+                .into_iter()
+                .flatten()
+                .min_by(f64::total_cmp)
+            {
+                Some(next) => next,
+                None => break,
             };
+            let retrying =
+                retry == Some(next) && next_arrival != Some(next) && next_completion != Some(next);
             // Integrate allocation over [now, next) while work waits.
             if !self.scheduler.pending().is_empty() && next > now {
                 let dt = next - now;
@@ -331,6 +347,14 @@ impl Replay {
             }
             let output = self.scheduler.cycle(now, hooks);
             cycles += 1;
+            let progressed =
+                output.decisions.iter().any(|d| d.placed) || !output.evicted.is_empty();
+            let running = self.scheduler.running().next().is_some();
+            idle_retries = if retrying && !progressed && !running {
+                idle_retries + 1
+            } else {
+                0
+            };
             decisions += output.decisions.len() as u64;
             for &victim in &output.evicted {
                 generation[victim as usize] += 1;
@@ -382,11 +406,14 @@ impl Replay {
         }
         progress(finished);
 
+        // A job that never started counts its wait until the replay ended: leaving it out
+        // would make a scheduler that starves jobs look fast.
         let waits: Vec<(usize, f64)> = trace_to_job
             .iter()
-            .filter_map(|&id| {
+            .map(|&id| {
                 let spec = self.scheduler.job(id);
-                start_s[id as usize].map(|s| (spec.queue, s - spec.submit_s))
+                let start = start_s[id as usize].unwrap_or(now.max(spec.submit_s));
+                (spec.queue, start - spec.submit_s)
             })
             .collect();
         let mut queues = BTreeMap::new();
