@@ -3,6 +3,8 @@
 //! it does not fit); the built-in score ranks when no score policy is active. `gantry bench
 //! policy` also uses them as the native twins the Wasm policies are measured against.
 
+use std::ops::Range;
+
 use crate::model::{Health, NodeTable, PodShape};
 
 /// The built-in filter's reason codes, as `gpu-fit` declares them.
@@ -24,7 +26,12 @@ pub const FILTER_REASONS: [&str; 6] = [
 
 /// One reason code per node: 0 fits.
 pub fn gpu_fit(pod: &PodShape, t: &NodeTable) -> Vec<u16> {
-    (0..t.len()).map(|i| gpu_fit_one(pod, t, i)).collect()
+    gpu_fit_range(pod, t, 0..t.len())
+}
+
+/// One reason code per node of `nodes`.
+pub fn gpu_fit_range(pod: &PodShape, t: &NodeTable, nodes: Range<usize>) -> Vec<u16> {
+    nodes.map(|i| gpu_fit_one(pod, t, i)).collect()
 }
 
 #[inline]
@@ -67,18 +74,29 @@ const RECIP_10_TOTAL: [u64; 65] = {
 /// Bin-packing scores in 0..=100, exactly as `gpu-binpack` computes them with its default
 /// weights (70 for the node, 30 for its domains).
 pub fn gpu_binpack(pod: &PodShape, t: &NodeTable) -> Vec<u32> {
-    binpack_with(pod, t, 70, 30)
+    binpack_with(pod, t, 0..t.len(), 70, 30)
+}
+
+/// [`gpu_binpack`] for the nodes of `nodes` only.
+pub fn gpu_binpack_range(pod: &PodShape, t: &NodeTable, nodes: Range<usize>) -> Vec<u32> {
+    binpack_with(pod, t, nodes, 70, 30)
 }
 
 /// Least-allocated spreading (kube-scheduler's default): emptier nodes score higher.
 pub fn least_allocated(pod: &PodShape, t: &NodeTable) -> Vec<u32> {
-    binpack_with(pod, t, 1, 0)
+    binpack_with(pod, t, 0..t.len(), 1, 0)
         .into_iter()
         .map(|full| 100 - full.min(100))
         .collect()
 }
 
-fn binpack_with(pod: &PodShape, t: &NodeTable, node_weight: u64, domain_weight: u64) -> Vec<u32> {
+fn binpack_with(
+    pod: &PodShape,
+    t: &NodeTable,
+    nodes: Range<usize>,
+    node_weight: u64,
+    domain_weight: u64,
+) -> Vec<u32> {
     let weights_recip = recip(node_weight + domain_weight);
     let level_pct: Vec<Vec<u64>> = t
         .levels
@@ -118,7 +136,7 @@ fn binpack_with(pod: &PodShape, t: &NodeTable, node_weight: u64, domain_weight: 
     });
     const UNKNOWN: u8 = u8::MAX;
     let mut inner_to_full = vec![UNKNOWN; t.levels.first().map_or(0, |l| l.domain_gpu_total.len())];
-    (0..t.len())
+    nodes
         .map(|i| {
             let total = t.gpu_total[i];
             if total == 0 {

@@ -17,8 +17,10 @@ pub struct Explanation {
     pub time_s: f64,
     pub outcome: Outcome,
     pub quota: QuotaExplain,
-    /// Nodes looked at, and how many passed every filter.
+    /// Nodes in the cluster, nodes evaluated (a single pod stops once enough fit), and how
+    /// many of those passed every filter.
     pub nodes_total: u32,
+    pub nodes_evaluated: u32,
     pub nodes_feasible: u32,
     /// Per filter (built-in first), how many nodes it rejected for each reason.
     pub filters: Vec<FilterExplain>,

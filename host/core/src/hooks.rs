@@ -1,6 +1,8 @@
 //! The seam between the pure cycle and the policies it consults beyond the built-ins. The Wasm
 //! runtime (`gantry-policy`) implements [`PolicyHooks`]; the core knows nothing of wasmtime.
 
+use std::ops::Range;
+
 use crate::cluster::ClusterState;
 use crate::explain::PolicyRef;
 use crate::model::{CohortUsage, JobRequest, PodShape, QueueUsage, QuotaVerdict};
@@ -21,15 +23,23 @@ pub trait PolicyHooks {
     fn policies(&self) -> Vec<PolicyRef>;
     /// The policy-set version every decision of this cycle records.
     fn set_version(&self) -> u64;
-    /// Per filter policy, in order: its name and a reason code per node of `state` (0 fits).
-    fn filter(&mut self, state: &ClusterState, pod: &PodShape) -> Vec<(String, Verdict<Vec<u16>>)>;
+    /// Per filter policy, in order: its name and a reason code per node of `nodes` (0 fits).
+    /// `nodes` is a chunk of the table: a multiple of `CHUNK` to the next one, or the end.
+    fn filter(
+        &mut self,
+        state: &ClusterState,
+        pod: &PodShape,
+        nodes: Range<usize>,
+    ) -> Vec<(String, Verdict<Vec<u16>>)>;
     /// The text of filter policy `index`'s reason `code`.
     fn reason_text(&self, index: usize, code: u16) -> String;
-    /// Per score policy, in order: its name, weight and a score per node (0..=100).
+    /// Per score policy, in order: its name, weight and a score per node of `nodes`
+    /// (0..=100).
     fn score(
         &mut self,
         state: &ClusterState,
         pod: &PodShape,
+        nodes: Range<usize>,
     ) -> Vec<(String, u32, Verdict<Vec<u32>>)>;
     /// Per quota policy, in order: its name and verdict.
     fn admit(
@@ -51,13 +61,23 @@ impl PolicyHooks for BuiltinOnly {
     fn set_version(&self) -> u64 {
         0
     }
-    fn filter(&mut self, _: &ClusterState, _: &PodShape) -> Vec<(String, Verdict<Vec<u16>>)> {
+    fn filter(
+        &mut self,
+        _: &ClusterState,
+        _: &PodShape,
+        _: Range<usize>,
+    ) -> Vec<(String, Verdict<Vec<u16>>)> {
         Vec::new()
     }
     fn reason_text(&self, _: usize, code: u16) -> String {
         format!("reason {code}")
     }
-    fn score(&mut self, _: &ClusterState, _: &PodShape) -> Vec<(String, u32, Verdict<Vec<u32>>)> {
+    fn score(
+        &mut self,
+        _: &ClusterState,
+        _: &PodShape,
+        _: Range<usize>,
+    ) -> Vec<(String, u32, Verdict<Vec<u32>>)> {
         Vec::new()
     }
     fn admit(

@@ -17,6 +17,13 @@ use crate::symbols::Symbols;
 /// Index of a job in the scheduler.
 pub type JobId = u32;
 
+/// One evaluated chunk: its nodes, and each score policy's weighted scores for them.
+type ChunkScores = (std::ops::Range<usize>, Vec<(String, Vec<u64>)>);
+
+/// Nodes evaluated per policy call. Policies see the cluster a chunk at a time, so a single
+/// pod can stop early; a gang always sees every chunk.
+pub const CHUNK: usize = 1024;
+
 /// Where a gang wants to run: within one domain of `level` (an index into the node table's
 /// levels, innermost first), as a hard requirement or a preference.
 #[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Serialize, Deserialize)]
@@ -127,6 +134,9 @@ pub struct SchedulerConfig {
     pub top_nodes: usize,
     pub preemption: bool,
     pub mode: Mode,
+    /// A single pod is placed once this many feasible nodes are found (or 5% of the cluster,
+    /// if more), like kube-scheduler's minFeasibleNodesToFind.
+    pub min_feasible_nodes: usize,
 }
 
 impl Default for SchedulerConfig {
@@ -136,6 +146,7 @@ impl Default for SchedulerConfig {
             top_nodes: 5,
             preemption: true,
             mode: Mode::Gantry,
+            min_feasible_nodes: 100,
         }
     }
 }
@@ -151,6 +162,9 @@ pub struct Scheduler {
     pending: Vec<JobId>,
     /// GPUs held by jobs whose every pod runs: the allocation that does work.
     running_gpus: u64,
+    /// The chunk the next single pod starts evaluating at, so decisions spread their reads
+    /// over the cluster. A `Cell` because evaluation borrows the scheduler immutably.
+    next_chunk: std::cell::Cell<usize>,
 }
 
 /// A placement found for a job: the pods per node, and the domain it fits in.
@@ -174,6 +188,7 @@ impl Scheduler {
             jobs: Vec::new(),
             pending: Vec::new(),
             running_gpus: 0,
+            next_chunk: std::cell::Cell::new(0),
         }
     }
 
@@ -392,6 +407,7 @@ impl Scheduler {
                 position,
             },
             nodes_total: self.state.len() as u32,
+            nodes_evaluated: 0,
             nodes_feasible: 0,
             filters: Vec::new(),
             top_nodes: Vec::new(),
@@ -563,52 +579,134 @@ impl Scheduler {
     }
 
     /// Run every filter and score; the pods of `spec`'s shape each node takes (0 where
-    /// filtered out) and each node's total score.
+    /// filtered out or not evaluated) and each node's total score.
+    ///
+    /// Nodes are evaluated a chunk of [`CHUNK`] at a time. A gang sees every chunk (topology
+    /// placement needs the whole picture). A single pod stops once enough feasible nodes are
+    /// found, starting each decision where the last one stopped, as kube-scheduler does with
+    /// `percentageOfNodesToScore`: a pod that fits is placed without paying for every node.
     fn evaluate(
         &self,
         spec: &JobSpec,
         hooks: &mut dyn PolicyHooks,
         explanation: &mut Explanation,
     ) -> (Vec<u32>, Vec<u64>) {
-        let nodes = &self.state.nodes;
-        let n = nodes.len();
-        let builtin_codes = builtin::gpu_fit(&spec.shape, nodes);
-        let policy_codes = hooks.filter(&self.state, &spec.shape);
-        // Each rejected node is counted once, for the first filter that rejected it.
-        let mut rejected_by: Vec<Option<(usize, u16)>> = vec![None; n];
-        for (node, &code) in builtin_codes.iter().enumerate() {
-            if code != 0 {
-                rejected_by[node] = Some((0, code));
-            }
-        }
+        let n = self.state.len();
+        let chunks = n.div_ceil(CHUNK).max(1);
+        let enough = if spec.pods == 1 {
+            (n / 20).max(self.config.min_feasible_nodes)
+        } else {
+            usize::MAX
+        };
+        let first = if spec.pods == 1 {
+            self.next_chunk.get() % chunks
+        } else {
+            0
+        };
+        let mut capacity = vec![0u32; n];
+        let mut totals = vec![0u64; n];
         let mut filter_names = vec!["builtin".to_string()];
-        let mut closed: Vec<(usize, String)> = Vec::new();
-        for (index, (policy, verdict)) in policy_codes.iter().enumerate() {
-            filter_names.push(policy.clone());
-            match verdict {
-                Verdict::Answer(codes) => {
-                    for (node, &code) in codes.iter().enumerate() {
-                        if code != 0 && rejected_by[node].is_none() {
-                            rejected_by[node] = Some((index + 1, code));
+        // Rejections counted by (filter, code); texts are looked up once per distinct code.
+        let mut code_counts: std::collections::HashMap<(usize, u16), u32> = Default::default();
+        let mut fault_counts: std::collections::BTreeMap<(usize, String), u32> = Default::default();
+        let mut feasible = 0usize;
+        let mut evaluated = 0usize;
+        // Per evaluated chunk: each score policy's weighted scores, for the top nodes' parts.
+        let mut chunk_parts: Vec<ChunkScores> = Vec::new();
+        for step in 0..chunks {
+            let chunk = (first + step) % chunks;
+            let range = chunk * CHUNK..((chunk + 1) * CHUNK).min(n);
+            evaluated += range.len();
+            let builtin_codes =
+                builtin::gpu_fit_range(&spec.shape, &self.state.nodes, range.clone());
+            // Each rejected node is counted once, for the first filter that rejected it.
+            let mut rejected_by: Vec<Option<(usize, u16)>> = builtin_codes
+                .iter()
+                .map(|&code| (code != 0).then_some((0, code)))
+                .collect();
+            let mut closed: Option<(usize, String)> = None;
+            for (index, (policy, verdict)) in hooks
+                .filter(&self.state, &spec.shape, range.clone())
+                .into_iter()
+                .enumerate()
+            {
+                if filter_names.len() <= index + 1 {
+                    filter_names.push(policy.clone());
+                }
+                match verdict {
+                    Verdict::Answer(codes) => {
+                        for (slot, &code) in rejected_by.iter_mut().zip(&codes) {
+                            if code != 0 && slot.is_none() {
+                                *slot = Some((index + 1, code));
+                            }
+                        }
+                    }
+                    Verdict::Skipped(fault) => {
+                        let fault = format!("{policy}: {fault}");
+                        if !explanation.faults.contains(&fault) {
+                            explanation.faults.push(fault);
+                        }
+                    }
+                    Verdict::Rejected(fault) => {
+                        let text = format!("{policy}: {fault}");
+                        if !explanation.faults.contains(&text) {
+                            explanation.faults.push(text);
+                        }
+                        closed.get_or_insert((index + 1, fault));
+                    }
+                }
+            }
+            for (offset, rejected) in rejected_by.into_iter().enumerate() {
+                let node = range.start + offset;
+                match (rejected, &closed) {
+                    (Some(key), _) => *code_counts.entry(key).or_default() += 1,
+                    (None, Some((filter, fault))) => {
+                        *fault_counts
+                            .entry((*filter, format!("policy faulted: {fault}")))
+                            .or_default() += 1;
+                    }
+                    (None, None) => {
+                        capacity[node] = self.state.capacity_for(node, &spec.shape);
+                        feasible += usize::from(capacity[node] > 0);
+                    }
+                }
+            }
+            // Scores: every score policy's answer times its weight; the built-in binpack
+            // when none answered.
+            let mut parts: Vec<(String, Vec<u64>)> = Vec::new();
+            for (policy, weight, verdict) in hooks.score(&self.state, &spec.shape, range.clone()) {
+                match verdict {
+                    Verdict::Answer(scores) => {
+                        let weighted: Vec<u64> = scores
+                            .iter()
+                            .map(|&s| u64::from(s) * u64::from(weight))
+                            .collect();
+                        for (total, w) in totals[range.clone()].iter_mut().zip(&weighted) {
+                            *total += w;
+                        }
+                        parts.push((policy, weighted));
+                    }
+                    Verdict::Skipped(fault) | Verdict::Rejected(fault) => {
+                        let fault = format!("{policy}: {fault}");
+                        if !explanation.faults.contains(&fault) {
+                            explanation.faults.push(fault);
                         }
                     }
                 }
-                Verdict::Skipped(fault) => explanation.faults.push(format!("{policy}: {fault}")),
-                Verdict::Rejected(fault) => {
-                    explanation.faults.push(format!("{policy}: {fault}"));
-                    closed.push((index + 1, fault.clone()));
-                }
             }
-        }
-        let mut capacity = vec![0u32; n];
-        // Count by (filter, code) first; the reason texts are looked up once per distinct code.
-        let mut code_counts: std::collections::HashMap<(usize, u16), u32> = Default::default();
-        let mut fault_count = 0u32;
-        for node in 0..n {
-            match rejected_by[node] {
-                Some(key) => *code_counts.entry(key).or_default() += 1,
-                None if !closed.is_empty() => fault_count += 1,
-                None => capacity[node] = self.state.capacity_for(node, &spec.shape),
+            if parts.is_empty() {
+                let scores: Vec<u64> =
+                    builtin::gpu_binpack_range(&spec.shape, &self.state.nodes, range.clone())
+                        .into_iter()
+                        .map(u64::from)
+                        .collect();
+                totals[range.clone()].copy_from_slice(&scores);
+                parts.push(("builtin:binpack".into(), scores));
+            }
+            chunk_parts.push((range, parts));
+            if feasible >= enough {
+                self.next_chunk.set(chunk + 1);
+                break;
             }
         }
         let mut counts: Vec<std::collections::BTreeMap<String, u32>> =
@@ -625,13 +723,11 @@ impl Scheduler {
             };
             *counts[filter].entry(text).or_default() += count;
         }
-        if fault_count > 0 {
-            let (filter, fault) = &closed[0];
-            *counts[*filter]
-                .entry(format!("policy faulted: {fault}"))
-                .or_default() += fault_count;
+        for ((filter, text), count) in fault_counts {
+            *counts[filter].entry(text).or_default() += count;
         }
-        explanation.nodes_feasible = capacity.iter().filter(|&&c| c > 0).count() as u32;
+        explanation.nodes_evaluated = evaluated as u32;
+        explanation.nodes_feasible = feasible as u32;
         explanation.filters = filter_names
             .into_iter()
             .zip(counts)
@@ -643,53 +739,33 @@ impl Scheduler {
             })
             .collect();
 
-        // Scores: every score policy's answer times its weight; the built-in binpack when
-        // none answered.
-        let mut totals = vec![0u64; n];
-        let mut parts: Vec<(String, Vec<u64>)> = Vec::new();
-        for (policy, weight, verdict) in hooks.score(&self.state, &spec.shape) {
-            match verdict {
-                Verdict::Answer(scores) => {
-                    let weighted: Vec<u64> = scores
-                        .iter()
-                        .map(|&s| u64::from(s) * u64::from(weight))
-                        .collect();
-                    for (total, w) in totals.iter_mut().zip(&weighted) {
-                        *total += w;
-                    }
-                    parts.push((policy, weighted));
-                }
-                Verdict::Skipped(fault) | Verdict::Rejected(fault) => {
-                    explanation.faults.push(format!("{policy}: {fault}"));
-                }
-            }
-        }
-        if parts.is_empty() {
-            let scores: Vec<u64> = builtin::gpu_binpack(&spec.shape, nodes)
-                .into_iter()
-                .map(u64::from)
-                .collect();
-            totals.clone_from(&scores);
-            parts.push(("builtin:binpack".into(), scores));
-        }
-        let mut feasible: Vec<usize> = (0..n).filter(|&i| capacity[i] > 0).collect();
-        let better = |a: &usize, b: &usize| totals[*b].cmp(&totals[*a]).then(a.cmp(b));
-        let top = self.config.top_nodes.min(feasible.len());
-        if top > 0 && top < feasible.len() {
-            feasible.select_nth_unstable_by(top - 1, better);
-            feasible.truncate(top);
-        }
-        feasible.sort_by(better);
-        explanation.top_nodes = feasible
+        let mut best: Vec<usize> = chunk_parts
             .iter()
-            .take(self.config.top_nodes)
-            .map(|&node| NodeScore {
-                node: self.node_name(node),
-                total: totals[node],
-                parts: parts
+            .flat_map(|(range, _)| range.clone())
+            .filter(|&i| capacity[i] > 0)
+            .collect();
+        let better = |a: &usize, b: &usize| totals[*b].cmp(&totals[*a]).then(a.cmp(b));
+        let top = self.config.top_nodes.min(best.len());
+        if top > 0 && top < best.len() {
+            best.select_nth_unstable_by(top - 1, better);
+            best.truncate(top);
+        }
+        best.sort_by(better);
+        explanation.top_nodes = best
+            .iter()
+            .map(|&node| {
+                let (range, parts) = chunk_parts
                     .iter()
-                    .map(|(policy, scores)| (policy.clone(), scores[node]))
-                    .collect(),
+                    .find(|(range, _)| range.contains(&node))
+                    .expect("a top node was evaluated");
+                NodeScore {
+                    node: self.node_name(node),
+                    total: totals[node],
+                    parts: parts
+                        .iter()
+                        .map(|(policy, scores)| (policy.clone(), scores[node - range.start]))
+                        .collect(),
+                }
             })
             .collect();
         (capacity, totals)

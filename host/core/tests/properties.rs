@@ -6,9 +6,11 @@
 mod common;
 
 use common::{BLOCK, Fixture, Pool, RACK, check_cycle, check_state, queue};
-use gantry_core::{Health, JobSpec, QueueDef, TopologyPref};
+use gantry_core::{Admission, Health, JobSpec, QueueDef, TopologyPref};
 use proptest::prelude::*;
 use proptest::sample::Index;
+use proptest::strategy::ValueTree;
+use proptest::test_runner::{RngAlgorithm, TestRng, TestRunner};
 
 /// research (a cohort of pretraining and rl), applied and safety: 256 GPUs of nominal quota on
 /// a cluster of 288 GPUs.
@@ -141,9 +143,84 @@ fn spec(fx: &Fixture, n: usize, g: &JobGen) -> JobSpec {
     spec
 }
 
+/// `PROPTEST_CASES` when set (to stress the core for longer), else `default`: a modest count,
+/// so the file runs in a second or two.
+fn cases(default: u32) -> u32 {
+    std::env::var("PROPTEST_CASES")
+        .ok()
+        .and_then(|v| v.parse().ok())
+        .unwrap_or(default)
+}
+
+/// What a run exercised, so that a test can tell the generator reaches every path.
+#[derive(Debug, Default, Clone, Copy)]
+struct Coverage {
+    cycles: usize,
+    placed: usize,
+    gangs_placed: usize,
+    gangs_in_one_rack: usize,
+    fractional_placed: usize,
+    evicted: usize,
+    balloons_evicted: usize,
+    borrowing: usize,
+    denied: usize,
+    finished: usize,
+}
+
+impl std::ops::AddAssign for Coverage {
+    fn add_assign(&mut self, o: Self) {
+        self.cycles += o.cycles;
+        self.placed += o.placed;
+        self.gangs_placed += o.gangs_placed;
+        self.gangs_in_one_rack += o.gangs_in_one_rack;
+        self.fractional_placed += o.fractional_placed;
+        self.evicted += o.evicted;
+        self.balloons_evicted += o.balloons_evicted;
+        self.borrowing += o.borrowing;
+        self.denied += o.denied;
+        self.finished += o.finished;
+    }
+}
+
+fn cycle_checked(fx: &mut Fixture, seen: &mut Coverage) -> Result<(), TestCaseError> {
+    let at = fx.now_s;
+    let out = fx.cycle();
+    check_cycle(fx, &out).map_err(|e| TestCaseError::fail(format!("cycle at {at} s: {e}")))?;
+    check_state(fx).map_err(|e| TestCaseError::fail(format!("after the cycle at {at} s: {e}")))?;
+    seen.cycles += 1;
+    for d in &out.decisions {
+        let spec = fx.sched.job(d.job);
+        if d.placed {
+            seen.placed += 1;
+            seen.gangs_placed += usize::from(spec.pods > 1);
+            seen.fractional_placed += usize::from(spec.shape.gpu_milli > 0);
+            seen.gangs_in_one_rack += usize::from(
+                spec.pods > 1
+                    && d.explanation
+                        .domain
+                        .as_deref()
+                        .is_some_and(|d| d.starts_with("rack ")),
+            );
+        }
+        match d.explanation.quota.builtin {
+            Admission::Borrowing { .. } => seen.borrowing += 1,
+            Admission::Denied { .. } => seen.denied += 1,
+            Admission::Within => {}
+        }
+    }
+    seen.evicted += out.evicted.len();
+    seen.balloons_evicted += out
+        .evicted
+        .iter()
+        .filter(|&&id| fx.sched.job(id).balloon)
+        .count();
+    Ok(())
+}
+
 /// Run `ops`, checking every invariant after each cycle and each completion.
-fn run(ops: &[Op]) -> Result<(), TestCaseError> {
+fn run(ops: &[Op]) -> Result<Coverage, TestCaseError> {
     let mut fx = fixture();
+    let mut seen = Coverage::default();
     let mut submitted = 0;
     for op in ops {
         match op {
@@ -152,51 +229,13 @@ fn run(ops: &[Op]) -> Result<(), TestCaseError> {
                 fx.submit(spec);
                 submitted += 1;
             }
-            Op::Cycle => {
-                let at = fx.now_s;
-                let out = fx.cycle();
-                STATS.with(|st| {
-                    let mut st = st.borrow_mut();
-                    st[0] += 1;
-                    st[1] += out.decisions.iter().filter(|d| d.placed).count();
-                    st[2] += out.evicted.len();
-                    st[3] += out
-                        .decisions
-                        .iter()
-                        .filter(|d| {
-                            matches!(
-                                d.explanation.quota.builtin,
-                                gantry_core::Admission::Borrowing { .. }
-                            )
-                        })
-                        .count();
-                    st[4] += out
-                        .decisions
-                        .iter()
-                        .filter(|d| {
-                            matches!(
-                                d.explanation.quota.builtin,
-                                gantry_core::Admission::Denied { .. }
-                            )
-                        })
-                        .count();
-                    st[5] += out
-                        .decisions
-                        .iter()
-                        .filter(|d| d.placed && d.explanation.pods > 1)
-                        .count();
-                    st[6] += out.decisions.iter().filter(|d| !d.placed).count();
-                });
-                check_cycle(&fx, &out)
-                    .map_err(|e| TestCaseError::fail(format!("cycle at {at} s: {e}")))?;
-                check_state(&fx)
-                    .map_err(|e| TestCaseError::fail(format!("after the cycle at {at} s: {e}")))?;
-            }
+            Op::Cycle => cycle_checked(&mut fx, &mut seen)?,
             Op::Finish(index) => {
                 let running: Vec<_> = fx.sched.running().collect();
                 if !running.is_empty() {
                     let id = running[index.index(running.len())];
                     fx.finish(id);
+                    seen.finished += 1;
                     check_state(&fx).map_err(|e| {
                         TestCaseError::fail(format!("after finishing job {id}: {e}"))
                     })?;
@@ -204,49 +243,16 @@ fn run(ops: &[Op]) -> Result<(), TestCaseError> {
             }
         }
     }
-    // Drain: a few more cycles with nothing new, so evicted jobs get their turn.
+    // Drain: a few more cycles with nothing new, so evicted and gathering jobs get their turn.
     for _ in 0..3 {
-        let out = fx.cycle();
-        check_cycle(&fx, &out).map_err(TestCaseError::fail)?;
-        check_state(&fx).map_err(TestCaseError::fail)?;
+        cycle_checked(&mut fx, &mut seen)?;
     }
-    Ok(())
+    Ok(seen)
 }
 
-thread_local! { static STATS: std::cell::RefCell<[usize;8]> = const { std::cell::RefCell::new([0;8]) }; }
-#[test]
-fn zz_stats() {
-    let mut runner = proptest::test_runner::TestRunner::new(ProptestConfig {
-        cases: 30000,
-        ..ProptestConfig::default()
-    });
-    if let Err(e) = runner.run(&ops(), |ops| run(&ops)) {
-        eprintln!("FAIL1 {e}");
-    }
-    STATS.with(|st| {
-        eprintln!(
-            "ops: cycles placed evicted borrowing denied gangs_placed unplaced {:?}",
-            st.borrow()
-        )
-    });
-    STATS.with(|st| *st.borrow_mut() = [0; 8]);
-    let mut runner = proptest::test_runner::TestRunner::new(ProptestConfig {
-        cases: 5000,
-        ..ProptestConfig::default()
-    });
-    if let Err(e) = runner.run(&busy_ops(), |ops| run(&ops)) {
-        eprintln!("FAIL2 {e}");
-    }
-    STATS.with(|st| {
-        eprintln!(
-            "busy: cycles placed evicted borrowing denied gangs_placed unplaced {:?}",
-            st.borrow()
-        )
-    });
-}
 proptest! {
     #![proptest_config(ProptestConfig {
-        cases: 256,
+        cases: cases(512),
         ..ProptestConfig::default()
     })]
 
@@ -258,8 +264,8 @@ proptest! {
     }
 }
 
-/// Long runs on a busy cluster: many submissions per cycle so preemption and borrowing happen
-/// all the time.
+/// Long runs on a busy cluster: many submissions per cycle, so that preemption, borrowing and
+/// quota denials happen all the time.
 fn busy_ops() -> impl Strategy<Value = Vec<Op>> {
     prop::collection::vec(
         prop_oneof![
@@ -273,7 +279,7 @@ fn busy_ops() -> impl Strategy<Value = Vec<Op>> {
 
 proptest! {
     #![proptest_config(ProptestConfig {
-        cases: 64,
+        cases: cases(128),
         ..ProptestConfig::default()
     })]
 
@@ -281,4 +287,34 @@ proptest! {
     fn invariants_hold_on_a_busy_cluster(ops in busy_ops()) {
         run(&ops)?;
     }
+}
+
+/// The generators are worth their cases only if they reach every path: a fixed-seed run must
+/// place gangs (in one rack, too) and fractional pods, evict balloons and others, borrow and
+/// be denied quota.
+#[test]
+fn generators_reach_every_path() {
+    let mut seen = Coverage::default();
+    let config = ProptestConfig {
+        cases: 64,
+        failure_persistence: None,
+        ..ProptestConfig::default()
+    };
+    let mut runner =
+        TestRunner::new_with_rng(config, TestRng::deterministic_rng(RngAlgorithm::ChaCha));
+    for strategy in [ops().boxed(), busy_ops().boxed()] {
+        for _ in 0..64 {
+            let ops = strategy.new_tree(&mut runner).unwrap().current();
+            seen += run(&ops).unwrap_or_else(|e| panic!("{e}"));
+        }
+    }
+    eprintln!("{seen:?}");
+    assert!(seen.gangs_placed > 0, "{seen:?}");
+    assert!(seen.gangs_in_one_rack > 0, "{seen:?}");
+    assert!(seen.fractional_placed > 0, "{seen:?}");
+    assert!(seen.balloons_evicted > 0, "{seen:?}");
+    assert!(seen.evicted > seen.balloons_evicted, "{seen:?}");
+    assert!(seen.borrowing > 0, "{seen:?}");
+    assert!(seen.denied > 0, "{seen:?}");
+    assert!(seen.finished > 0, "{seen:?}");
 }

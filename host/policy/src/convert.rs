@@ -6,6 +6,8 @@ use gantry_core::{
     Toleration,
 };
 
+use std::ops::Range;
+
 use crate::bindings::types;
 
 /// The node table in the shape that crosses the boundary. Built from a [`NodeTable`] once and
@@ -17,17 +19,22 @@ pub struct WasmNodes {
 
 impl WasmNodes {
     pub fn new(table: &NodeTable) -> Self {
+        Self::new_range(table, 0..table.len())
+    }
+
+    /// The nodes of `nodes` only (a chunk of the table). Domain totals stay cluster-wide.
+    pub fn new_range(table: &NodeTable, nodes: Range<usize>) -> Self {
         Self {
             raw: types::Nodes {
-                name: table.name.clone(),
-                gpu_total: table.gpu_total.clone(),
-                gpu_free: table.gpu_free.clone(),
-                gpu_milli_free_max: table.gpu_milli_free_max.clone(),
-                gpu_type: table.gpu_type.clone(),
-                cpu_free_milli: table.cpu_free_milli.clone(),
-                memory_free_mib: table.memory_free_mib.clone(),
-                health: table.health.clone(),
-                taint_set: table.taint_set.clone(),
+                name: table.name[nodes.clone()].to_vec(),
+                gpu_total: table.gpu_total[nodes.clone()].to_vec(),
+                gpu_free: table.gpu_free[nodes.clone()].to_vec(),
+                gpu_milli_free_max: table.gpu_milli_free_max[nodes.clone()].to_vec(),
+                gpu_type: table.gpu_type[nodes.clone()].to_vec(),
+                cpu_free_milli: table.cpu_free_milli[nodes.clone()].to_vec(),
+                memory_free_mib: table.memory_free_mib[nodes.clone()].to_vec(),
+                health: table.health[nodes.clone()].to_vec(),
+                taint_set: table.taint_set[nodes.clone()].to_vec(),
                 taint_sets: table
                     .taint_sets
                     .iter()
@@ -38,7 +45,7 @@ impl WasmNodes {
                     .iter()
                     .map(|level| types::Level {
                         name: level.name,
-                        node_domain: level.node_domain.clone(),
+                        node_domain: level.node_domain[nodes.clone()].to_vec(),
                         domain_gpu_free: level.domain_gpu_free.clone(),
                         domain_gpu_total: level.domain_gpu_total.clone(),
                     })
@@ -55,14 +62,18 @@ impl WasmNodes {
         self.raw.name.is_empty()
     }
 
-    /// Copy one node's changing columns (free capacity, health, its domains' free GPUs) from
-    /// `table`, after a placement, a release or a health change, without rebuilding.
-    pub fn refresh(&mut self, node: usize, table: &NodeTable) {
-        self.raw.health[node] = table.health[node];
-        self.raw.gpu_free[node] = table.gpu_free[node];
-        self.raw.gpu_milli_free_max[node] = table.gpu_milli_free_max[node];
-        self.raw.cpu_free_milli[node] = table.cpu_free_milli[node];
-        self.raw.memory_free_mib[node] = table.memory_free_mib[node];
+    /// Copy node `node` of `table` (entry `local` here) after a placement, a release or a
+    /// health change: its free capacity and health.
+    pub fn refresh(&mut self, local: usize, node: usize, table: &NodeTable) {
+        self.raw.health[local] = table.health[node];
+        self.raw.gpu_free[local] = table.gpu_free[node];
+        self.raw.gpu_milli_free_max[local] = table.gpu_milli_free_max[node];
+        self.raw.cpu_free_milli[local] = table.cpu_free_milli[node];
+        self.raw.memory_free_mib[local] = table.memory_free_mib[node];
+    }
+
+    /// Copy the free GPUs of node `node`'s domains, which every chunk carries.
+    pub fn refresh_domains(&mut self, node: usize, table: &NodeTable) {
         for (raw, level) in self.raw.levels.iter_mut().zip(&table.levels) {
             if let Some(&domain) = level.node_domain.get(node)
                 && let Some(free) = level.domain_gpu_free.get(domain as usize)

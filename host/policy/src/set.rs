@@ -2,8 +2,10 @@
 //! with the node columns kept in their Wasm shape between calls and refreshed only where the
 //! cluster changed.
 
+use std::ops::Range;
 use std::sync::Arc;
 
+use gantry_core::scheduler::CHUNK;
 use gantry_core::{
     ClusterState, CohortUsage, JobRequest, PodShape, PolicyHooks, PolicyRef, QueueUsage,
     QuotaVerdict, Verdict,
@@ -24,8 +26,11 @@ pub struct SetEntry {
 pub struct PolicySet {
     version: u64,
     entries: Vec<SetEntry>,
-    /// The node table in its Wasm shape, refreshed from the cluster's change log.
-    nodes: Option<WasmNodes>,
+    /// The node table in its Wasm shape, one entry per `CHUNK` of nodes, refreshed from the
+    /// cluster's change log.
+    chunks: Vec<WasmNodes>,
+    /// Node count the chunks were built for.
+    built_for: Option<usize>,
     /// Position in `ClusterState`'s change log up to which `nodes` is current.
     cursor: u64,
 }
@@ -35,7 +40,8 @@ impl PolicySet {
         Self {
             version,
             entries,
-            nodes: None,
+            chunks: Vec::new(),
+            built_for: None,
             cursor: 0,
         }
     }
@@ -48,20 +54,54 @@ impl PolicySet {
         self.entries.iter().filter(move |e| e.policy.role() == role)
     }
 
-    fn sync(&mut self, state: &ClusterState) -> &WasmNodes {
+    /// The chunk holding `nodes`, current with `state`.
+    fn sync(&mut self, state: &ClusterState, nodes: Range<usize>) -> WasmChunk<'_> {
         let (changed, cursor) = state.changes_since(self.cursor);
-        let stale = self.nodes.as_ref().is_none_or(|n| n.len() != state.len());
-        match (changed, stale) {
-            (Some(changed), false) => {
-                let nodes = self.nodes.as_mut().expect("checked above");
+        let n = state.len();
+        match (changed, self.built_for == Some(n)) {
+            (Some(changed), true) => {
                 for &node in changed {
-                    nodes.refresh(node as usize, &state.nodes);
+                    let node = node as usize;
+                    self.chunks[node / CHUNK].refresh(node % CHUNK, node, &state.nodes);
+                    for chunk in &mut self.chunks {
+                        chunk.refresh_domains(node, &state.nodes);
+                    }
                 }
             }
-            _ => self.nodes = Some(WasmNodes::new(&state.nodes)),
+            _ => {
+                self.chunks = (0..n.div_ceil(CHUNK))
+                    .map(|c| {
+                        WasmNodes::new_range(&state.nodes, c * CHUNK..((c + 1) * CHUNK).min(n))
+                    })
+                    .collect();
+                self.built_for = Some(n);
+            }
         }
         self.cursor = cursor;
-        self.nodes.as_ref().expect("set above")
+        let chunk = nodes.start / CHUNK;
+        let aligned = nodes.start % CHUNK == 0 && nodes.end == ((chunk + 1) * CHUNK).min(n);
+        if aligned && chunk < self.chunks.len() {
+            WasmChunk::Cached(&self.chunks[chunk])
+        } else {
+            WasmChunk::Built(WasmNodes::new_range(&state.nodes, nodes))
+        }
+    }
+}
+
+/// A chunk of nodes in Wasm shape: the cached one, or one built for an unaligned range.
+enum WasmChunk<'a> {
+    Cached(&'a WasmNodes),
+    Built(WasmNodes),
+}
+
+impl std::ops::Deref for WasmChunk<'_> {
+    type Target = WasmNodes;
+
+    fn deref(&self) -> &WasmNodes {
+        match self {
+            WasmChunk::Cached(nodes) => nodes,
+            WasmChunk::Built(nodes) => nodes,
+        }
     }
 }
 
@@ -94,7 +134,12 @@ impl PolicyHooks for PolicySet {
         self.version
     }
 
-    fn filter(&mut self, state: &ClusterState, pod: &PodShape) -> Vec<(String, Verdict<Vec<u16>>)> {
+    fn filter(
+        &mut self,
+        state: &ClusterState,
+        pod: &PodShape,
+        nodes: Range<usize>,
+    ) -> Vec<(String, Verdict<Vec<u16>>)> {
         if self.of_role(Role::Filter).next().is_none() {
             return Vec::new();
         }
@@ -102,13 +147,13 @@ impl PolicyHooks for PolicySet {
             .of_role(Role::Filter)
             .map(|e| e.policy.clone())
             .collect();
-        let nodes = self.sync(state);
+        let nodes = self.sync(state, nodes);
         filters
             .iter()
             .map(|policy| {
                 (
                     policy.info().name.clone(),
-                    verdict(policy.guard(policy.filter(pod, nodes))),
+                    verdict(policy.guard(policy.filter(pod, &nodes))),
                 )
             })
             .collect()
@@ -125,12 +170,13 @@ impl PolicyHooks for PolicySet {
         &mut self,
         state: &ClusterState,
         pod: &PodShape,
+        nodes: Range<usize>,
     ) -> Vec<(String, u32, Verdict<Vec<u32>>)> {
         if self.of_role(Role::Score).next().is_none() {
             return Vec::new();
         }
         let scores: Vec<SetEntry> = self.of_role(Role::Score).cloned().collect();
-        let nodes = self.sync(state);
+        let nodes = self.sync(state, nodes);
         scores
             .iter()
             .map(|e| {
@@ -138,7 +184,7 @@ impl PolicyHooks for PolicySet {
                 (
                     policy.info().name.clone(),
                     e.weight,
-                    verdict(policy.guard(policy.score(pod, nodes))),
+                    verdict(policy.guard(policy.score(pod, &nodes))),
                 )
             })
             .collect()
