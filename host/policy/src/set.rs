@@ -2,6 +2,7 @@
 //! with the node columns kept in their Wasm shape between calls and refreshed only where the
 //! cluster changed.
 
+use std::borrow::Cow;
 use std::ops::Range;
 use std::sync::Arc;
 
@@ -55,7 +56,7 @@ impl PolicySet {
     }
 
     /// The chunk holding `nodes`, current with `state`.
-    fn sync(&mut self, state: &ClusterState, nodes: Range<usize>) -> WasmChunk<'_> {
+    fn sync(&mut self, state: &ClusterState, nodes: Range<usize>) -> Cow<'_, WasmNodes> {
         let (changed, cursor) = state.changes_since(self.cursor);
         let n = state.len();
         match (changed, self.built_for == Some(n)) {
@@ -79,28 +80,12 @@ impl PolicySet {
         }
         self.cursor = cursor;
         let chunk = nodes.start / CHUNK;
-        let aligned = nodes.start % CHUNK == 0 && nodes.end == ((chunk + 1) * CHUNK).min(n);
+        let aligned =
+            nodes.start.is_multiple_of(CHUNK) && nodes.end == ((chunk + 1) * CHUNK).min(n);
         if aligned && chunk < self.chunks.len() {
-            WasmChunk::Cached(&self.chunks[chunk])
+            Cow::Borrowed(&self.chunks[chunk])
         } else {
-            WasmChunk::Built(WasmNodes::new_range(&state.nodes, nodes))
-        }
-    }
-}
-
-/// A chunk of nodes in Wasm shape: the cached one, or one built for an unaligned range.
-enum WasmChunk<'a> {
-    Cached(&'a WasmNodes),
-    Built(WasmNodes),
-}
-
-impl std::ops::Deref for WasmChunk<'_> {
-    type Target = WasmNodes;
-
-    fn deref(&self) -> &WasmNodes {
-        match self {
-            WasmChunk::Cached(nodes) => nodes,
-            WasmChunk::Built(nodes) => nodes,
+            Cow::Owned(WasmNodes::new_range(&state.nodes, nodes))
         }
     }
 }
