@@ -20,7 +20,7 @@ pub use model::{
     CohortUsage, Health, JobRequest, LevelColumn, NodeTable, PodShape, QueueUsage, QuotaVerdict,
     Resources, Taint, TaintEffect, Toleration,
 };
-pub use queues::{Admission, QueueDef, QueueId, Queues};
+pub use queues::{Admission, QueueDef, QueueError, QueueId, Queues};
 pub use scheduler::{
     CycleOutput, Decision, JobId, JobSpec, Mode, Scheduler, SchedulerConfig, TopologyPref,
 };

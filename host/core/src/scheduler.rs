@@ -291,12 +291,7 @@ impl Scheduler {
                 .then(a.submit_s.total_cmp(&b.submit_s))
         });
         let mut out = CycleOutput::default();
-        let attempts: Vec<JobId> = self
-            .pending
-            .iter()
-            .take(self.config.max_attempts)
-            .copied()
-            .collect();
+        let attempts = self.attempts();
         for (position, id) in attempts.into_iter().enumerate() {
             let spec = self.jobs[id as usize].spec.clone();
             let (mut slots, since_s) =
@@ -389,6 +384,15 @@ impl Scheduler {
         out
     }
 
+    /// The pending jobs this cycle tries, in order.
+    fn attempts(&self) -> Vec<JobId> {
+        self.pending
+            .iter()
+            .take(self.config.max_attempts)
+            .copied()
+            .collect()
+    }
+
     fn blank_explanation(&self, spec: &JobSpec, now_s: f64, position: u32) -> Explanation {
         Explanation {
             job: spec.name.clone(),
@@ -437,12 +441,7 @@ impl Scheduler {
         let policies = hooks.policies();
         let set_version = hooks.set_version();
         let mut out = CycleOutput::default();
-        let attempts: Vec<JobId> = self
-            .pending
-            .iter()
-            .take(self.config.max_attempts)
-            .copied()
-            .collect();
+        let attempts = self.attempts();
         for (position, id) in attempts.into_iter().enumerate() {
             if !matches!(self.jobs[id as usize].state, JobState::Pending) {
                 continue;

@@ -165,6 +165,8 @@ struct Coverage {
     borrowing: usize,
     denied: usize,
     finished: usize,
+    /// Decisions that stopped evaluating before the last node (single pods on a big cluster).
+    stopped_early: usize,
 }
 
 impl std::ops::AddAssign for Coverage {
@@ -179,6 +181,7 @@ impl std::ops::AddAssign for Coverage {
         self.borrowing += o.borrowing;
         self.denied += o.denied;
         self.finished += o.finished;
+        self.stopped_early += o.stopped_early;
     }
 }
 
@@ -202,6 +205,8 @@ fn cycle_checked(fx: &mut Fixture, seen: &mut Coverage) -> Result<(), TestCaseEr
                         .is_some_and(|d| d.starts_with("rack ")),
             );
         }
+        seen.stopped_early +=
+            usize::from(d.explanation.nodes_evaluated < d.explanation.nodes_total);
         match d.explanation.quota.builtin {
             Admission::Borrowing { .. } => seen.borrowing += 1,
             Admission::Denied { .. } => seen.denied += 1,
@@ -219,7 +224,10 @@ fn cycle_checked(fx: &mut Fixture, seen: &mut Coverage) -> Result<(), TestCaseEr
 
 /// Run `ops`, checking every invariant after each cycle and each completion.
 fn run(ops: &[Op]) -> Result<Coverage, TestCaseError> {
-    let mut fx = fixture();
+    run_on(fixture(), ops)
+}
+
+fn run_on(mut fx: Fixture, ops: &[Op]) -> Result<Coverage, TestCaseError> {
     let mut seen = Coverage::default();
     let mut submitted = 0;
     for op in ops {
@@ -289,9 +297,58 @@ proptest! {
     }
 }
 
+/// 1,200 nodes, more than one chunk of `gantry_core::scheduler::CHUNK`: a single pod stops
+/// evaluating once it has found enough feasible nodes, a gang evaluates them all. Racks of 16
+/// and blocks of 8 racks; the L4 pool lies in the second chunk.
+fn large_fixture() -> Fixture {
+    let mut fx = Fixture::new(
+        &[Pool::h100(1100, 16, Some(8)), Pool::l4(100, 4)],
+        &queue_tree(),
+    );
+    for (name, health) in [
+        ("h100-5", Health::Unhealthy),
+        ("h100-1030", Health::Preflight),
+    ] {
+        let node = fx.node(name);
+        fx.sched.state.set_health(node, health);
+        fx.initial.health[node] = health as u8;
+    }
+    fx
+}
+
+/// Jobs big enough to fill a good part of 9,200 GPUs in a few cycles.
+fn large_ops() -> impl Strategy<Value = Vec<Op>> {
+    let big_job = (job(), 1u32..=32).prop_map(|(mut g, times)| {
+        if g.pods > 1 {
+            g.pods = (g.pods * times).min(256);
+        }
+        g
+    });
+    prop::collection::vec(
+        prop_oneof![
+            6 => big_job.prop_map(Op::Submit),
+            2 => Just(Op::Cycle),
+            1 => any::<Index>().prop_map(Op::Finish),
+        ],
+        1..120,
+    )
+}
+
+proptest! {
+    #![proptest_config(ProptestConfig {
+        cases: cases(64),
+        ..ProptestConfig::default()
+    })]
+
+    #[test]
+    fn invariants_hold_on_a_cluster_of_several_chunks(ops in large_ops()) {
+        run_on(large_fixture(), &ops)?;
+    }
+}
+
 /// The generators are worth their cases only if they reach every path: a fixed-seed run must
 /// place gangs (in one rack, too) and fractional pods, evict balloons and others, borrow and
-/// be denied quota.
+/// be denied quota, and stop evaluating early on the big cluster.
 #[test]
 fn generators_reach_every_path() {
     let mut seen = Coverage::default();
@@ -308,6 +365,10 @@ fn generators_reach_every_path() {
             seen += run(&ops).unwrap_or_else(|e| panic!("{e}"));
         }
     }
+    for _ in 0..16 {
+        let ops = large_ops().new_tree(&mut runner).unwrap().current();
+        seen += run_on(large_fixture(), &ops).unwrap_or_else(|e| panic!("{e}"));
+    }
     eprintln!("{seen:?}");
     assert!(seen.gangs_placed > 0, "{seen:?}");
     assert!(seen.gangs_in_one_rack > 0, "{seen:?}");
@@ -317,4 +378,5 @@ fn generators_reach_every_path() {
     assert!(seen.borrowing > 0, "{seen:?}");
     assert!(seen.denied > 0, "{seen:?}");
     assert!(seen.finished > 0, "{seen:?}");
+    assert!(seen.stopped_early > 0, "{seen:?}");
 }

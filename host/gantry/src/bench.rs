@@ -228,31 +228,8 @@ fn bench_scheduler(
 )> {
     let spec = gantry_sim::ClusterSpec::load(&args.cluster)?;
     let cluster = spec.build(symbols);
-    let defs: Vec<gantry_core::QueueDef> = cluster
-        .queues
-        .iter()
-        .map(|q| gantry_core::QueueDef {
-            name: q.name.clone(),
-            parent: q.parent.clone(),
-            nominal_gpus: q.nominal_gpus,
-            weight: q.weight,
-            borrowing_limit_gpus: q.borrowing_limit_gpus,
-            lending_limit_gpus: q.lending_limit_gpus,
-        })
-        .collect();
-    let leaves: Vec<String> = cluster
-        .queues
-        .iter()
-        .filter(|q| {
-            !cluster
-                .queues
-                .iter()
-                .any(|c| c.parent.as_deref() == Some(&q.name))
-        })
-        .map(|q| q.name.clone())
-        .collect();
-    let gpus: u64 = cluster.nodes.gpu_total.iter().map(|&g| u64::from(g)).sum();
-    let queues = gantry_core::Queues::new(&defs, gantry_core::Resources::gpus(gpus), 600.0)?;
+    let leaves = cluster.leaf_queues();
+    let queues = cluster.queue_tree(600.0)?;
     let config = gantry_core::SchedulerConfig {
         max_attempts: 1,
         ..gantry_core::SchedulerConfig::default()

@@ -7,8 +7,7 @@ use std::time::{Duration, Instant};
 
 use clap::Args;
 use gantry_core::{
-    ClusterState, JobId, JobSpec, PodShape, QueueDef, Queues, Resources, Scheduler,
-    SchedulerConfig, Symbols, TopologyPref,
+    ClusterState, JobId, JobSpec, PodShape, Scheduler, SchedulerConfig, Symbols, TopologyPref,
 };
 use gantry_sim::ClusterSpec;
 
@@ -52,36 +51,14 @@ pub fn run(args: ServeArgs) -> anyhow::Result<()> {
     let symbols = Symbols::new();
     let spec = ClusterSpec::load(&args.cluster)?;
     let cluster = spec.build(&symbols);
-    let defs: Vec<QueueDef> = cluster
-        .queues
-        .iter()
-        .map(|q| QueueDef {
-            name: q.name.clone(),
-            parent: q.parent.clone(),
-            nominal_gpus: q.nominal_gpus,
-            weight: q.weight,
-            borrowing_limit_gpus: q.borrowing_limit_gpus,
-            lending_limit_gpus: q.lending_limit_gpus,
-        })
-        .collect();
-    let leaves: Vec<String> = cluster
-        .queues
-        .iter()
-        .filter(|q| {
-            !cluster
-                .queues
-                .iter()
-                .any(|c| c.parent.as_deref() == Some(&q.name))
-        })
-        .map(|q| q.name.clone())
-        .collect();
+    let leaves = cluster.leaf_queues();
     anyhow::ensure!(
         !leaves.is_empty(),
         "{}: no queues to submit to",
         args.cluster.display()
     );
     let total_gpus: u64 = cluster.nodes.gpu_total.iter().map(|&g| u64::from(g)).sum();
-    let queues = Queues::new(&defs, Resources::gpus(total_gpus), 600.0)?;
+    let queues = cluster.queue_tree(600.0)?;
     let config = SchedulerConfig {
         max_attempts: 200,
         ..SchedulerConfig::default()

@@ -8,8 +8,8 @@ use std::sync::Arc;
 use std::time::Instant;
 
 use gantry_core::{
-    ClusterState, JobId, JobSpec, PodShape, PolicyHooks, QueueDef, Queues, Resources, Scheduler,
-    SchedulerConfig, Symbols, TopologyPref,
+    ClusterState, JobId, JobSpec, PodShape, PolicyHooks, Scheduler, SchedulerConfig, Symbols,
+    TopologyPref,
 };
 use serde::Serialize;
 
@@ -154,35 +154,9 @@ impl Replay {
         symbols: Arc<Symbols>,
         options: ReplayOptions,
     ) -> Result<Self, ReplayError> {
-        let defs: Vec<QueueDef> = cluster
-            .queues
-            .iter()
-            .map(|q| QueueDef {
-                name: q.name.clone(),
-                parent: q.parent.clone(),
-                nominal_gpus: q.nominal_gpus,
-                weight: q.weight,
-                borrowing_limit_gpus: q.borrowing_limit_gpus,
-                lending_limit_gpus: q.lending_limit_gpus,
-            })
-            .collect();
-        let capacity = Resources {
-            gpus: cluster.nodes.gpu_total.iter().map(|&g| u64::from(g)).sum(),
-            cpu_milli: cluster
-                .nodes
-                .cpu_free_milli
-                .iter()
-                .map(|&c| u64::from(c))
-                .sum(),
-            memory_mib: cluster
-                .nodes
-                .memory_free_mib
-                .iter()
-                .map(|&m| u64::from(m))
-                .sum(),
-        };
-        let queues =
-            Queues::new(&defs, capacity, options.half_life_s).map_err(|e| ReplayError::Queues {
+        let queues = cluster
+            .queue_tree(options.half_life_s)
+            .map_err(|e| ReplayError::Queues {
                 cluster: cluster.name.clone(),
                 message: e.to_string(),
             })?;

@@ -30,7 +30,9 @@
 use std::collections::HashMap;
 use std::path::Path;
 
-use gantry_core::{Health, LevelColumn, NodeTable, Symbols};
+use gantry_core::{
+    Health, LevelColumn, NodeTable, QueueDef, QueueError, Queues, Resources, Symbols,
+};
 use serde::{Deserialize, Serialize};
 
 /// Most GPUs one node may have. A node's GPUs must fit one `u64` bitmask of per-GPU state, and
@@ -115,6 +117,53 @@ pub struct Cluster {
     pub name: String,
     pub nodes: NodeTable,
     pub queues: Vec<QueueSpec>,
+}
+
+impl Cluster {
+    /// The queue tree as the core declares it.
+    pub fn queue_defs(&self) -> Vec<QueueDef> {
+        self.queues
+            .iter()
+            .map(|q| QueueDef {
+                name: q.name.clone(),
+                parent: q.parent.clone(),
+                nominal_gpus: q.nominal_gpus,
+                weight: q.weight,
+                borrowing_limit_gpus: q.borrowing_limit_gpus,
+                lending_limit_gpus: q.lending_limit_gpus,
+            })
+            .collect()
+    }
+
+    /// Queues with no children: the ones jobs are submitted to.
+    pub fn leaf_queues(&self) -> Vec<String> {
+        self.queues
+            .iter()
+            .filter(|q| {
+                !self
+                    .queues
+                    .iter()
+                    .any(|c| c.parent.as_deref() == Some(&q.name))
+            })
+            .map(|q| q.name.clone())
+            .collect()
+    }
+
+    /// Everything the cluster has, the denominator of dominant-resource shares.
+    pub fn capacity(&self) -> Resources {
+        let sum = |column: &[u32]| column.iter().map(|&v| u64::from(v)).sum();
+        Resources {
+            gpus: sum(&self.nodes.gpu_total),
+            cpu_milli: sum(&self.nodes.cpu_free_milli),
+            memory_mib: sum(&self.nodes.memory_free_mib),
+        }
+    }
+
+    /// The core's queue tree for this cluster, with fair-share usage halving every
+    /// `half_life_s`.
+    pub fn queue_tree(&self, half_life_s: f64) -> Result<Queues, QueueError> {
+        Queues::new(&self.queue_defs(), self.capacity(), half_life_s)
+    }
 }
 
 /// Why a spec was refused. Each message names the file, then the pool or queue, then the field,
