@@ -80,6 +80,31 @@ pub struct LevelColumn {
     pub domain_gpu_total: Vec<u32>,
 }
 
+impl LevelColumn {
+    /// A level from each node's domain id (`u32::MAX` for none), with each domain's free and
+    /// total GPUs summed from `table`'s columns.
+    pub fn from_node_domains(name: Sym, node_domain: Vec<u32>, table: &NodeTable) -> Self {
+        let domains = node_domain
+            .iter()
+            .filter(|&&d| d != u32::MAX)
+            .max()
+            .map_or(0, |&d| d as usize + 1);
+        let mut level = Self {
+            name,
+            node_domain,
+            domain_gpu_free: vec![0; domains],
+            domain_gpu_total: vec![0; domains],
+        };
+        for (node, &domain) in level.node_domain.iter().enumerate() {
+            if domain != u32::MAX {
+                level.domain_gpu_free[domain as usize] += table.gpu_free[node];
+                level.domain_gpu_total[domain as usize] += table.gpu_total[node];
+            }
+        }
+        level
+    }
+}
+
 /// The cluster's nodes as columns: entry `i` of every vector describes node `i`. Columns, not
 /// rows, because policies scan one or two attributes over thousands of nodes, and because this
 /// is the layout that crosses the Wasm boundary at a few nanoseconds per node.

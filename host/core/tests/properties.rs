@@ -1,7 +1,11 @@
-//! Property tests: random sequences of submissions, cycles and completions on a small cluster
-//! with racks and blocks, two nodes out of service and a queue tree with a cohort, borrowing and
-//! lending limits. After every cycle (and every completion) the invariants of
-//! `common::check_state` and `common::check_cycle` must hold.
+//! Property tests: random sequences of submissions (single pods and gangs of 2..=16, whole or
+//! fractional GPUs, any GPU type, random priorities, queues and topology, some balloons at the
+//! lowest priority), cycles and completions, on a 40-node cluster with racks and blocks (and on
+//! a 1,200-node one, more than one evaluation chunk), two nodes out of service and a queue tree
+//! with a cohort, borrowing and lending limits. After every cycle and every completion the
+//! invariants of `common::check_state` and `common::check_cycle` must hold.
+//!
+//! Case counts are modest so the file runs in a second or two; set `PROPTEST_CASES` to run more.
 
 mod common;
 
@@ -251,7 +255,7 @@ fn run_on(mut fx: Fixture, ops: &[Op]) -> Result<Coverage, TestCaseError> {
             }
         }
     }
-    // Drain: a few more cycles with nothing new, so evicted and gathering jobs get their turn.
+    // Drain: a few more cycles with nothing new, so evicted jobs get their turn.
     for _ in 0..3 {
         cycle_checked(&mut fx, &mut seen)?;
     }

@@ -34,7 +34,7 @@ fn one_pod_each(fx: &Fixture, first: usize, count: usize) -> BTreeMap<usize, u32
 // ---------------------------------------------------------------------------------------------
 // Topology-aware gang placement.
 
-/// 64 nodes of 8 H100s, racks of 16 nodes and blocks of 2 racks, as in `openai-like-7500.yaml`.
+/// 64 nodes of 8 H100s in racks of 16 nodes (as in `openai-like-7500.yaml`) and blocks of 2 racks.
 fn racks_of_16() -> Fixture {
     Fixture::single_queue(&[Pool::h100(64, 16, Some(2))], 512)
 }

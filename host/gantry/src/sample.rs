@@ -53,18 +53,8 @@ pub fn cluster(symbols: &Symbols, count: usize) -> NodeTable {
         table.taint_set.push(u32::from((roll >> 32) % 40 == 0));
     }
     for (name, size) in [("rack", 16u32), ("block", 512u32)] {
-        let domains = count.div_ceil(size as usize);
-        let mut level = LevelColumn {
-            name: symbols.intern(name),
-            node_domain: (0..count as u32).map(|i| i / size).collect(),
-            domain_gpu_free: vec![0; domains],
-            domain_gpu_total: vec![0; domains],
-        };
-        for node in 0..count {
-            let domain = level.node_domain[node] as usize;
-            level.domain_gpu_free[domain] += table.gpu_free[node];
-            level.domain_gpu_total[domain] += table.gpu_total[node];
-        }
+        let node_domain = (0..count as u32).map(|i| i / size).collect();
+        let level = LevelColumn::from_node_domains(symbols.intern(name), node_domain, &table);
         table.levels.push(level);
     }
     table

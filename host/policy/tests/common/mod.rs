@@ -65,18 +65,11 @@ pub fn nodes(symbols: &Symbols, count: usize) -> NodeTable {
         table.health.push(Health::Healthy as u8);
         table.taint_set.push(0);
     }
-    let racks = count.div_ceil(4);
-    let mut rack = LevelColumn {
-        name: symbols.intern("rack"),
-        node_domain: (0..count as u32).map(|i| i / 4).collect(),
-        domain_gpu_free: vec![0; racks],
-        domain_gpu_total: vec![0; racks],
-    };
-    for i in 0..count {
-        let d = rack.node_domain[i] as usize;
-        rack.domain_gpu_free[d] += table.gpu_free[i];
-        rack.domain_gpu_total[d] += table.gpu_total[i];
-    }
+    let rack = LevelColumn::from_node_domains(
+        symbols.intern("rack"),
+        (0..count as u32).map(|i| i / 4).collect(),
+        &table,
+    );
     table.levels.push(rack);
     table
 }
