@@ -12,11 +12,25 @@ pub struct Slot {
     pub shared_gpu: Option<u16>,
 }
 
+/// How a GPU used whole is marked in `gpu_milli_used`, so that releasing a whole-GPU pod
+/// frees a GPU it took and never one that fractional pods share.
+const WHOLE: u16 = u16::MAX;
+
+/// Milli-GPUs a GPU has free.
+fn milli_free(used: u16) -> u32 {
+    if used == WHOLE {
+        0
+    } else {
+        1000 - u32::from(used.min(1000))
+    }
+}
+
 /// The cluster as the scheduler sees it between cycles.
 #[derive(Debug, Clone)]
 pub struct ClusterState {
     pub nodes: NodeTable,
-    /// Milli-GPUs in use on each GPU, flattened: node `i`'s GPUs start at `gpu_offset[i]`.
+    /// Milli-GPUs in use on each GPU (`WHOLE` for a GPU a pod uses whole), flattened: node
+    /// `i`'s GPUs start at `gpu_offset[i]`.
     gpu_milli_used: Vec<u16>,
     gpu_offset: Vec<u32>,
     /// Nodes changed since the start, in order. Policy adapters keep a cursor into it to
@@ -65,7 +79,7 @@ impl ClusterState {
         let range = self.gpus(node);
         let gpus = &self.gpu_milli_used[range];
         let free = gpus.iter().filter(|&&m| m == 0).count() as u32;
-        let max_free_milli = gpus.iter().map(|&m| 1000 - u32::from(m)).max().unwrap_or(0);
+        let max_free_milli = gpus.iter().map(|&m| milli_free(m)).max().unwrap_or(0);
         let old_free = self.nodes.gpu_free[node];
         self.nodes.gpu_free[node] = free;
         self.nodes.gpu_milli_free_max[node] = max_free_milli;
@@ -96,7 +110,7 @@ impl ClusterState {
         let by_gpu = if shape.gpu_milli > 0 {
             self.gpu_milli_used[self.gpus(node)]
                 .iter()
-                .map(|&m| (1000 - u32::from(m)) / shape.gpu_milli)
+                .map(|&m| milli_free(m) / shape.gpu_milli)
                 .sum()
         } else {
             t.gpu_free[node].checked_div(shape.gpus).unwrap_or(u32::MAX)
@@ -112,7 +126,7 @@ impl ClusterState {
             let (index, used) = self.gpu_milli_used[range.clone()]
                 .iter_mut()
                 .enumerate()
-                .filter(|(_, m)| 1000 - u32::from(**m) >= shape.gpu_milli)
+                .filter(|(_, m)| milli_free(**m) >= shape.gpu_milli)
                 .max_by_key(|(_, m)| **m)
                 .expect("capacity checked before reserving");
             *used += shape.gpu_milli as u16;
@@ -124,7 +138,7 @@ impl ClusterState {
                     break;
                 }
                 if *used == 0 {
-                    *used = 1000;
+                    *used = WHOLE;
                     left -= 1;
                 }
             }
@@ -155,7 +169,7 @@ impl ClusterState {
                     if left == 0 {
                         break;
                     }
-                    if *used == 1000 {
+                    if *used == WHOLE {
                         *used = 0;
                         left -= 1;
                     }
@@ -189,7 +203,7 @@ impl ClusterState {
     pub fn audit(&self) -> Result<(), String> {
         for node in 0..self.len() {
             let gpus = &self.gpu_milli_used[self.gpus(node)];
-            if let Some(m) = gpus.iter().find(|&&m| m > 1000) {
+            if let Some(m) = gpus.iter().find(|&&m| m > 1000 && m != WHOLE) {
                 return Err(format!("node {node}: a GPU is {m}/1000 allocated"));
             }
             let free = gpus.iter().filter(|&&m| m == 0).count() as u32;

@@ -185,14 +185,20 @@ impl Queues {
             .map_or(idle, |limit| idle.min(limit))
     }
 
-    /// GPUs `id` could still borrow: its siblings' lendable GPUs less what they borrow
-    /// themselves (negative when they already borrow more than the others lend, the rest
-    /// coming from above), plus what its parent could borrow in turn within its limit.
+    /// GPUs `id` could still borrow: its siblings' lendable GPUs, less what the siblings
+    /// (itself included) already borrow from each other, plus what its parent could borrow in
+    /// turn within its limit. What the parent borrows from above is not counted twice: it
+    /// comes off here, where the children borrow it, only once, at the parent's level.
     fn spare_for(&self, id: QueueId) -> i128 {
-        let others = self.siblings(id).iter().filter(|&&s| s != id);
-        let lendable: u64 = others.clone().map(|&s| self.lendable(s)).sum();
-        let borrowed: u64 = others.map(|&s| self.borrowed(s)).sum();
-        let here = i128::from(lendable) - i128::from(borrowed);
+        let siblings = self.siblings(id);
+        let lendable: u64 = siblings
+            .iter()
+            .filter(|&&s| s != id)
+            .map(|&s| self.lendable(s))
+            .sum();
+        let borrowed: u64 = siblings.iter().map(|&s| self.borrowed(s)).sum();
+        let from_above = self.queues[id].parent.map_or(0, |p| self.borrowed(p));
+        let here = i128::from(lendable) - i128::from(borrowed.saturating_sub(from_above));
         let above = match self.queues[id].parent {
             Some(parent) => {
                 let limit = self.queues[parent]

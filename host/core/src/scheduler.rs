@@ -243,23 +243,32 @@ impl Scheduler {
         (0..self.jobs.len() as JobId).filter(|&id| self.is_running(id))
     }
 
-    /// A running job ends: free its nodes and its quota.
+    /// A job ends (or is withdrawn): free its nodes and its quota.
     pub fn finish(&mut self, id: JobId) {
         self.release(id);
         self.jobs[id as usize].state = JobState::Finished;
+        self.pending.retain(|&p| p != id);
     }
 
     fn release(&mut self, id: JobId) {
         let entry = &mut self.jobs[id as usize];
-        if let JobState::Running { slots } = std::mem::replace(&mut entry.state, JobState::Pending)
-        {
-            for slot in slots {
-                self.state.release(slot, &entry.spec.shape);
+        match std::mem::replace(&mut entry.state, JobState::Pending) {
+            JobState::Running { slots } => {
+                for slot in slots {
+                    self.state.release(slot, &entry.spec.shape);
+                }
+                self.running_gpus -= entry.spec.total().gpus;
+                if !entry.spec.balloon {
+                    self.queues
+                        .charge(entry.spec.queue, entry.spec.total(), false);
+                }
             }
-            if !entry.spec.balloon {
-                self.queues
-                    .charge(entry.spec.queue, entry.spec.total(), false);
+            JobState::Holding { slots, .. } => {
+                for slot in slots {
+                    self.state.release(slot, &entry.spec.shape);
+                }
             }
+            other => entry.state = other,
         }
     }
 
@@ -907,25 +916,46 @@ impl Scheduler {
                 scratch.release(slot, &victim.spec.shape);
             }
             victims.push(id);
-            let codes = builtin::gpu_fit(&spec.shape, &scratch.nodes);
-            let capacity: Vec<u32> = (0..scratch.len())
-                .map(|i| {
-                    if codes[i] == 0 {
-                        scratch.capacity_for(i, &spec.shape)
-                    } else {
-                        0
+            if self.fits_in(spec, &scratch) {
+                // Keep only the victims the job needs: spare, latest taken first, any whose
+                // room it can do without.
+                for index in (0..victims.len() - 1).rev() {
+                    let mut trial = self.state.clone();
+                    for (i, &victim) in victims.iter().enumerate() {
+                        if i != index {
+                            let shape = &self.jobs[victim as usize].spec.shape;
+                            for &slot in self.slots(victim) {
+                                trial.release(slot, shape);
+                            }
+                        }
                     }
-                })
-                .collect();
-            let scores = builtin::gpu_binpack(&spec.shape, &scratch.nodes)
-                .into_iter()
-                .map(u64::from)
-                .collect::<Vec<_>>();
-            if self.place(spec, &capacity, &scores).is_some() {
+                    if self.fits_in(spec, &trial) {
+                        victims.remove(index);
+                    }
+                }
                 return Some(victims);
             }
         }
         None
+    }
+
+    /// Whether `spec` could be placed on `state` by the built-in filter and score.
+    fn fits_in(&self, spec: &JobSpec, state: &ClusterState) -> bool {
+        let codes = builtin::gpu_fit(&spec.shape, &state.nodes);
+        let capacity: Vec<u32> = (0..state.len())
+            .map(|i| {
+                if codes[i] == 0 {
+                    state.capacity_for(i, &spec.shape)
+                } else {
+                    0
+                }
+            })
+            .collect();
+        let scores: Vec<u64> = builtin::gpu_binpack(&spec.shape, &state.nodes)
+            .into_iter()
+            .map(u64::from)
+            .collect();
+        self.place(spec, &capacity, &scores).is_some()
     }
 
     /// The queue's usage as a quota policy sees it, and its cohort's.

@@ -544,8 +544,9 @@ fn quota_denial_when_nothing_idle_can_be_borrowed() {
 }
 
 // ---------------------------------------------------------------------------------------------
-// Bugs found by these tests. Each failing assertion is commented out with a `// BUG:` note so
-// that the suite stays green; the report that came with these tests describes them.
+// Regressions: bugs these tests found in the core, now fixed (whole-GPU release freeing a
+// shared GPU, running_gpus never shrinking, preemption taking needless victims, a queue
+// borrowing the same idle quota twice).
 
 /// One 8-GPU node: a whole-GPU pod on GPU 0, then two 500-milli pods that fill GPU 7 exactly
 /// (best fit breaks the tie towards the last GPU).
@@ -564,7 +565,7 @@ fn whole_gpu_and_two_halves() -> (Fixture, [gantry_core::JobId; 3]) {
 }
 
 #[test]
-fn bug_releasing_whole_gpus_frees_a_shared_gpu() {
+fn regression_releasing_whole_gpus_frees_a_shared_gpu() {
     let (mut fx, [whole, half_a, half_b]) = whole_gpu_and_two_halves();
     // The whole-GPU job ends. Its release zeroes the last GPU at 1000 milli, GPU 7, which the
     // halves still share, and leaves GPU 0 (the one it held) marked in use.
@@ -578,28 +579,22 @@ fn bug_releasing_whole_gpus_frees_a_shared_gpu() {
         .filter(|&&id| fx.sched.slots(id)[0].shared_gpu == Some(7))
         .count();
     assert!(fx.sched.state.audit().is_ok()); // the audit does not see it
-    // BUG: ClusterState::release freed GPU 7 for the whole-GPU slot; three pods of 500 milli
-    // (1500/1000) are now placed on it.
-    // assert!(on_gpu_7 <= 2, "{on_gpu_7} pods of 500 milli share GPU 7");
-    let _ = on_gpu_7;
+    assert!(on_gpu_7 <= 2, "{on_gpu_7} pods of 500 milli share GPU 7");
 }
 
 #[test]
-fn bug_releasing_whole_gpus_leaks_the_gpu_it_held() {
+fn regression_releasing_whole_gpus_leaks_the_gpu_it_held() {
     let (mut fx, jobs) = whole_gpu_and_two_halves();
     for id in jobs {
         fx.finish(id);
     }
     assert_eq!(fx.sched.running().count(), 0);
     let free_when_idle = fx.sched.state.nodes.gpu_free[0];
-    // BUG: ClusterState::release zeroed GPU 7 instead of GPU 0 for the whole-GPU slot, and
-    // GPU 0 is held by nobody for ever: the idle 8-GPU node reports 7 free GPUs.
-    // assert_eq!(free_when_idle, 8);
-    let _ = free_when_idle;
+    assert_eq!(free_when_idle, 8);
 }
 
 #[test]
-fn bug_preemption_evicts_jobs_that_cannot_make_room() {
+fn regression_preemption_evicts_jobs_that_cannot_make_room() {
     // Two H100 nodes and two L4 nodes, all busy.
     let mut fx = Fixture::single_queue(&[Pool::h100(2, 2, None), Pool::l4(2, 2)], 64);
     let mut l4 = fx.job("l4-filler", "default", 0, 2, 4);
@@ -620,14 +615,11 @@ fn bug_preemption_evicts_jobs_that_cannot_make_room() {
     assert!(d.placed);
     assert!(d.explanation.preempted.contains(&"h100-filler".to_string()));
     assert!(!fx.sched.is_running(h100));
-    // BUG: Scheduler::find_victims takes every candidate in order until the job fits, so the
-    // lower-priority L4 job, whose nodes the H100 pod cannot use, is evicted as well.
-    // assert_eq!(d.explanation.preempted, ["h100-filler"]);
-    let _ = l4;
+    assert_eq!(d.explanation.preempted, ["h100-filler"]);
 }
 
 #[test]
-fn bug_running_gpus_counts_finished_jobs() {
+fn regression_running_gpus_counts_finished_jobs() {
     let mut fx = four_nodes(&[queue("default", None, 32)]);
     let job = fx.submit(fx.job("pair", "default", 0, 2, 8));
     fx.checked_cycle();
@@ -635,9 +627,7 @@ fn bug_running_gpus_counts_finished_jobs() {
     fx.finish(job);
     assert_eq!(fx.sched.running().count(), 0);
     let after = fx.sched.running_gpus();
-    // BUG: Scheduler::release never subtracts from running_gpus: it still says 16.
-    // assert_eq!(after, 0);
-    let _ = after;
+    assert_eq!(after, 0);
 }
 
 #[test]
@@ -691,7 +681,7 @@ fn balloon_gang_never_holds_quota() {
 }
 
 #[test]
-fn bug_a_queue_borrows_the_same_idle_quota_twice() {
+fn regression_a_queue_borrows_the_same_idle_quota_twice() {
     // Two top-level queues of 16 GPUs on 64 GPUs: b may borrow a's 16 idle GPUs, no more.
     let mut fx = Fixture::new(
         &[Pool::h100(8, 8, None)],
@@ -713,8 +703,5 @@ fn bug_a_queue_borrows_the_same_idle_quota_twice() {
             "queue b is at its quota of 16 GPUs and only 0 idle GPUs can be borrowed; it needs 8"
                 .into(),
     };
-    // BUG: Queues::spare_for does not take off what b already borrows, so b is admitted again,
-    // borrowing 24 GPUs (Borrowing { gpus: 24 }) from a's 16, and the job runs.
-    // assert_eq!(d.explanation.quota.builtin, refused);
-    let _ = (d, refused);
+    assert_eq!(d.explanation.quota.builtin, refused);
 }

@@ -91,6 +91,9 @@ pub struct Report {
     /// GPUs held by jobs whose every pod runs, over total GPUs, time-weighted over the time
     /// when work was queued. GPUs held by a partly placed gang do no work and do not count.
     pub gpu_allocation_while_queued: f64,
+    /// The same over the whole run, from the first submission to the last completion: the
+    /// same work done sooner shows here as a higher figure.
+    pub gpu_allocation_over_makespan: f64,
     /// Over every submitted job; one that never started counts its wait until the end.
     pub wait: WaitStats,
     pub queues: BTreeMap<String, QueueReport>,
@@ -244,6 +247,7 @@ impl Replay {
             (0usize, 0u64, 0u64, 0u64, 0u64);
         let mut queued_time = 0.0;
         let mut allocated_integral = 0.0;
+        let mut busy_integral = 0.0;
         let mut queue_integral = vec![0.0; self.scheduler.queues.len()];
         let (mut frag_sum, mut frag_cycles) = (0.0, 0u64);
         let mut now = 0.0f64;
@@ -268,20 +272,14 @@ impl Replay {
             };
             let retrying =
                 retry == Some(next) && next_arrival != Some(next) && next_completion != Some(next);
-            // Integrate allocation over [now, next) while work waits.
+            // Integrate allocation over [now, next): always, and while work waits.
+            if next > now && now >= first_submit {
+                busy_integral += self.scheduler.running_gpus() as f64 * (next - now);
+            }
             if !self.scheduler.pending().is_empty() && next > now {
                 let dt = next - now;
                 queued_time += dt;
-                let allocated = total_gpus
-                    - self
-                        .scheduler
-                        .state
-                        .nodes
-                        .gpu_free
-                        .iter()
-                        .map(|&g| u64::from(g))
-                        .sum::<u64>();
-                allocated_integral += allocated as f64 * dt;
+                allocated_integral += self.scheduler.running_gpus() as f64 * dt;
                 for (q, integral) in queue_integral.iter_mut().enumerate() {
                     if self.scheduler.queues.parent(q).is_some()
                         || self.scheduler.queues.children(q).is_empty()
@@ -427,6 +425,10 @@ impl Replay {
             gpu_allocation_while_queued: round6(ratio(
                 allocated_integral,
                 queued_time * total_gpus as f64,
+            )),
+            gpu_allocation_over_makespan: round6(ratio(
+                busy_integral,
+                (last_end - first_submit) * total_gpus as f64,
             )),
             wait: wait_stats(waits.iter().map(|(_, w)| *w).collect()),
             queues,

@@ -378,15 +378,10 @@ pub fn check_state(fx: &Fixture) -> Result<(), String> {
                 u32::from(gpu) < total.gpu_total[node],
                 "node {name}: a pod shares GPU {gpu}, which the node does not have"
             );
-            // BUG: ClusterState::release (cluster.rs) frees a whole-GPU slot by zeroing the
-            // last GPUs whose usage is exactly 1000, which may be a GPU that fractional pods
-            // filled up; later fractional pods are then stacked on that GPU past 1000 milli.
-            // See scenarios::bug_releasing_whole_gpus_frees_a_shared_gpu.
-            // ensure!(
-            //     milli <= 1000,
-            //     "node {name}: the pods sharing GPU {gpu} hold {milli}/1000 of it"
-            // );
-            let _ = milli;
+            ensure!(
+                milli <= 1000,
+                "node {name}: the pods sharing GPU {gpu} hold {milli}/1000 of it"
+            );
         }
         let gpus_held = used.whole_gpus + used.shared.len() as u64;
         let gpu_total = u64::from(total.gpu_total[node]);
@@ -396,16 +391,12 @@ pub fn check_state(fx: &Fixture) -> Result<(), String> {
             used.whole_gpus,
             used.shared.len()
         );
-        // BUG: the same ClusterState::release bug leaks a GPU: when it zeroes a shared GPU
-        // instead of the whole GPU the slot held, the whole GPU stays at 1000 milli after every
-        // pod on the node has ended, so gpu_free stays one short forever.
-        // See scenarios::bug_releasing_whole_gpus_leaks_the_gpu_it_held.
-        // ensure!(
-        //     u64::from(state.nodes.gpu_free[node]) == gpu_total - gpus_held,
-        //     "node {name}: gpu_free says {} but the running jobs leave {}",
-        //     state.nodes.gpu_free[node],
-        //     gpu_total - gpus_held
-        // );
+        ensure!(
+            u64::from(state.nodes.gpu_free[node]) == gpu_total - gpus_held,
+            "node {name}: gpu_free says {} but the running jobs leave {}",
+            state.nodes.gpu_free[node],
+            gpu_total - gpus_held
+        );
         let cpu_total = u64::from(total.cpu_free_milli[node]);
         ensure!(
             used.cpu_milli <= cpu_total,
@@ -517,15 +508,11 @@ pub fn check_state(fx: &Fixture) -> Result<(), String> {
 
     // What runs.
     let running_gpus: u64 = running.iter().map(|&id| sched.job(id).total().gpus).sum();
-    // BUG: Scheduler::running_gpus only ever grows: commit() (and the baselines' cycle) add to
-    // it, but release() never subtracts, so finished and evicted jobs still count.
-    // See scenarios::bug_running_gpus_counts_finished_jobs.
-    // ensure!(
-    //     sched.running_gpus() == running_gpus,
-    //     "running_gpus() says {} but the running jobs hold {running_gpus}",
-    //     sched.running_gpus()
-    // );
-    let _ = running_gpus;
+    ensure!(
+        sched.running_gpus() == running_gpus,
+        "running_gpus() says {} but the running jobs hold {running_gpus}",
+        sched.running_gpus()
+    );
 
     // Quota.
     let queues = &sched.queues;
@@ -739,18 +726,13 @@ pub fn check_root_borrowing(fx: &Fixture, out: &CycleOutput) -> Result<(), Strin
             let idle: u64 = others.clone().map(|&r| queues.lendable(r)).sum();
             let taken: u64 = others.map(|&r| queues.borrowed(r)).sum();
             let lent = idle.saturating_sub(taken);
-            // BUG: Queues::spare_for (queues.rs) counts the siblings' idle quota without taking
-            // off what the asking queue already borrows from it, and admission() compares only
-            // the increment with it, so a queue borrows the same idle GPUs again and again.
-            // See scenarios::bug_a_queue_borrows_the_same_idle_quota_twice.
-            // ensure!(
-            //     gpus <= lent,
-            //     "job {} was admitted with queue {} borrowing {gpus} GPUs in all, but the other \
-            //      queues lend only {lent} ({idle} idle less {taken} they borrow themselves)",
-            //     spec.name,
-            //     queues.name(spec.queue)
-            // );
-            let _ = (gpus, lent);
+            ensure!(
+                gpus <= lent,
+                "job {} was admitted with queue {} borrowing {gpus} GPUs in all, but the other \
+                 queues lend only {lent} ({idle} idle less {taken} they borrow themselves)",
+                spec.name,
+                queues.name(spec.queue)
+            );
         }
         for victim in &d.explanation.preempted {
             if let Some(&id) = evicted.get(victim.as_str()) {
