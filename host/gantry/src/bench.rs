@@ -280,7 +280,8 @@ fn job(
 pub fn run_schedule(args: ScheduleBenchArgs) -> anyhow::Result<()> {
     let symbols = Symbols::new();
     let engine = PolicyEngine::new(Limits::default(), symbols.clone())?;
-    let (mut scheduler, mut set, leaves) = bench_scheduler(&args, &engine, &symbols)?;
+    let (mut scheduler, set, leaves) = bench_scheduler(&args, &engine, &symbols)?;
+    let mut cache = gantry_policy::NodeCache::default();
     let queue_ids: Vec<(usize, String)> = leaves
         .iter()
         .map(|name| (scheduler.queues.id(name).unwrap_or(0), name.clone()))
@@ -294,7 +295,7 @@ pub fn run_schedule(args: ScheduleBenchArgs) -> anyhow::Result<()> {
         let gpus = [1, 2, 4, 8][i % 4];
         scheduler.submit(job(&symbols, format!("pod-{i}"), (*id, name), 1, gpus));
         let t = Instant::now();
-        let out = scheduler.cycle(0.0, &mut set);
+        let out = scheduler.cycle(0.0, &mut set.bind(&mut cache));
         single.push(t.elapsed());
         anyhow::ensure!(
             out.decisions.iter().all(|d| d.placed),
@@ -303,13 +304,14 @@ pub fn run_schedule(args: ScheduleBenchArgs) -> anyhow::Result<()> {
     }
     let single_wall = started.elapsed();
 
-    let (mut scheduler, mut set, _) = bench_scheduler(&args, &engine, &symbols)?;
+    let (mut scheduler, set, _) = bench_scheduler(&args, &engine, &symbols)?;
+    let mut cache = gantry_policy::NodeCache::default();
     let mut gang = Vec::with_capacity(args.gangs);
     for i in 0..args.gangs {
         let (id, name) = &queue_ids[i % queue_ids.len()];
         scheduler.submit(job(&symbols, format!("gang-{i}"), (*id, name), 128, 8));
         let t = Instant::now();
-        let out = scheduler.cycle(0.0, &mut set);
+        let out = scheduler.cycle(0.0, &mut set.bind(&mut cache));
         gang.push(t.elapsed());
         anyhow::ensure!(
             out.decisions.iter().all(|d| d.placed),

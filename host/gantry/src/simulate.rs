@@ -7,7 +7,7 @@ use std::sync::Arc;
 use anyhow::Context;
 use clap::Args;
 use gantry_core::{Mode, Symbols};
-use gantry_policy::{Limits, PolicyEngine, PolicyOptions, PolicySet, SetEntry};
+use gantry_policy::{Limits, NodeCache, PolicyEngine, PolicyOptions, PolicySet, SetEntry};
 use gantry_sim::{ClusterSpec, Replay, ReplayOptions, Report, Trace, TraceJob};
 use indicatif::{ProgressBar, ProgressStyle};
 
@@ -97,7 +97,8 @@ pub fn run(args: SimulateArgs) -> anyhow::Result<()> {
             weight: 1,
         });
     }
-    let mut set = PolicySet::new(1, entries);
+    let set = PolicySet::new(1, entries);
+    let mut cache = NodeCache::default();
     let total = jobs.len();
     let trace_name = args.trace.file_name().map_or_else(
         || args.trace.display().to_string(),
@@ -133,7 +134,7 @@ pub fn run(args: SimulateArgs) -> anyhow::Result<()> {
     };
     let mut write_error: Option<std::io::Error> = None;
     let mut report = replay.run(
-        &mut set,
+        &mut set.bind(&mut cache),
         &mut |done| bar.set_position(done as u64),
         &mut |decision| {
             if let Some(out) = decisions_out.as_mut()

@@ -19,7 +19,7 @@ pub use convert::WasmNodes;
 pub use engine::{Capabilities, CompiledPolicy, Limits, PolicyEngine, Role};
 pub use error::{FaultKind, PolicyError, PolicyFault, Result};
 pub use policy::{FailurePolicy, Guarded, Policy, PolicyInfo, PolicyOptions, PolicyStats};
-pub use set::{PolicySet, SetEntry};
+pub use set::{ActiveSet, BoundSet, NodeCache, PolicySet, SetEntry};
 
 /// The highest score a policy may give a node (kube-scheduler's MaxNodeScore).
 pub const MAX_SCORE: u32 = 100;

@@ -1,6 +1,8 @@
-//! A policy set as the scheduling core consults it: the ordered Wasm policies of each role,
-//! with the node columns kept in their Wasm shape between calls and refreshed only where the
-//! cluster changed.
+//! Policy sets as the scheduling core consults them. A [`PolicySet`] is immutable: the ordered
+//! Wasm policies of each role under one version, the unit admins activate and roll back.
+//! [`ActiveSet`] swaps the active one atomically: a cycle loads it once and runs on it to the
+//! end, so no cycle ever sees a mix. The node columns in Wasm shape live in a [`NodeCache`]
+//! that outlives sets, refreshed only where the cluster changed.
 
 use std::borrow::Cow;
 use std::ops::Range;
@@ -23,28 +25,19 @@ pub struct SetEntry {
     pub weight: u32,
 }
 
-/// An ordered list of policies, the unit admins activate and roll back.
+/// An ordered list of policies under one version, the unit admins activate and roll back.
 pub struct PolicySet {
     version: u64,
     entries: Vec<SetEntry>,
-    /// The node table in its Wasm shape, one entry per `CHUNK` of nodes, refreshed from the
-    /// cluster's change log.
-    chunks: Vec<WasmNodes>,
-    /// Node count the chunks were built for.
-    built_for: Option<usize>,
-    /// Position in `ClusterState`'s change log up to which `nodes` is current.
-    cursor: u64,
 }
 
 impl PolicySet {
     pub fn new(version: u64, entries: Vec<SetEntry>) -> Self {
-        Self {
-            version,
-            entries,
-            chunks: Vec::new(),
-            built_for: None,
-            cursor: 0,
-        }
+        Self { version, entries }
+    }
+
+    pub fn version(&self) -> u64 {
+        self.version
     }
 
     pub fn entries(&self) -> &[SetEntry] {
@@ -55,6 +48,49 @@ impl PolicySet {
         self.entries.iter().filter(move |e| e.policy.role() == role)
     }
 
+    /// This set, with `cache` for the node columns: what a cycle runs on.
+    pub fn bind<'a>(&'a self, cache: &'a mut NodeCache) -> BoundSet<'a> {
+        BoundSet { set: self, cache }
+    }
+}
+
+/// The active policy set. Activation is one atomic pointer swap: a cycle that loaded the old
+/// set finishes on it, and the next load sees the new one.
+pub struct ActiveSet {
+    /// Swapped by admins, loaded once per cycle by the scheduler; never locked.
+    current: arc_swap::ArcSwap<PolicySet>,
+}
+
+impl ActiveSet {
+    pub fn new(set: PolicySet) -> Self {
+        Self {
+            current: arc_swap::ArcSwap::from_pointee(set),
+        }
+    }
+
+    /// The set a cycle runs on, from start to end.
+    pub fn load(&self) -> Arc<PolicySet> {
+        self.current.load_full()
+    }
+
+    /// Make `set` active for every cycle that starts from now on; the previous set is returned.
+    pub fn activate(&self, set: Arc<PolicySet>) -> Arc<PolicySet> {
+        self.current.swap(set)
+    }
+}
+
+/// The node table in Wasm shape, one [`WasmNodes`] per `CHUNK` of nodes, kept between cycles
+/// and across set activations and refreshed from the cluster's change log.
+#[derive(Default)]
+pub struct NodeCache {
+    chunks: Vec<WasmNodes>,
+    /// Node count the chunks were built for.
+    built_for: Option<usize>,
+    /// Position in `ClusterState`'s change log up to which the chunks are current.
+    cursor: u64,
+}
+
+impl NodeCache {
     /// The chunk holding `nodes`, current with `state`.
     fn sync(&mut self, state: &ClusterState, nodes: Range<usize>) -> Cow<'_, WasmNodes> {
         let (changed, cursor) = state.changes_since(self.cursor);
@@ -98,9 +134,16 @@ fn verdict<T>(guarded: Guarded<T>) -> Verdict<T> {
     }
 }
 
-impl PolicyHooks for PolicySet {
+/// A policy set bound to a node cache for one cycle: the core's [`PolicyHooks`].
+pub struct BoundSet<'a> {
+    set: &'a PolicySet,
+    cache: &'a mut NodeCache,
+}
+
+impl PolicyHooks for BoundSet<'_> {
     fn policies(&self) -> Vec<PolicyRef> {
-        self.entries
+        self.set
+            .entries
             .iter()
             .map(|e| {
                 let info = e.policy.info();
@@ -116,7 +159,7 @@ impl PolicyHooks for PolicySet {
     }
 
     fn set_version(&self) -> u64 {
-        self.version
+        self.set.version
     }
 
     fn filter(
@@ -125,14 +168,15 @@ impl PolicyHooks for PolicySet {
         pod: &PodShape,
         nodes: Range<usize>,
     ) -> Vec<(String, Verdict<Vec<u16>>)> {
-        if self.of_role(Role::Filter).next().is_none() {
+        if self.set.of_role(Role::Filter).next().is_none() {
             return Vec::new();
         }
         let filters: Vec<Arc<Policy>> = self
+            .set
             .of_role(Role::Filter)
             .map(|e| e.policy.clone())
             .collect();
-        let nodes = self.sync(state, nodes);
+        let nodes = self.cache.sync(state, nodes);
         filters
             .iter()
             .map(|policy| {
@@ -145,7 +189,8 @@ impl PolicyHooks for PolicySet {
     }
 
     fn reason_text(&self, index: usize, code: u16) -> String {
-        self.of_role(Role::Filter)
+        self.set
+            .of_role(Role::Filter)
             .nth(index)
             .and_then(|e| e.policy.reason_text(code).map(str::to_string))
             .unwrap_or_else(|| format!("reason {code}"))
@@ -157,11 +202,11 @@ impl PolicyHooks for PolicySet {
         pod: &PodShape,
         nodes: Range<usize>,
     ) -> Vec<(String, u32, Verdict<Vec<u32>>)> {
-        if self.of_role(Role::Score).next().is_none() {
+        if self.set.of_role(Role::Score).next().is_none() {
             return Vec::new();
         }
-        let scores: Vec<SetEntry> = self.of_role(Role::Score).cloned().collect();
-        let nodes = self.sync(state, nodes);
+        let scores: Vec<SetEntry> = self.set.of_role(Role::Score).cloned().collect();
+        let nodes = self.cache.sync(state, nodes);
         scores
             .iter()
             .map(|e| {
@@ -181,7 +226,8 @@ impl PolicyHooks for PolicySet {
         queue: &QueueUsage,
         cohort: Option<&CohortUsage>,
     ) -> Vec<(String, Verdict<QuotaVerdict>)> {
-        self.of_role(Role::Quota)
+        self.set
+            .of_role(Role::Quota)
             .map(|e| {
                 let policy = &e.policy;
                 (
