@@ -11,6 +11,7 @@ pub mod hooks;
 pub mod model;
 pub mod queues;
 pub mod scheduler;
+pub mod shadow;
 pub mod symbols;
 
 pub use cluster::{ClusterState, Slot};
@@ -24,4 +25,5 @@ pub use queues::{Admission, QueueDef, QueueError, QueueId, Queues};
 pub use scheduler::{
     CycleOutput, Decision, JobId, JobSpec, Mode, Scheduler, SchedulerConfig, TopologyPref,
 };
+pub use shadow::{Disagreement, DisagreementKind, compare};
 pub use symbols::{Sym, Symbols};

@@ -152,6 +152,7 @@ impl Default for SchedulerConfig {
 }
 
 /// The pure scheduler: cluster, queues and jobs, driven by [`Scheduler::cycle`].
+#[derive(Clone)]
 pub struct Scheduler {
     pub state: ClusterState,
     pub queues: Queues,
@@ -276,6 +277,12 @@ impl Scheduler {
     fn evict(&mut self, id: JobId) {
         self.release(id);
         self.pending.push(id);
+    }
+
+    /// The cycle `hooks` would run now, on a copy: nothing is placed, evicted or charged.
+    /// Run it before the real cycle to shadow a candidate policy set on the same state.
+    pub fn shadow_cycle(&self, now_s: f64, hooks: &mut dyn PolicyHooks) -> CycleOutput {
+        self.clone().cycle(now_s, hooks)
     }
 
     /// One scheduling cycle at time `now_s`.

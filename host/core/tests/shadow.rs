@@ -1,0 +1,95 @@
+//! Shadow mode: a candidate set decides on the same state as the active one, binds nothing,
+//! and the comparison names each job the two decide differently.
+
+mod common;
+
+use std::ops::Range;
+
+use common::{Fixture, Pool};
+use gantry_core::{
+    BuiltinOnly, ClusterState, CohortUsage, DisagreementKind, JobRequest, PodShape, PolicyHooks,
+    PolicyRef, QueueUsage, QuotaVerdict, Verdict, compare,
+};
+
+/// A candidate filter that keeps every pod out of the first `avoid` nodes.
+struct AvoidFirst {
+    avoid: usize,
+}
+
+impl PolicyHooks for AvoidFirst {
+    fn policies(&self) -> Vec<PolicyRef> {
+        Vec::new()
+    }
+    fn set_version(&self) -> u64 {
+        2
+    }
+    fn filter(
+        &mut self,
+        _: &ClusterState,
+        _: &PodShape,
+        nodes: Range<usize>,
+    ) -> Vec<(String, Verdict<Vec<u16>>)> {
+        let codes = nodes.map(|i| u16::from(i < self.avoid)).collect();
+        vec![("avoid-first-rack".into(), Verdict::Answer(codes))]
+    }
+    fn reason_text(&self, _: usize, _: u16) -> String {
+        "first rack is reserved".into()
+    }
+    fn score(
+        &mut self,
+        _: &ClusterState,
+        _: &PodShape,
+        _: Range<usize>,
+    ) -> Vec<(String, u32, Verdict<Vec<u32>>)> {
+        Vec::new()
+    }
+    fn admit(
+        &mut self,
+        _: &JobRequest,
+        _: &QueueUsage,
+        _: Option<&CohortUsage>,
+    ) -> Vec<(String, Verdict<QuotaVerdict>)> {
+        Vec::new()
+    }
+}
+
+#[test]
+fn a_shadow_cycle_binds_nothing_and_reports_each_disagreement() {
+    // 32 nodes of 8 H100s, racks of 16, one block.
+    let mut fx = Fixture::single_queue(&[Pool::h100(32, 16, Some(2))], 1024);
+    let single = fx.submit(fx.job("single", "default", 0, 1, 8));
+    let gang = fx.submit(fx.job("gang-17x8", "default", 0, 17, 8));
+    let before = fx.sched.state.nodes.gpu_free.clone();
+
+    let shadow = fx
+        .sched
+        .shadow_cycle(fx.now_s, &mut AvoidFirst { avoid: 16 });
+    // Nothing moved: the shadow ran on a copy.
+    assert_eq!(fx.sched.state.nodes.gpu_free, before);
+    assert_eq!(fx.sched.running().count(), 0);
+    assert_eq!(fx.sched.pending().len(), 2);
+
+    let active = fx.sched.cycle(fx.now_s, &mut BuiltinOnly);
+    let disagreements = compare(&active, &shadow);
+    let kinds: Vec<_> = disagreements.iter().map(|d| (d.job, d.kind)).collect();
+    assert_eq!(
+        kinds,
+        vec![
+            (single, DisagreementKind::OtherNodes),
+            (gang, DisagreementKind::RejectedByCandidate)
+        ]
+    );
+    let gang_view = &disagreements[1];
+    assert_eq!(gang_view.active.domain.as_deref(), Some("block 0"));
+    assert_eq!(gang_view.candidate.policy_set, 2);
+    assert_eq!(
+        gang_view.candidate.filters[1].rejected,
+        vec![("first rack is reserved".to_string(), 16)]
+    );
+    // The same set in shadow agrees with itself.
+    let mut again = Fixture::single_queue(&[Pool::h100(32, 16, Some(2))], 1024);
+    again.submit(again.job("single", "default", 0, 1, 8));
+    let shadow = again.sched.shadow_cycle(0.0, &mut BuiltinOnly);
+    let active = again.sched.cycle(0.0, &mut BuiltinOnly);
+    assert!(compare(&active, &shadow).is_empty());
+}
