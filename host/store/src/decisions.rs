@@ -1,0 +1,390 @@
+//! Decision records: writing them in batches, reading them back by job, node and time, and
+//! compacting old history away while each job's final outcome stays.
+//!
+//! The `decisions` tree is authoritative. The index trees (`by_job`, `by_node`) and
+//! `final_outcomes` are written in the same transaction as the record, and index entries are
+//! deleted in the same transaction as the record they point at, so an index entry pointing
+//! nowhere cannot happen; readers skip one anyway rather than fail.
+
+use std::collections::HashMap;
+
+use gantry_core::{Explanation, Outcome};
+use serde::{Deserialize, Serialize};
+use sled::Transactional;
+use sled::transaction::{ConflictableTransactionError, TransactionError};
+
+use crate::{Actor, KEY_DECISION_BYTES, Result, Store, StoreError, be_u64};
+
+/// A decision to append: the store assigns its sequence number.
+#[derive(Debug, Clone, PartialEq)]
+pub struct NewDecision {
+    /// Wall or virtual time of the decision, in ms since the epoch (or since the simulation
+    /// started). Keys sort by it, so range scans run in this order.
+    pub time_ms: u64,
+    pub explanation: Explanation,
+}
+
+/// A stored decision, as read back.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct DecisionRecord {
+    pub time_ms: u64,
+    /// Unique and increasing in append order, across restarts; breaks ties between records with
+    /// the same time.
+    pub seq: u64,
+    pub explanation: Explanation,
+}
+
+/// What one [`Store::compact`] call did.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+pub struct CompactReport {
+    pub deleted: u64,
+    pub bytes_before: u64,
+    pub bytes_after: u64,
+}
+
+/// Only the fields compaction needs to find a record's index entries; serde skips the rest.
+#[derive(Deserialize)]
+struct IndexView {
+    job: String,
+    outcome: Outcome,
+}
+
+fn record_key(time_ms: u64, seq: u64) -> [u8; 16] {
+    let mut key = [0u8; 16];
+    key[..8].copy_from_slice(&time_ms.to_be_bytes());
+    key[8..].copy_from_slice(&seq.to_be_bytes());
+    key
+}
+
+fn index_key(name: &str, key: &[u8]) -> Vec<u8> {
+    let mut k = Vec::with_capacity(name.len() + 1 + key.len());
+    k.extend_from_slice(name.as_bytes());
+    k.push(0);
+    k.extend_from_slice(key);
+    k
+}
+
+fn index_prefix(name: &str) -> Vec<u8> {
+    let mut k = Vec::with_capacity(name.len() + 1);
+    k.extend_from_slice(name.as_bytes());
+    k.push(0);
+    k
+}
+
+/// The nodes a record is indexed under: each placed node once.
+fn placed_nodes(outcome: &Outcome) -> Vec<&str> {
+    match outcome {
+        Outcome::Placed { nodes } => {
+            let mut names: Vec<&str> = nodes.iter().map(|(n, _)| n.as_str()).collect();
+            names.sort_unstable();
+            names.dedup();
+            names
+        }
+        Outcome::Pending { .. } => Vec::new(),
+    }
+}
+
+/// The store's byte accounting for one record: its key and value plus its index keys. This is
+/// what [`Store::decision_bytes`] sums and what `max_bytes` bounds.
+fn accounted_bytes(value_len: usize, job: &str, nodes: &[&str]) -> u64 {
+    let index: usize = (job.len() + 17) + nodes.iter().map(|n| n.len() + 17).sum::<usize>();
+    (16 + value_len + index) as u64
+}
+
+fn decode_record(key: &[u8], value: &[u8]) -> Result<DecisionRecord> {
+    if key.len() != 16 {
+        return Err(StoreError::Malformed { tree: "decisions" });
+    }
+    Ok(DecisionRecord {
+        time_ms: be_u64(&key[..8], "decisions")?,
+        seq: be_u64(&key[8..], "decisions")?,
+        explanation: serde_json::from_slice(value)?,
+    })
+}
+
+pub(crate) fn tx_err(e: TransactionError<StoreError>) -> StoreError {
+    match e {
+        TransactionError::Abort(e) => e,
+        TransactionError::Storage(e) => StoreError::Sled(e),
+    }
+}
+
+struct Prepared {
+    key: [u8; 16],
+    value: Vec<u8>,
+    job_key: Vec<u8>,
+    node_keys: Vec<Vec<u8>>,
+}
+
+impl Store {
+    /// Appends a batch of decisions in one transaction: each record, its `by_job` and `by_node`
+    /// entries, its job's final outcome and the byte counter commit together or not at all.
+    /// Returns the sequence numbers given, in input order. Batch for throughput: one call per
+    /// scheduling cycle, not one per decision.
+    pub fn append_decisions(&self, batch: &[NewDecision]) -> Result<Vec<u64>> {
+        if batch.is_empty() {
+            return Ok(Vec::new());
+        }
+        let mut prepared = Vec::with_capacity(batch.len());
+        let mut seqs = Vec::with_capacity(batch.len());
+        let mut added: u64 = 0;
+        // Each job's newest record in this batch, by index into `prepared`.
+        let mut newest: HashMap<&str, usize> = HashMap::new();
+        for d in batch {
+            let seq = self.db.generate_id()?;
+            seqs.push(seq);
+            let key = record_key(d.time_ms, seq);
+            let value = serde_json::to_vec(&d.explanation)?;
+            let job = d.explanation.job.as_str();
+            let nodes = placed_nodes(&d.explanation.outcome);
+            added += accounted_bytes(value.len(), job, &nodes);
+            let i = prepared.len();
+            prepared.push(Prepared {
+                key,
+                job_key: index_key(job, &key),
+                node_keys: nodes.iter().map(|n| index_key(n, &key)).collect(),
+                value,
+            });
+            match newest.get(job) {
+                Some(&j) if prepared[j].key >= key => {}
+                _ => {
+                    newest.insert(job, i);
+                }
+            }
+        }
+        let finals: Vec<(&[u8], Vec<u8>)> = newest
+            .iter()
+            .map(|(job, &i)| {
+                let p = &prepared[i];
+                let mut v = Vec::with_capacity(16 + p.value.len());
+                v.extend_from_slice(&p.key);
+                v.extend_from_slice(&p.value);
+                (job.as_bytes(), v)
+            })
+            .collect();
+
+        (
+            &self.decisions,
+            &self.by_job,
+            &self.by_node,
+            &self.final_outcomes,
+            &self.meta,
+        )
+            .transaction(|(decisions, by_job, by_node, final_outcomes, meta)| {
+                for p in &prepared {
+                    decisions.insert(&p.key[..], &p.value[..])?;
+                    by_job.insert(&p.job_key[..], &[][..])?;
+                    for k in &p.node_keys {
+                        by_node.insert(&k[..], &[][..])?;
+                    }
+                }
+                for (job, value) in &finals {
+                    let newer = match final_outcomes.get(job)? {
+                        Some(cur) => cur.len() < 16 || cur[..16] < value[..16],
+                        None => true,
+                    };
+                    if newer {
+                        final_outcomes.insert(*job, &value[..])?;
+                    }
+                }
+                let bytes = match meta.get(KEY_DECISION_BYTES)? {
+                    Some(v) => be_u64(&v, "meta").map_err(ConflictableTransactionError::Abort)?,
+                    None => 0,
+                };
+                meta.insert(KEY_DECISION_BYTES, &(bytes + added).to_be_bytes())?;
+                Ok(())
+            })
+            .map_err(tx_err)?;
+        Ok(seqs)
+    }
+
+    /// The store's accounting of the decision history's size: record keys and values plus their
+    /// index keys. Exact and updated atomically with every append and deletion, unlike sled's
+    /// `size_on_disk`, which lags. The `final_outcomes` copies (one per job) are not counted.
+    pub fn decision_bytes(&self) -> Result<u64> {
+        Ok(self.meta_u64(KEY_DECISION_BYTES)?.unwrap_or(0))
+    }
+
+    /// One record by its time and sequence number.
+    pub fn decision(&self, time_ms: u64, seq: u64) -> Result<Option<DecisionRecord>> {
+        let key = record_key(time_ms, seq);
+        self.decisions
+            .get(key)?
+            .map(|v| decode_record(&key, &v))
+            .transpose()
+    }
+
+    /// A job's latest decision. It survives compaction: it is read from `final_outcomes`.
+    pub fn latest_for_job(&self, job: &str) -> Result<Option<DecisionRecord>> {
+        match self.final_outcomes.get(job.as_bytes())? {
+            None => Ok(None),
+            Some(v) if v.len() < 16 => Err(StoreError::Malformed {
+                tree: "final_outcomes",
+            }),
+            Some(v) => decode_record(&v[..16], &v[16..]).map(Some),
+        }
+    }
+
+    /// A job's decisions still retained, oldest first. The latest is always last, even once
+    /// compaction has dropped it from the history.
+    pub fn job_history(&self, job: &str) -> Result<Vec<DecisionRecord>> {
+        let mut out = self.index_scan(&self.by_job, job, 0, u64::MAX, usize::MAX)?;
+        if let Some(latest) = self.latest_for_job(job)? {
+            let newer = out
+                .last()
+                .is_none_or(|r| (r.time_ms, r.seq) < (latest.time_ms, latest.seq));
+            if newer {
+                out.push(latest);
+            }
+        }
+        Ok(out)
+    }
+
+    /// Decisions that placed pods on `node`, with `from_ms <= time_ms < to_ms`, oldest first,
+    /// at most `limit`.
+    pub fn decisions_on_node(
+        &self,
+        node: &str,
+        from_ms: u64,
+        to_ms: u64,
+        limit: usize,
+    ) -> Result<Vec<DecisionRecord>> {
+        self.index_scan(&self.by_node, node, from_ms, to_ms, limit)
+    }
+
+    /// Decisions with `from_ms <= time_ms < to_ms`, oldest first, at most `limit`.
+    pub fn decisions_between(
+        &self,
+        from_ms: u64,
+        to_ms: u64,
+        limit: usize,
+    ) -> Result<Vec<DecisionRecord>> {
+        let mut out = Vec::new();
+        for item in self
+            .decisions
+            .range(from_ms.to_be_bytes()..to_ms.to_be_bytes())
+            .take(limit)
+        {
+            let (k, v) = item?;
+            out.push(decode_record(&k, &v)?);
+        }
+        Ok(out)
+    }
+
+    /// Every job's final outcome (its latest decision), in job-name order, at most `limit`.
+    pub fn final_outcomes(&self, limit: usize) -> Result<Vec<DecisionRecord>> {
+        let mut out = Vec::new();
+        for item in self.final_outcomes.iter().take(limit) {
+            let (_, v) = item?;
+            if v.len() < 16 {
+                return Err(StoreError::Malformed {
+                    tree: "final_outcomes",
+                });
+            }
+            out.push(decode_record(&v[..16], &v[16..])?);
+        }
+        Ok(out)
+    }
+
+    fn index_scan(
+        &self,
+        index: &sled::Tree,
+        name: &str,
+        from_ms: u64,
+        to_ms: u64,
+        limit: usize,
+    ) -> Result<Vec<DecisionRecord>> {
+        let mut start = index_prefix(name);
+        start.extend_from_slice(&from_ms.to_be_bytes());
+        let mut end = index_prefix(name);
+        end.extend_from_slice(&to_ms.to_be_bytes());
+        let mut out = Vec::new();
+        for item in index.range(start..end) {
+            if out.len() >= limit {
+                break;
+            }
+            let (k, _) = item?;
+            let key = &k[k.len().saturating_sub(16)..];
+            // An entry pointing nowhere counts as absent (the record is authoritative).
+            if let Some(v) = self.decisions.get(key)? {
+                out.push(decode_record(key, &v)?);
+            }
+        }
+        Ok(out)
+    }
+
+    /// Applies retention: deletes decision records, oldest first, while they are older than
+    /// `max_age` before `now_ms` or the history exceeds `max_bytes`. Each record goes with its
+    /// index entries in one transaction. Final outcomes stay. Audited as `compact` by
+    /// `gantry`/`retention` when anything was deleted.
+    pub fn compact(&self, now_ms: u64) -> Result<CompactReport> {
+        const CHUNK: usize = 2048;
+        let cutoff = now_ms.saturating_sub(self.config.max_age.as_millis() as u64);
+        let max_bytes = self.config.max_bytes;
+        let bytes_before = self.decision_bytes()?;
+        let mut bytes = bytes_before;
+        let mut deleted = 0u64;
+        loop {
+            let mut chunk: Vec<(sled::IVec, Vec<Vec<u8>>)> = Vec::new();
+            let mut freed = 0u64;
+            for item in self.decisions.iter() {
+                let (k, v) = item?;
+                if k.len() != 16 {
+                    return Err(StoreError::Malformed { tree: "decisions" });
+                }
+                let time = be_u64(&k[..8], "decisions")?;
+                if time >= cutoff && bytes - freed <= max_bytes {
+                    break;
+                }
+                let view: IndexView = serde_json::from_slice(&v)?;
+                let nodes = placed_nodes(&view.outcome);
+                freed += accounted_bytes(v.len(), &view.job, &nodes);
+                let mut index = vec![index_key(&view.job, &k)];
+                index.extend(nodes.iter().map(|n| index_key(n, &k)));
+                chunk.push((k, index));
+                if chunk.len() >= CHUNK {
+                    break;
+                }
+            }
+            if chunk.is_empty() {
+                break;
+            }
+            (&self.decisions, &self.by_job, &self.by_node, &self.meta)
+                .transaction(|(decisions, by_job, by_node, meta)| {
+                    for (k, index) in &chunk {
+                        decisions.remove(k)?;
+                        by_job.remove(&index[0][..])?;
+                        for n in &index[1..] {
+                            by_node.remove(&n[..])?;
+                        }
+                    }
+                    let cur = match meta.get(KEY_DECISION_BYTES)? {
+                        Some(v) => {
+                            be_u64(&v, "meta").map_err(ConflictableTransactionError::Abort)?
+                        }
+                        None => 0,
+                    };
+                    meta.insert(KEY_DECISION_BYTES, &cur.saturating_sub(freed).to_be_bytes())?;
+                    Ok(())
+                })
+                .map_err(tx_err)?;
+            deleted += chunk.len() as u64;
+            bytes = self.decision_bytes()?;
+        }
+        if deleted > 0 {
+            let actor = Actor::new("gantry", "retention");
+            let entry = self.pending_audit(
+                &actor,
+                now_ms,
+                "compact",
+                format!("deleted {deleted} decisions, {bytes_before} -> {bytes} bytes"),
+            )?;
+            self.audit.insert(entry.key, entry.value)?;
+        }
+        Ok(CompactReport {
+            deleted,
+            bytes_before,
+            bytes_after: bytes,
+        })
+    }
+}

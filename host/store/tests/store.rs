@@ -1,0 +1,411 @@
+//! Round trips for every read path, policies and sets, audit, retention and bad directories.
+
+mod common;
+
+use std::time::Duration;
+
+use common::{decision, open};
+use gantry_core::Outcome;
+use gantry_store::{
+    Actor, FailurePolicy, NewDecision, NewPolicy, PolicyRole, SetEntry, Store, StoreConfig,
+    StoreError, bench_append,
+};
+
+#[test]
+fn decisions_round_trip_by_job_node_and_time() {
+    let dir = tempfile::tempdir().unwrap();
+    let store = open(dir.path());
+    // Appended out of time order on purpose: reads come back in time order.
+    let batch = vec![
+        decision("a", 30, &["n1", "n2"]),
+        decision("b", 10, &["n2"]),
+        decision("a", 10, &[]),
+        decision("a", 20, &["n3"]),
+        decision("c", 25, &["n1", "n1"]),
+    ];
+    let seqs = store.append_decisions(&batch).unwrap();
+    assert_eq!(seqs.len(), 5);
+    assert!(seqs.windows(2).all(|w| w[0] < w[1]));
+
+    let one = store.decision(30, seqs[0]).unwrap().unwrap();
+    assert_eq!(one.explanation, batch[0].explanation);
+
+    let hist = store.job_history("a").unwrap();
+    let times: Vec<u64> = hist.iter().map(|r| r.time_ms).collect();
+    assert_eq!(times, vec![10, 20, 30]);
+    assert_eq!(hist[2].explanation, batch[0].explanation);
+    assert_eq!(store.latest_for_job("a").unwrap().unwrap().time_ms, 30);
+    assert!(store.latest_for_job("nope").unwrap().is_none());
+    // A job name that is a prefix of another does not pick up the other's records.
+    store.append_decisions(&[decision("ab", 40, &[])]).unwrap();
+    assert_eq!(store.job_history("a").unwrap().len(), 3);
+
+    let n1: Vec<(u64, String)> = store
+        .decisions_on_node("n1", 0, u64::MAX, 100)
+        .unwrap()
+        .into_iter()
+        .map(|r| (r.time_ms, r.explanation.job))
+        .collect();
+    assert_eq!(n1, vec![(25, "c".into()), (30, "a".into())]);
+    assert_eq!(store.decisions_on_node("n2", 0, 20, 100).unwrap().len(), 1);
+    assert_eq!(
+        store.decisions_on_node("n2", 0, u64::MAX, 1).unwrap().len(),
+        1
+    );
+
+    let range: Vec<u64> = store
+        .decisions_between(10, 30, 100)
+        .unwrap()
+        .iter()
+        .map(|r| r.time_ms)
+        .collect();
+    assert_eq!(range, vec![10, 10, 20, 25]);
+    let all = store.decisions_between(0, u64::MAX, 100).unwrap();
+    assert!(
+        all.windows(2)
+            .all(|w| (w[0].time_ms, w[0].seq) < (w[1].time_ms, w[1].seq))
+    );
+    assert_eq!(store.decisions_between(0, u64::MAX, 2).unwrap().len(), 2);
+
+    // Final outcomes: the latest per job, even when a later append carries an older time.
+    store.append_decisions(&[decision("a", 5, &[])]).unwrap();
+    assert_eq!(store.latest_for_job("a").unwrap().unwrap().time_ms, 30);
+    let finals = store.final_outcomes(100).unwrap();
+    let jobs: Vec<&str> = finals.iter().map(|r| r.explanation.job.as_str()).collect();
+    assert_eq!(jobs, vec!["a", "ab", "b", "c"]);
+
+    // Everything survives a reopen, and sequence numbers keep increasing.
+    drop(store);
+    let store = open(dir.path());
+    assert_eq!(store.job_history("a").unwrap().len(), 4);
+    let next = store.append_decisions(&[decision("d", 50, &[])]).unwrap();
+    assert!(next[0] > seqs[4]);
+}
+
+fn wasm(n: u8) -> Vec<u8> {
+    let mut v = b"\0asm\x0d\0\x01\0".to_vec();
+    v.extend(std::iter::repeat_n(n, 100));
+    v
+}
+
+fn new_policy(name: &str, role: PolicyRole) -> NewPolicy {
+    NewPolicy {
+        name: name.into(),
+        role,
+        version: "1.0.0".into(),
+        config: "{}".into(),
+    }
+}
+
+#[test]
+fn policies_sets_activation_and_audit() {
+    let dir = tempfile::tempdir().unwrap();
+    let store = open(dir.path());
+    let alice = Actor::new("alice", "10.0.0.7:51234");
+    let bob = Actor::new("bob", "cli");
+
+    let a = store
+        .put_policy(
+            &alice,
+            &wasm(1),
+            new_policy("binpack", PolicyRole::Score),
+            1000,
+        )
+        .unwrap();
+    assert!(!a.already_stored);
+    assert_eq!(a.manifest.sha256.len(), 64);
+    assert_eq!(a.manifest.uploaded_by, "alice");
+    // The same bytes again: one copy, the first manifest kept.
+    let again = store
+        .put_policy(
+            &bob,
+            &wasm(1),
+            new_policy("other-name", PolicyRole::Filter),
+            2000,
+        )
+        .unwrap();
+    assert!(again.already_stored);
+    assert_eq!(again.manifest, a.manifest);
+    let b = store
+        .put_policy(&bob, &wasm(2), new_policy("fit", PolicyRole::Filter), 3000)
+        .unwrap();
+    assert_eq!(store.list_policies().unwrap().len(), 2);
+    assert_eq!(
+        store.policy_bytes(&a.manifest.sha256).unwrap().unwrap(),
+        wasm(1)
+    );
+    assert_eq!(
+        store
+            .policy_manifest(&b.manifest.sha256)
+            .unwrap()
+            .unwrap()
+            .name,
+        "fit"
+    );
+
+    assert!(store.active().unwrap().is_none());
+    let entry = |sha: &str, weight| SetEntry {
+        sha256: sha.into(),
+        weight,
+        failure: FailurePolicy::Default,
+        config: "{}".into(),
+    };
+    let v1 = store
+        .put_set(&alice, vec![entry(&a.manifest.sha256, 1)], "first", 4000)
+        .unwrap();
+    let mut e2 = entry(&b.manifest.sha256, 2);
+    e2.failure = FailurePolicy::FailOpen;
+    let v2 = store
+        .put_set(&alice, vec![entry(&a.manifest.sha256, 1), e2], "", 5000)
+        .unwrap();
+    assert_eq!((v1.version, v2.version), (1, 2));
+    assert!(matches!(
+        store.put_set(&alice, vec![entry("beef", 1)], "", 5500),
+        Err(StoreError::UnknownPolicy(_))
+    ));
+    assert!(matches!(
+        store.put_set(&alice, vec![], "", 5500),
+        Err(StoreError::EmptySet)
+    ));
+
+    store.activate(&alice, 2, 6000).unwrap();
+    assert_eq!(store.active().unwrap().unwrap(), v2);
+    store.rollback_to(&bob, 1, 7000).unwrap();
+    assert_eq!(store.active().unwrap().unwrap(), v1);
+    let err = store.activate(&bob, 9, 7500).unwrap_err();
+    assert_eq!(err.to_string(), "no policy set version 9 exists");
+    assert_eq!(store.active().unwrap().unwrap().version, 1);
+    let sets = store.list_sets().unwrap();
+    assert_eq!(sets, vec![v1.clone(), v2.clone()]);
+    // The failure policy is stored with its kebab-case name.
+    let json = serde_json::to_string(&sets[1].entries[1]).unwrap();
+    assert!(json.contains("\"fail-open\""), "{json}");
+
+    drop(store);
+    let store = open(dir.path());
+    assert_eq!(store.active().unwrap().unwrap().version, 1);
+    assert_eq!(store.list_sets().unwrap().len(), 2);
+
+    let log = store.audit_between(0, u64::MAX, 100).unwrap();
+    let summary: Vec<(&str, &str, &str, u64)> = log
+        .iter()
+        .map(|e| (e.who.as_str(), e.from.as_str(), e.action.as_str(), e.at_ms))
+        .collect();
+    assert_eq!(
+        summary,
+        vec![
+            ("alice", "10.0.0.7:51234", "policy.upload", 1000),
+            ("bob", "cli", "policy.upload", 2000),
+            ("bob", "cli", "policy.upload", 3000),
+            ("alice", "10.0.0.7:51234", "set.create", 4000),
+            ("alice", "10.0.0.7:51234", "set.create", 5000),
+            ("alice", "10.0.0.7:51234", "set.activate", 6000),
+            ("bob", "cli", "set.rollback", 7000),
+        ]
+    );
+    assert_eq!(log[3].detail, "version 1, 1 entries: first");
+    assert_eq!(log[6].detail, "version 2 -> 1");
+    let recent = store.audit_recent(2).unwrap();
+    assert_eq!(recent[0].action, "set.rollback");
+    assert_eq!(recent.len(), 2);
+}
+
+#[test]
+fn retention_keeps_bytes_bounded_and_final_outcomes() {
+    let dir = tempfile::tempdir().unwrap();
+    let mut config = StoreConfig::new(dir.path());
+    config.max_bytes = 2_000_000;
+    config.max_age = Duration::from_secs(3600);
+    let store = Store::open(config).unwrap();
+    const N: u64 = 200_000;
+    const JOBS: u64 = 3_000;
+    let mut batch = Vec::with_capacity(1000);
+    for i in 0..N {
+        let job = format!("j{}", i % JOBS);
+        let mut d = decision(&job, 1_000_000 + i, &[]);
+        // Small records: keep only what identifies them.
+        d.explanation.filters.clear();
+        d.explanation.top_nodes.clear();
+        d.explanation.policies.clear();
+        d.explanation.outcome = if i.is_multiple_of(2) {
+            Outcome::Placed {
+                nodes: vec![(format!("n{}", i % 97), 8)],
+            }
+        } else {
+            Outcome::Pending {
+                waiting_for: "GPUs".into(),
+            }
+        };
+        batch.push(d);
+        if batch.len() == 1000 {
+            store.append_decisions(&batch).unwrap();
+            batch.clear();
+        }
+    }
+    let before = store.decision_bytes().unwrap();
+    assert!(before > 2_000_000 * 10, "{before}");
+    // Nothing is older than an hour yet: only the byte bound applies.
+    let report = store.compact(1_000_000 + N).unwrap();
+    assert_eq!(report.bytes_before, before);
+    assert!(report.bytes_after <= 2_000_000, "{report:?}");
+    assert_eq!(report.bytes_after, store.decision_bytes().unwrap());
+    assert!(report.deleted > N / 2);
+    let left = store.decisions_between(0, u64::MAX, usize::MAX).unwrap();
+    assert_eq!(left.len() as u64, N - report.deleted);
+    // The newest records are the ones kept.
+    assert_eq!(left.last().unwrap().time_ms, 1_000_000 + N - 1);
+    assert_eq!(left[0].time_ms, 1_000_000 + report.deleted);
+    // Every job's final outcome survives, and history still ends with it.
+    assert_eq!(store.final_outcomes(usize::MAX).unwrap().len() as u64, JOBS);
+    for j in [0, 1, 1234, JOBS - 1] {
+        let job = format!("j{j}");
+        let latest = store.latest_for_job(&job).unwrap().unwrap();
+        let expected_time = 1_000_000 + (N - 1 - j) / JOBS * JOBS + j;
+        assert_eq!(latest.time_ms, expected_time);
+        assert_eq!(
+            store.job_history(&job).unwrap().last().unwrap().time_ms,
+            expected_time
+        );
+    }
+    // Index entries of deleted records are gone too.
+    assert!(
+        store
+            .decisions_on_node("n0", 0, 1_000_000 + report.deleted, usize::MAX)
+            .unwrap()
+            .is_empty()
+    );
+    // Age: an hour and a bit later, everything but the final outcomes goes.
+    let report = store.compact(1_000_000 + N + 3_600_001).unwrap();
+    assert_eq!(report.bytes_after, 0);
+    assert!(store.decisions_between(0, u64::MAX, 10).unwrap().is_empty());
+    assert_eq!(store.final_outcomes(usize::MAX).unwrap().len() as u64, JOBS);
+    assert_eq!(store.job_history("j7").unwrap().len(), 1);
+    let log = store.audit_recent(10).unwrap();
+    assert_eq!(log.len(), 2);
+    assert_eq!(
+        (log[0].who.as_str(), log[0].action.as_str()),
+        ("gantry", "compact")
+    );
+}
+
+#[test]
+fn compact_within_bounds_deletes_nothing() {
+    let dir = tempfile::tempdir().unwrap();
+    let store = open(dir.path());
+    store
+        .append_decisions(&[decision("a", 1, &["n"]), decision("a", 2, &[])])
+        .unwrap();
+    let report = store.compact(3).unwrap();
+    assert_eq!(report.deleted, 0);
+    assert_eq!(report.bytes_before, report.bytes_after);
+    assert!(store.audit_recent(10).unwrap().is_empty());
+}
+
+fn open_err(path: &std::path::Path) -> String {
+    Store::open(StoreConfig::new(path)).unwrap_err().to_string()
+}
+
+#[test]
+fn a_file_is_refused() {
+    let dir = tempfile::tempdir().unwrap();
+    let file = dir.path().join("store");
+    std::fs::write(&file, b"hello").unwrap();
+    assert_eq!(
+        open_err(&file),
+        format!(
+            "cannot open the Gantry store at {}: it is a file, not a directory",
+            file.display()
+        )
+    );
+}
+
+#[test]
+fn a_directory_of_other_files_is_refused_and_left_alone() {
+    let dir = tempfile::tempdir().unwrap();
+    std::fs::write(dir.path().join("notes.txt"), b"hello").unwrap();
+    std::fs::write(dir.path().join("a.bin"), [0xffu8; 64]).unwrap();
+    assert_eq!(
+        open_err(dir.path()),
+        format!(
+            "cannot open the Gantry store at {}: the directory holds other files (a.bin, notes.txt) and no sled database",
+            dir.path().display()
+        )
+    );
+    assert_eq!(std::fs::read_dir(dir.path()).unwrap().count(), 2);
+}
+
+#[test]
+fn garbage_sled_files_are_corrupt() {
+    let dir = tempfile::tempdir().unwrap();
+    std::fs::write(dir.path().join("conf"), b"not a sled config at all\n").unwrap();
+    std::fs::write(dir.path().join("db"), [0x5au8; 4096]).unwrap();
+    let err = open_err(dir.path());
+    let prefix = format!(
+        "cannot open the Gantry store at {}: the database is corrupt (",
+        dir.path().display()
+    );
+    assert!(err.starts_with(&prefix), "{err}");
+    assert!(!err.contains('\n'), "{err}");
+    eprintln!("{err}");
+}
+
+#[test]
+fn a_foreign_sled_database_is_refused() {
+    let dir = tempfile::tempdir().unwrap();
+    {
+        let db = sled::open(dir.path()).unwrap();
+        db.open_tree("users").unwrap().insert("x", "y").unwrap();
+        db.flush().unwrap();
+    }
+    assert_eq!(
+        open_err(dir.path()),
+        format!(
+            "cannot open the Gantry store at {}: it is a sled database without a Gantry schema version (trees: users)",
+            dir.path().display()
+        )
+    );
+}
+
+#[test]
+fn a_newer_schema_is_refused() {
+    let dir = tempfile::tempdir().unwrap();
+    drop(open(dir.path()));
+    {
+        let db = sled::open(dir.path()).unwrap();
+        db.open_tree("meta")
+            .unwrap()
+            .insert(
+                "schema_version",
+                &(gantry_store::SCHEMA_VERSION + 1).to_be_bytes(),
+            )
+            .unwrap();
+        db.flush().unwrap();
+    }
+    assert_eq!(
+        open_err(dir.path()),
+        format!(
+            "cannot open the Gantry store at {}: its schema version 2 is newer than the newest this build understands (1)",
+            dir.path().display()
+        )
+    );
+}
+
+#[test]
+fn a_missing_directory_is_created() {
+    let dir = tempfile::tempdir().unwrap();
+    let path = dir.path().join("a/b");
+    let store = open(&path);
+    store.append_decisions(&[decision("x", 1, &[])]).unwrap();
+    assert!(path.join("conf").exists());
+}
+
+#[test]
+fn bench_append_reports_a_rate() {
+    let dir = tempfile::tempdir().unwrap();
+    let r = bench_append(&dir.path().join("bench"), 50_000, 1000).unwrap();
+    assert_eq!(r.records, 50_000);
+    assert!(r.records_per_s > 0.0);
+    assert!(r.decision_bytes > 0);
+    eprintln!("{}", serde_json::to_string(&r).unwrap());
+    let _unused: Option<NewDecision> = None;
+}
