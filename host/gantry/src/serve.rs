@@ -1,6 +1,7 @@
 //! `gantry serve`: with no cluster configured, a simulated copy of the 7,500-node cluster under a
 //! steady synthetic load of single pods and gangs, scheduled continuously by the real core.
-//! (The API and web UI come with their own issues; for now it logs its progress.)
+//! The example Wasm policies are active, and balloon pods hold idle capacity until real work
+//! preempts them. (The API and web UI come with their own issues; for now it logs progress.)
 
 use std::path::PathBuf;
 use std::time::{Duration, Instant};
@@ -27,6 +28,15 @@ pub struct ServeArgs {
     log_every_s: f64,
     #[arg(long, default_value_t = 1)]
     seed: u64,
+    /// Balloon pods (8 GPUs each, lowest priority) that hold idle capacity and give way when
+    /// real work needs it, as OpenAI ran them.
+    #[arg(long, default_value_t = 500)]
+    balloons: u32,
+    /// Schedule with the built-ins only, without the example Wasm policies.
+    #[arg(long)]
+    no_policies: bool,
+    #[command(flatten)]
+    plugins: crate::PluginDir,
 }
 
 /// A small deterministic generator for the synthetic load.
@@ -69,7 +79,47 @@ pub fn run(args: ServeArgs) -> anyhow::Result<()> {
         symbols.clone(),
         config,
     );
-    let mut hooks = gantry_core::BuiltinOnly;
+    let engine =
+        gantry_policy::PolicyEngine::new(gantry_policy::Limits::default(), symbols.clone())?;
+    let mut entries = Vec::new();
+    if !args.no_policies {
+        for file in ["gpu_fit.wasm", "gpu_binpack.wasm", "team_quota.wasm"] {
+            let path = args.plugins.resolve(file)?;
+            let policy = engine.load_file(&path, gantry_policy::PolicyOptions::default())?;
+            entries.push(gantry_policy::SetEntry {
+                policy: std::sync::Arc::new(policy),
+                weight: 1,
+            });
+        }
+    }
+    let names: Vec<String> = entries
+        .iter()
+        .map(|e| e.policy.info().name.clone())
+        .collect();
+    // The active set is loaded once per cycle, so an activation lands between cycles.
+    let active = gantry_policy::ActiveSet::new(gantry_policy::PolicySet::new(1, entries));
+    let mut cache = gantry_policy::NodeCache::default();
+    for i in 0..args.balloons {
+        let name = format!("balloon-{i:04}");
+        let queue = &leaves[i as usize % leaves.len()];
+        scheduler.submit(JobSpec {
+            name: name.clone(),
+            queue: scheduler.queues.id(queue).unwrap_or(0),
+            priority: i32::MIN,
+            pods: 1,
+            shape: PodShape {
+                name: symbols.intern(&name),
+                queue: symbols.intern(queue),
+                priority: i32::MIN,
+                gpus: 8,
+                gang_size: 1,
+                ..PodShape::default()
+            },
+            balloon: true,
+            topology: TopologyPref::default(),
+            submit_s: 0.0,
+        });
+    }
     tracing::info!(cluster = %cluster.name, nodes = scheduler.state.len(), gpus = total_gpus, "simulated cluster up");
     println!(
         "gantry serve: simulating {} ({} nodes, {} GPUs) under synthetic load; Ctrl-C stops",
@@ -77,11 +127,21 @@ pub fn run(args: ServeArgs) -> anyhow::Result<()> {
         scheduler.state.len(),
         total_gpus
     );
+    println!(
+        "  policies: {}; {} balloon pods hold idle capacity",
+        if names.is_empty() {
+            "built-ins only".to_string()
+        } else {
+            names.join(", ")
+        },
+        args.balloons
+    );
 
     let mut rng = Rng(args.seed.max(1).wrapping_mul(0x9E37_79B9_7F4A_7C15));
     let started = Instant::now();
     let mut ends: Vec<(f64, JobId)> = Vec::new();
     let (mut submitted, mut placed, mut finished, mut decisions) = (0u64, 0u64, 0u64, 0u64);
+    let mut preempted = 0u64;
     let mut next_arrival = 0.0;
     let mut next_log = args.log_every_s;
     let mut cycle_time = Duration::ZERO;
@@ -128,10 +188,15 @@ pub fn run(args: ServeArgs) -> anyhow::Result<()> {
             }
         });
         let t = Instant::now();
-        let output = scheduler.cycle(now, &mut hooks);
+        let set = active.load();
+        let output = scheduler.cycle(now, &mut set.bind(&mut cache));
+        preempted += output.evicted.len() as u64;
         cycle_time += t.elapsed();
         decisions += output.decisions.len() as u64;
         for decision in output.decisions.iter().filter(|d| d.placed) {
+            if scheduler.job(decision.job).balloon {
+                continue;
+            }
             placed += 1;
             ends.push((now + 30.0 + rng.unit() * 270.0, decision.job));
         }
@@ -145,9 +210,24 @@ pub fn run(args: ServeArgs) -> anyhow::Result<()> {
                     .map(|&g| u64::from(g))
                     .sum::<u64>();
             println!(
-                "t={now:>6.0}s  submitted {submitted}  placed {placed}  finished {finished}  pending {}  GPUs allocated {:.1}%  {:.0} decisions/s of cycle time",
-                scheduler.pending().len(),
+                "t={now:>6.0}s  submitted {submitted}  placed {placed}  finished {finished}  pending {}  balloons running {}  preempted {preempted}  GPUs allocated {:.1}% ({:.1}% by work)  {:.0} decisions/s of cycle time",
+                scheduler
+                    .pending()
+                    .iter()
+                    .filter(|&&id| !scheduler.job(id).balloon)
+                    .count(),
+                scheduler
+                    .running()
+                    .filter(|&id| scheduler.job(id).balloon)
+                    .count(),
                 allocated as f64 * 100.0 / total_gpus.max(1) as f64,
+                (allocated
+                    - 8 * scheduler
+                        .running()
+                        .filter(|&id| scheduler.job(id).balloon)
+                        .count() as u64) as f64
+                    * 100.0
+                    / total_gpus.max(1) as f64,
                 decisions as f64 / cycle_time.as_secs_f64().max(1e-9),
             );
             next_log += args.log_every_s;
