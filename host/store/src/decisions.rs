@@ -388,3 +388,51 @@ impl Store {
         })
     }
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn record_keys_sort_by_time_then_seq() {
+        let mut keys = vec![
+            record_key(2, 1),
+            record_key(1, 9),
+            record_key(256, 0),
+            record_key(1, 10),
+        ];
+        keys.sort();
+        assert_eq!(
+            keys,
+            vec![
+                record_key(1, 9),
+                record_key(1, 10),
+                record_key(2, 1),
+                record_key(256, 0)
+            ]
+        );
+    }
+
+    #[test]
+    fn index_keys_of_a_prefix_name_do_not_overlap() {
+        let k = record_key(5, 5);
+        assert!(!index_key("ab", &k).starts_with(&index_prefix("a")));
+        assert!(index_key("a", &k).starts_with(&index_prefix("a")));
+    }
+
+    #[test]
+    fn placed_nodes_are_deduplicated_and_pending_has_none() {
+        let placed = Outcome::Placed {
+            nodes: vec![("b".into(), 1), ("a".into(), 2), ("b".into(), 3)],
+        };
+        assert_eq!(placed_nodes(&placed), vec!["a", "b"]);
+        let pending = Outcome::Pending {
+            waiting_for: "x".into(),
+        };
+        assert!(placed_nodes(&pending).is_empty());
+        assert_eq!(
+            accounted_bytes(100, "job", &["a", "bb"]),
+            16 + 100 + 20 + 18 + 19
+        );
+    }
+}

@@ -305,3 +305,29 @@ impl Store {
         Ok(out)
     }
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn sha256_is_lowercase_hex() {
+        assert_eq!(
+            sha256_hex(b"abc"),
+            "ba7816bf8f01cfea414140de5dae2223b00361a396177a9cb410ff61f20015ad"
+        );
+    }
+
+    #[test]
+    fn failure_policy_names() {
+        let names: Vec<String> = [
+            FailurePolicy::Default,
+            FailurePolicy::FailOpen,
+            FailurePolicy::FailClosed,
+        ]
+        .iter()
+        .map(|f| serde_json::to_string(f).unwrap())
+        .collect();
+        assert_eq!(names, ["\"default\"", "\"fail-open\"", "\"fail-closed\""]);
+    }
+}
