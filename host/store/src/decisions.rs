@@ -152,15 +152,12 @@ impl Store {
                 }
             }
         }
-        let finals: Vec<(&[u8], Vec<u8>)> = newest
+        // A final outcome is a pointer (the record key) while the record exists; compaction
+        // replaces it with a copy when it deletes the record. Copying on every append would
+        // double the bytes written.
+        let finals: Vec<(&[u8], [u8; 16])> = newest
             .iter()
-            .map(|(job, &i)| {
-                let p = &prepared[i];
-                let mut v = Vec::with_capacity(16 + p.value.len());
-                v.extend_from_slice(&p.key);
-                v.extend_from_slice(&p.value);
-                (job.as_bytes(), v)
-            })
+            .map(|(job, &i)| (job.as_bytes(), prepared[i].key))
             .collect();
 
         (
@@ -221,7 +218,18 @@ impl Store {
             Some(v) if v.len() < 16 => Err(StoreError::Malformed {
                 tree: "final_outcomes",
             }),
-            Some(v) => decode_record(&v[..16], &v[16..]).map(Some),
+            Some(v) => self.resolve_final(&v),
+        }
+    }
+
+    /// A `final_outcomes` value: a 16-byte pointer into `decisions`, or key ‖ copied record.
+    fn resolve_final(&self, v: &[u8]) -> Result<Option<DecisionRecord>> {
+        if v.len() > 16 {
+            return decode_record(&v[..16], &v[16..]).map(Some);
+        }
+        match self.decisions.get(v)? {
+            Some(record) => decode_record(v, &record).map(Some),
+            None => Ok(None),
         }
     }
 
@@ -281,7 +289,9 @@ impl Store {
                     tree: "final_outcomes",
                 });
             }
-            out.push(decode_record(&v[..16], &v[16..])?);
+            if let Some(r) = self.resolve_final(&v)? {
+                out.push(r);
+            }
         }
         Ok(out)
     }
@@ -325,7 +335,8 @@ impl Store {
         let mut bytes = bytes_before;
         let mut deleted = 0u64;
         loop {
-            let mut chunk: Vec<(sled::IVec, Vec<Vec<u8>>)> = Vec::new();
+            // (record key, record value, job, index keys)
+            let mut chunk: Vec<(sled::IVec, sled::IVec, String, Vec<Vec<u8>>)> = Vec::new();
             let mut freed = 0u64;
             for item in self.decisions.iter() {
                 let (k, v) = item?;
@@ -341,7 +352,7 @@ impl Store {
                 freed += accounted_bytes(v.len(), &view.job, &nodes);
                 let mut index = vec![index_key(&view.job, &k)];
                 index.extend(nodes.iter().map(|n| index_key(n, &k)));
-                chunk.push((k, index));
+                chunk.push((k, v, view.job, index));
                 if chunk.len() >= CHUNK {
                     break;
                 }
@@ -349,10 +360,23 @@ impl Store {
             if chunk.is_empty() {
                 break;
             }
-            (&self.decisions, &self.by_job, &self.by_node, &self.meta)
-                .transaction(|(decisions, by_job, by_node, meta)| {
-                    for (k, index) in &chunk {
+            (
+                &self.decisions,
+                &self.by_job,
+                &self.by_node,
+                &self.final_outcomes,
+                &self.meta,
+            )
+                .transaction(|(decisions, by_job, by_node, final_outcomes, meta)| {
+                    for (k, v, job, index) in &chunk {
                         decisions.remove(k)?;
+                        // The job's final outcome points here: keep a copy before it goes.
+                        if final_outcomes.get(job.as_bytes())?.as_deref() == Some(&k[..]) {
+                            let mut copy = Vec::with_capacity(16 + v.len());
+                            copy.extend_from_slice(k);
+                            copy.extend_from_slice(v);
+                            final_outcomes.insert(job.as_bytes(), copy)?;
+                        }
                         by_job.remove(&index[0][..])?;
                         for n in &index[1..] {
                             by_node.remove(&n[..])?;

@@ -12,7 +12,7 @@
 //! | `decisions`      | time_ms ‖ seq (BE u64 each)           | the explanation as JSON        |
 //! | `by_job`         | job ‖ 0x00 ‖ time_ms ‖ seq            | empty                          |
 //! | `by_node`        | node ‖ 0x00 ‖ time_ms ‖ seq           | empty                          |
-//! | `final_outcomes` | job                                   | time_ms ‖ seq ‖ explanation JSON |
+//! | `final_outcomes` | job                                   | record key, or key ‖ JSON copy |
 //! | `artifacts`      | sha256 hex                            | `.wasm` bytes                  |
 //! | `manifests`      | sha256 hex                            | [`PolicyManifest`] JSON        |
 //! | `sets`           | version (BE u64)                      | [`PolicySet`] JSON             |
@@ -148,8 +148,9 @@ pub struct Store {
     by_job: sled::Tree,
     /// Index: node name → record keys of the placements on that node.
     by_node: sled::Tree,
-    /// Each job's latest record, copied, so compaction can drop the history freely and a job's
-    /// final outcome survives retention.
+    /// Each job's latest record: a pointer to it while it is in `decisions`, and a copy once
+    /// compaction deletes it, so compaction can drop the history freely and a job's final
+    /// outcome survives retention.
     final_outcomes: sled::Tree,
     /// Content-addressed `.wasm` bytes: one copy per sha256 however often it is uploaded.
     artifacts: sled::Tree,

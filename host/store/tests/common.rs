@@ -4,8 +4,20 @@
 use gantry_core::{Explanation, Outcome};
 use gantry_store::{NewDecision, Store, StoreConfig, sample_explanation};
 
+/// Opens the store, retrying for a few seconds: sled's flusher thread can hold the directory's
+/// lock briefly after the previous handle is dropped, under load.
 pub fn open(dir: &std::path::Path) -> Store {
-    Store::open(StoreConfig::new(dir)).expect("open store")
+    let start = std::time::Instant::now();
+    loop {
+        match Store::open(StoreConfig::new(dir)) {
+            Ok(store) => return store,
+            Err(e) if start.elapsed() < std::time::Duration::from_secs(5) => {
+                eprintln!("retrying open: {e}");
+                std::thread::sleep(std::time::Duration::from_millis(50));
+            }
+            Err(e) => panic!("open store: {e}"),
+        }
+    }
 }
 
 pub fn decision(job: &str, time_ms: u64, nodes: &[&str]) -> NewDecision {
