@@ -338,3 +338,43 @@ pub fn run_schedule(args: ScheduleBenchArgs) -> anyhow::Result<()> {
     }
     Ok(())
 }
+
+#[derive(Args, Debug)]
+pub struct StoreBenchArgs {
+    /// Decision records to append.
+    #[arg(long, default_value_t = 200_000)]
+    records: u64,
+    /// Records per batch (one sled transaction each).
+    #[arg(long, default_value_t = 1000)]
+    batch: u64,
+    /// Print one JSON object instead of text.
+    #[arg(long)]
+    json: bool,
+}
+
+/// `gantry bench store`: batched decision-record appends into a fresh store in a temporary
+/// directory, removed afterwards.
+pub fn run_store(args: StoreBenchArgs) -> anyhow::Result<()> {
+    anyhow::ensure!(
+        args.records > 0 && args.batch > 0,
+        "--records and --batch must be at least 1"
+    );
+    let dir = std::env::temp_dir().join(format!("gantry-bench-store-{}", std::process::id()));
+    let result = gantry_store::bench_append(&dir, args.records, args.batch);
+    let _ = std::fs::remove_dir_all(&dir);
+    let result = result?;
+    if args.json {
+        println!("{}", serde_json::to_string(&result)?);
+    } else {
+        println!(
+            "{} decision records in batches of {}: {:.0} records/s ({:.2} s), {} bytes of history, {} bytes on disk",
+            result.records,
+            result.batch,
+            result.records_per_s,
+            result.seconds,
+            result.decision_bytes,
+            result.size_on_disk
+        );
+    }
+    Ok(())
+}

@@ -52,6 +52,8 @@ enum BenchCommand {
     Policy(bench::PolicyBenchArgs),
     /// Scheduling decisions per second and latency, with the example policies active.
     Schedule(bench::ScheduleBenchArgs),
+    /// Batched decision-record writes per second into the sled store.
+    Store(bench::StoreBenchArgs),
 }
 
 /// Where the policies built from `plugins/` are found.
@@ -94,6 +96,9 @@ fn main() -> ExitCode {
         Command::Policy(PolicyCommand::Validate(args)) => validate::run(args),
         Command::Bench(BenchCommand::Policy(args)) => {
             bench::run_policy(args).map(|()| ExitCode::SUCCESS)
+        }
+        Command::Bench(BenchCommand::Store(args)) => {
+            bench::run_store(args).map(|()| ExitCode::SUCCESS)
         }
         Command::Bench(BenchCommand::Schedule(args)) => {
             bench::run_schedule(args).map(|()| ExitCode::SUCCESS)

@@ -310,3 +310,23 @@ fn serve_schedules_the_simulated_cluster_and_logs_progress() {
         "{stdout}"
     );
 }
+
+#[test]
+fn bench_store_prints_one_json_object() {
+    let out = gantry(&[
+        "bench",
+        "store",
+        "--records",
+        "2000",
+        "--batch",
+        "500",
+        "--json",
+    ]);
+    assert!(out.status.success(), "{}", text(&out.stderr));
+    let report: serde_json::Value = serde_json::from_slice(&out.stdout).expect("JSON");
+    assert_eq!(report["records"], 2000);
+    assert!(
+        report["records_per_s"].as_f64().is_some_and(|v| v > 0.0),
+        "{report}"
+    );
+}
