@@ -1,12 +1,13 @@
 //! Decision records: writing them in batches, reading them back by job, node and time, and
 //! compacting old history away while each job's final outcome stays.
 //!
-//! The `decisions` tree is authoritative. The index trees (`by_job`, `by_node`) and
-//! `final_outcomes` are written in the same transaction as the record, and index entries are
-//! deleted in the same transaction as the record they point at, so an index entry pointing
-//! nowhere cannot happen; readers skip one anyway rather than fail.
+//! The `decisions` tree is authoritative. The index trees (`by_job`, `by_node`) are written in
+//! the same transaction as the record, and index entries are deleted in the same transaction as
+//! the record they point at, so an index entry pointing nowhere cannot happen; readers skip one
+//! anyway rather than fail. A job's final outcome is its newest `by_job` entry; compaction keeps
+//! a copy in `final_outcomes` in the same transaction as it deletes that record.
 
-use std::collections::HashMap;
+use std::collections::{BTreeSet, HashMap};
 
 use gantry_core::{Explanation, Outcome};
 use serde::{Deserialize, Serialize};
@@ -128,8 +129,6 @@ impl Store {
         let mut prepared = Vec::with_capacity(batch.len());
         let mut seqs = Vec::with_capacity(batch.len());
         let mut added: u64 = 0;
-        // Each job's newest record in this batch, by index into `prepared`.
-        let mut newest: HashMap<&str, usize> = HashMap::new();
         for d in batch {
             let seq = self.db.generate_id()?;
             seqs.push(seq);
@@ -138,50 +137,24 @@ impl Store {
             let job = d.explanation.job.as_str();
             let nodes = placed_nodes(&d.explanation.outcome);
             added += accounted_bytes(value.len(), job, &nodes);
-            let i = prepared.len();
             prepared.push(Prepared {
                 key,
                 job_key: index_key(job, &key),
                 node_keys: nodes.iter().map(|n| index_key(n, &key)).collect(),
                 value,
             });
-            match newest.get(job) {
-                Some(&j) if prepared[j].key >= key => {}
-                _ => {
-                    newest.insert(job, i);
-                }
-            }
         }
-        // A final outcome is a pointer (the record key) while the record exists; compaction
-        // replaces it with a copy when it deletes the record. Copying on every append would
-        // double the bytes written.
-        let finals: Vec<(&[u8], [u8; 16])> = newest
-            .iter()
-            .map(|(job, &i)| (job.as_bytes(), prepared[i].key))
-            .collect();
-
-        (
-            &self.decisions,
-            &self.by_job,
-            &self.by_node,
-            &self.final_outcomes,
-            &self.meta,
-        )
-            .transaction(|(decisions, by_job, by_node, final_outcomes, meta)| {
+        // A job's final outcome is its newest `by_job` entry while that record exists, so
+        // appends write nothing to `final_outcomes`: compaction stores a copy there when it
+        // deletes a job's newest record. (Maintaining a pointer per job per batch cost about a
+        // fifth of the append rate.)
+        (&self.decisions, &self.by_job, &self.by_node, &self.meta)
+            .transaction(|(decisions, by_job, by_node, meta)| {
                 for p in &prepared {
                     decisions.insert(&p.key[..], &p.value[..])?;
                     by_job.insert(&p.job_key[..], &[][..])?;
                     for k in &p.node_keys {
                         by_node.insert(&k[..], &[][..])?;
-                    }
-                }
-                for (job, value) in &finals {
-                    let newer = match final_outcomes.get(job)? {
-                        Some(cur) => cur.len() < 16 || cur[..16] < value[..16],
-                        None => true,
-                    };
-                    if newer {
-                        final_outcomes.insert(*job, &value[..])?;
                     }
                 }
                 let bytes = match meta.get(KEY_DECISION_BYTES)? {
@@ -211,18 +184,43 @@ impl Store {
             .transpose()
     }
 
-    /// A job's latest decision. It survives compaction: it is read from `final_outcomes`.
+    /// A job's latest decision: the newest of its retained records (its last `by_job` entry)
+    /// and the copy compaction kept in `final_outcomes`, so it survives compaction.
     pub fn latest_for_job(&self, job: &str) -> Result<Option<DecisionRecord>> {
-        match self.final_outcomes.get(job.as_bytes())? {
-            None => Ok(None),
-            Some(v) if v.len() < 16 => Err(StoreError::Malformed {
-                tree: "final_outcomes",
-            }),
-            Some(v) => self.resolve_final(&v),
+        // The index first, `final_outcomes` second: compaction writes the copy in the same
+        // transaction as it deletes the record, so a record that vanishes between the two reads
+        // is found as a copy.
+        let mut indexed = None;
+        for item in self.by_job.scan_prefix(index_prefix(job)).rev() {
+            let (k, _) = item?;
+            let key = &k[k.len().saturating_sub(16)..];
+            // An entry pointing nowhere counts as absent (the record is authoritative).
+            if let Some(v) = self.decisions.get(key)? {
+                indexed = Some(decode_record(key, &v)?);
+                break;
+            }
         }
+        let kept = match self.final_outcomes.get(job.as_bytes())? {
+            None => None,
+            Some(v) if v.len() < 16 => {
+                return Err(StoreError::Malformed {
+                    tree: "final_outcomes",
+                });
+            }
+            Some(v) => self.resolve_final(&v)?,
+        };
+        Ok(match (indexed, kept) {
+            (Some(a), Some(b)) => Some(if (a.time_ms, a.seq) >= (b.time_ms, b.seq) {
+                a
+            } else {
+                b
+            }),
+            (a, b) => a.or(b),
+        })
     }
 
-    /// A `final_outcomes` value: a 16-byte pointer into `decisions`, or key ‖ copied record.
+    /// A `final_outcomes` value: key ‖ copied record, or (written by earlier builds) a 16-byte
+    /// pointer into `decisions`.
     fn resolve_final(&self, v: &[u8]) -> Result<Option<DecisionRecord>> {
         if v.len() > 16 {
             return decode_record(&v[..16], &v[16..]).map(Some);
@@ -281,15 +279,30 @@ impl Store {
 
     /// Every job's final outcome (its latest decision), in job-name order, at most `limit`.
     pub fn final_outcomes(&self, limit: usize) -> Result<Vec<DecisionRecord>> {
-        let mut out = Vec::new();
-        for item in self.final_outcomes.iter().take(limit) {
-            let (_, v) = item?;
-            if v.len() < 16 {
-                return Err(StoreError::Malformed {
-                    tree: "final_outcomes",
-                });
+        // Every job with a retained record or a kept copy: the copies' keys, plus the distinct
+        // job names in `by_job`, found by seeking past each name's entries.
+        let mut jobs: BTreeSet<Vec<u8>> = BTreeSet::new();
+        for item in self.final_outcomes.iter().keys() {
+            jobs.insert(item?.to_vec());
+        }
+        let mut from: Vec<u8> = Vec::new();
+        while let Some(item) = self.by_job.range(from.as_slice()..).next() {
+            let (k, _) = item?;
+            if k.len() < 17 || k[k.len() - 17] != 0 {
+                return Err(StoreError::Malformed { tree: "by_job" });
             }
-            if let Some(r) = self.resolve_final(&v)? {
+            let name = &k[..k.len() - 17];
+            jobs.insert(name.to_vec());
+            // `name ‖ 0x01` sorts after every `name ‖ 0x00 ‖ key` and before the next name.
+            from = name.to_vec();
+            from.push(1);
+        }
+        let mut out = Vec::new();
+        for name in jobs.iter().take(limit) {
+            let job = std::str::from_utf8(name).map_err(|_| StoreError::Malformed {
+                tree: "final_outcomes",
+            })?;
+            if let Some(r) = self.latest_for_job(job)? {
                 out.push(r);
             }
         }
@@ -360,6 +373,24 @@ impl Store {
             if chunk.is_empty() {
                 break;
             }
+            // Each job whose newest record goes in this chunk keeps a copy of it in
+            // `final_outcomes`. An append racing with this only adds newer records, which
+            // `latest_for_job` prefers to the copy.
+            let mut newest_in_chunk: HashMap<&str, usize> = HashMap::new();
+            for (i, (_, _, job, _)) in chunk.iter().enumerate() {
+                // The chunk is in key order, so the last one wins.
+                newest_in_chunk.insert(job.as_str(), i);
+            }
+            let mut copies: Vec<usize> = Vec::new();
+            for (job, i) in newest_in_chunk {
+                let newest = match self.by_job.scan_prefix(index_prefix(job)).next_back() {
+                    Some(item) => item?.0,
+                    None => continue,
+                };
+                if newest.as_ref() == chunk[i].3[0].as_slice() {
+                    copies.push(i);
+                }
+            }
             (
                 &self.decisions,
                 &self.by_job,
@@ -368,15 +399,23 @@ impl Store {
                 &self.meta,
             )
                 .transaction(|(decisions, by_job, by_node, final_outcomes, meta)| {
-                    for (k, v, job, index) in &chunk {
-                        decisions.remove(k)?;
-                        // The job's final outcome points here: keep a copy before it goes.
-                        if final_outcomes.get(job.as_bytes())?.as_deref() == Some(&k[..]) {
+                    for &i in &copies {
+                        let (k, v, job, _) = &chunk[i];
+                        // Keep a newer copy; replace an older one, or a pointer (written by
+                        // earlier builds) to this or an older record.
+                        let keep = match final_outcomes.get(job.as_bytes())? {
+                            Some(cur) => cur.len() >= 16 && cur[..16] > k[..],
+                            None => false,
+                        };
+                        if !keep {
                             let mut copy = Vec::with_capacity(16 + v.len());
                             copy.extend_from_slice(k);
                             copy.extend_from_slice(v);
                             final_outcomes.insert(job.as_bytes(), copy)?;
                         }
+                    }
+                    for (k, _, _, index) in &chunk {
+                        decisions.remove(k)?;
                         by_job.remove(&index[0][..])?;
                         for n in &index[1..] {
                             by_node.remove(&n[..])?;
@@ -416,6 +455,62 @@ impl Store {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn latest_prefers_the_newest_of_index_copy_and_old_pointer() {
+        let dir = tempfile::tempdir().unwrap();
+        let mut config = crate::StoreConfig::new(dir.path());
+        config.max_age = std::time::Duration::from_millis(100);
+        let store = Store::open(config).unwrap();
+        let d = |job: &str, time_ms| {
+            NewDecision {
+                time_ms,
+                explanation: crate::sample_explanation(time_ms),
+            }
+            .with_job(job)
+        };
+        let seqs = store
+            .append_decisions(&[d("a", 10), d("a", 30), d("b", 20)])
+            .unwrap();
+        assert!(store.final_outcomes.is_empty());
+        // A stale pointer from an earlier build, to an older record, loses to the index.
+        store
+            .final_outcomes
+            .insert("a", &record_key(10, seqs[0])[..])
+            .unwrap();
+        assert_eq!(store.latest_for_job("a").unwrap().unwrap().time_ms, 30);
+        // Compaction drops everything older than 100 ms before 135: the newest records of
+        // both jobs go and leave copies, replacing the stale pointer.
+        let report = store.compact(135).unwrap();
+        assert_eq!(report.deleted, 3);
+        assert_eq!(store.final_outcomes.len(), 2);
+        assert_eq!(store.latest_for_job("a").unwrap().unwrap().time_ms, 30);
+        let finals: Vec<(String, u64)> = store
+            .final_outcomes(10)
+            .unwrap()
+            .into_iter()
+            .map(|r| (r.explanation.job, r.time_ms))
+            .collect();
+        assert_eq!(finals, vec![("a".into(), 30), ("b".into(), 20)]);
+        // A newer append wins over the copy, and a job with only indexed records is listed.
+        store.append_decisions(&[d("a", 200), d("c", 150)]).unwrap();
+        assert_eq!(store.latest_for_job("a").unwrap().unwrap().time_ms, 200);
+        let jobs: Vec<String> = store
+            .final_outcomes(10)
+            .unwrap()
+            .into_iter()
+            .map(|r| r.explanation.job)
+            .collect();
+        assert_eq!(jobs, vec!["a", "b", "c"]);
+        assert_eq!(store.final_outcomes(2).unwrap().len(), 2);
+    }
+
+    impl NewDecision {
+        fn with_job(mut self, job: &str) -> Self {
+            self.explanation.job = job.into();
+            self
+        }
+    }
 
     #[test]
     fn record_keys_sort_by_time_then_seq() {

@@ -12,14 +12,15 @@
 //! | `decisions`      | time_ms ‖ seq (BE u64 each)           | the explanation as JSON        |
 //! | `by_job`         | job ‖ 0x00 ‖ time_ms ‖ seq            | empty                          |
 //! | `by_node`        | node ‖ 0x00 ‖ time_ms ‖ seq           | empty                          |
-//! | `final_outcomes` | job                                   | record key, or key ‖ JSON copy |
+//! | `final_outcomes` | job                                   | key ‖ JSON copy (or old pointer) |
 //! | `artifacts`      | sha256 hex                            | `.wasm` bytes                  |
 //! | `manifests`      | sha256 hex                            | [`PolicyManifest`] JSON        |
 //! | `sets`           | version (BE u64)                      | [`PolicySet`] JSON             |
 //! | `audit`          | at_ms ‖ id (BE u64 each)              | [`AuditEntry`] JSON            |
 //!
-//! Atomicity: every mutation is one sled multi-tree transaction (a record, its index entries,
-//! its final-outcome entry and the byte counter; or a policy change and its audit entry). sled
+//! Atomicity: every mutation is one sled multi-tree transaction (a batch of records, their index
+//! entries and the byte counter; a compaction chunk's deletions and final-outcome copies; or a
+//! policy change and its audit entry). sled
 //! 0.34 seals a transaction's writes as one log batch, which recovery replays whole or not at
 //! all, so after a `kill -9` a record is either all there or absent.
 
@@ -148,9 +149,11 @@ pub struct Store {
     by_job: sled::Tree,
     /// Index: node name → record keys of the placements on that node.
     by_node: sled::Tree,
-    /// Each job's latest record: a pointer to it while it is in `decisions`, and a copy once
-    /// compaction deletes it, so compaction can drop the history freely and a job's final
-    /// outcome survives retention.
+    /// A copy of each job's latest record, written by compaction when it deletes that record, so
+    /// compaction can drop the history freely and a job's final outcome survives retention.
+    /// While the record is retained, the job's newest `by_job` entry is its final outcome and
+    /// appends write nothing here. (Stores written by earlier builds may hold 16-byte pointers
+    /// into `decisions`; readers still resolve them.)
     final_outcomes: sled::Tree,
     /// Content-addressed `.wasm` bytes: one copy per sha256 however often it is uploaded.
     artifacts: sled::Tree,
