@@ -188,8 +188,8 @@ fn four_nodes(queues: &[gantry_core::QueueDef]) -> Fixture {
     Fixture::new(&[Pool::h100(4, 4, None)], queues)
 }
 
-#[test]
-fn balloon_gives_way_to_a_normal_job() {
+/// Four nodes, each held by one 8-GPU balloon (submitted in order, `balloon-0` oldest).
+fn four_nodes_of_balloons() -> (Fixture, Vec<gantry_core::JobId>) {
     let mut fx = four_nodes(&[queue("default", None, 32)]);
     let mut balloons = Vec::new();
     for i in 0..4 {
@@ -197,6 +197,12 @@ fn balloon_gives_way_to_a_normal_job() {
         spec.submit_s = f64::from(i);
         balloons.push(fx.submit(spec));
     }
+    (fx, balloons)
+}
+
+#[test]
+fn balloon_gives_way_to_a_normal_job() {
+    let (mut fx, balloons) = four_nodes_of_balloons();
     fx.checked_cycle();
     assert!(balloons.iter().all(|&b| fx.sched.is_running(b)));
     // Balloons hold nodes but no quota.
@@ -227,13 +233,7 @@ fn balloon_gives_way_to_a_normal_job() {
 
 #[test]
 fn gang_evicts_as_many_balloons_as_it_needs() {
-    let mut fx = four_nodes(&[queue("default", None, 32)]);
-    let mut balloons = Vec::new();
-    for i in 0..4 {
-        let mut spec = fx.balloon(&format!("balloon-{i}"), "default", -100, 1, 8);
-        spec.submit_s = f64::from(i);
-        balloons.push(fx.submit(spec));
-    }
+    let (mut fx, balloons) = four_nodes_of_balloons();
     fx.checked_cycle();
     let gang = fx.submit(fx.job("pair", "default", 0, 2, 8));
     let out = fx.checked_cycle();

@@ -209,16 +209,21 @@ fn both_sample_traces_replay_with_the_wasm_policies_and_no_partial_gang() {
     }
 }
 
-#[test]
-fn the_same_inputs_give_a_byte_identical_report() {
+/// The saturated scenario in tests/scenarios/gang-burst: its cluster spec and trace.
+fn gang_burst() -> (String, String) {
     let scenario = concat!(
         env!("CARGO_MANIFEST_DIR"),
         "/../../tests/scenarios/gang-burst"
     );
-    let (cluster, trace) = (
+    (
         format!("{scenario}/cluster.yaml"),
         format!("{scenario}/trace.csv"),
-    );
+    )
+}
+
+#[test]
+fn the_same_inputs_give_a_byte_identical_report() {
+    let (cluster, trace) = gang_burst();
     let (a, b) = (temp("a.json"), temp("b.json"));
     simulate(&cluster, &trace, &["--no-wall-clock", "--seed", "3"], &a);
     simulate(&cluster, &trace, &["--no-wall-clock", "--seed", "3"], &b);
@@ -227,14 +232,7 @@ fn the_same_inputs_give_a_byte_identical_report() {
 
 #[test]
 fn on_a_saturated_mix_gantry_beats_the_anchors_and_never_runs_a_gang_partially() {
-    let scenario = concat!(
-        env!("CARGO_MANIFEST_DIR"),
-        "/../../tests/scenarios/gang-burst"
-    );
-    let (cluster, trace) = (
-        format!("{scenario}/cluster.yaml"),
-        format!("{scenario}/trace.csv"),
-    );
+    let (cluster, trace) = gang_burst();
     let gantry = simulate(&cluster, &trace, &[], &temp("g.json"));
     let stock = simulate(
         &cluster,
