@@ -17,6 +17,13 @@ cargo clippy --release --workspace --all-targets --quiet -- -D warnings
 
 step "tests"
 cargo test --release --workspace --quiet 2>&1 | tee "$CARGO_TARGET_DIR/test.log"
+
+step "API fuzzing (schemathesis)"
+if scripts/api-fuzz.sh; then
+    echo "test result: ok. 1 passed; 0 failed (schemathesis: no 5xx)" >>"$CARGO_TARGET_DIR/test.log"
+else
+    echo "test result: FAILED. 0 passed; 1 failed (schemathesis)" >>"$CARGO_TARGET_DIR/test.log"
+fi
 # One closing line for the whole run, in the form CI reads.
 awk '/^test result:/ { p += $4; f += $6 } END { printf "\n%d passed, %d failed\n", p, f; exit (f > 0) }' \
     "$CARGO_TARGET_DIR/test.log"

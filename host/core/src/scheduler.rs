@@ -965,8 +965,9 @@ impl Scheduler {
         self.place(spec, &capacity, &scores).is_some()
     }
 
-    /// The queue's usage as a quota policy sees it, and its cohort's.
-    fn usage(&self, queue: QueueId) -> (QueueUsage, Option<CohortUsage>) {
+    /// The queue's usage as a quota policy sees it, and its cohort's: what a cycle passes to quota
+    /// policies, and what the API's policy self-test passes too.
+    pub fn usage(&self, queue: QueueId) -> (QueueUsage, Option<CohortUsage>) {
         let usage = |id: QueueId| {
             let def = self.queues.def(id);
             QueueUsage {

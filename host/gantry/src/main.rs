@@ -2,6 +2,9 @@
 //! only here; every library crate reports its own typed errors.
 
 mod bench;
+mod bench_activate;
+mod client;
+mod policy_test;
 mod sample;
 mod serve;
 mod simulate;
@@ -38,12 +41,27 @@ enum Command {
     Serve(serve::ServeArgs),
     /// Replay a job trace on a simulated cluster and report waits, allocation and gangs.
     Simulate(simulate::SimulateArgs),
+    /// Ask a running server why a pod or job is pending, or where it went.
+    Explain(client::ExplainArgs),
 }
 
 #[derive(Subcommand)]
 enum PolicyCommand {
     /// Compile a policy, check its world, run init with its config and one sample evaluation.
     Validate(validate::ValidateArgs),
+    /// Run a folder of case files against a policy and show where its answers differ.
+    Test(policy_test::TestArgs),
+    /// Upload a policy to a running server and create a set version with it (not active).
+    Push(client::PushArgs),
+    /// List the server's policies and set versions (`*` marks the active one).
+    List(client::ConnArgs),
+    /// Make a set version active: the next cycle runs on it.
+    Activate(client::VersionArgs),
+    /// Roll back to an earlier set version.
+    Rollback(client::VersionArgs),
+    /// Shadow mode: run a set version beside the active one, binding nothing.
+    #[command(subcommand)]
+    Shadow(client::ShadowCommand),
 }
 
 #[derive(Subcommand)]
@@ -54,6 +72,8 @@ enum BenchCommand {
     Schedule(bench::ScheduleBenchArgs),
     /// Batched decision-record writes per second into the sled store.
     Store(bench::StoreBenchArgs),
+    /// How soon an activated policy set takes effect, over the API, under load.
+    Activate(bench_activate::ActivateBenchArgs),
 }
 
 /// Where the policies built from `plugins/` are found.
@@ -94,8 +114,18 @@ fn main() -> ExitCode {
     init_tracing(cli.log_json);
     let result = match cli.command {
         Command::Policy(PolicyCommand::Validate(args)) => validate::run(args),
+        Command::Policy(PolicyCommand::Test(args)) => policy_test::run(args),
+        Command::Policy(PolicyCommand::Push(args)) => client::push(args),
+        Command::Policy(PolicyCommand::List(args)) => client::list(args),
+        Command::Policy(PolicyCommand::Activate(args)) => client::switch(args, false),
+        Command::Policy(PolicyCommand::Rollback(args)) => client::switch(args, true),
+        Command::Policy(PolicyCommand::Shadow(command)) => client::shadow(command),
+        Command::Explain(args) => client::explain(args),
         Command::Bench(BenchCommand::Policy(args)) => {
             bench::run_policy(args).map(|()| ExitCode::SUCCESS)
+        }
+        Command::Bench(BenchCommand::Activate(args)) => {
+            bench_activate::run(args).map(|()| ExitCode::SUCCESS)
         }
         Command::Bench(BenchCommand::Store(args)) => {
             bench::run_store(args).map(|()| ExitCode::SUCCESS)

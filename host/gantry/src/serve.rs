@@ -1,9 +1,13 @@
 //! `gantry serve`: with no cluster configured, a simulated copy of the 7,500-node cluster under a
-//! steady synthetic load of single pods and gangs, scheduled continuously by the real core.
-//! The example Wasm policies are active, and balloon pods hold idle capacity until real work
-//! preempts them. (The API and web UI come with their own issues; for now it logs progress.)
+//! steady synthetic load of single pods and gangs, scheduled continuously by the real core, with
+//! the REST API in front. The example Wasm policies are the first active set (kept in the store,
+//! so a restart resumes with whatever set was active), and balloon pods hold idle capacity until
+//! real work preempts them.
 
+use std::net::SocketAddr;
 use std::path::PathBuf;
+use std::sync::Arc;
+use std::sync::atomic::{AtomicBool, Ordering};
 use std::time::{Duration, Instant};
 
 use clap::Args;
@@ -35,8 +39,48 @@ pub struct ServeArgs {
     /// Schedule with the built-ins only, without the example Wasm policies.
     #[arg(long)]
     no_policies: bool,
+    /// Stop submitting new work after this many pods (the balloons not counted).
+    #[arg(long)]
+    max_pods: Option<u64>,
+    /// Where the API listens.
+    #[arg(long, default_value = "127.0.0.1:7070")]
+    listen: SocketAddr,
+    #[command(flatten)]
+    server: ServerArgs,
     #[command(flatten)]
     plugins: crate::PluginDir,
+}
+
+/// Where the server keeps its state and whom it lets in.
+#[derive(Args, Debug, Clone)]
+pub struct ServerArgs {
+    /// The data directory: the sled store (decisions, policies, sets, audit log).
+    #[arg(long, env = "GANTRY_DATA_DIR", default_value_os_t = default_data_dir())]
+    pub data_dir: PathBuf,
+    /// Bearer tokens with roles (YAML). Defaults to `tokens.yaml` in the data directory, written
+    /// with a fresh admin and viewer token on first start.
+    #[arg(long, env = "GANTRY_TOKENS")]
+    pub tokens: Option<PathBuf>,
+    /// Largest accepted policy upload, in MiB.
+    #[arg(long, default_value_t = 16)]
+    pub max_upload_mib: usize,
+    /// Decision history kept: at most this many days…
+    #[arg(long, default_value_t = 30)]
+    pub retention_days: u64,
+    /// …and at most this many MiB.
+    #[arg(long, default_value_t = 1024)]
+    pub retention_mib: u64,
+}
+
+/// `$XDG_DATA_HOME/gantry`, else `~/.local/share/gantry`, else `./gantry-data`.
+pub fn default_data_dir() -> PathBuf {
+    if let Some(dir) = std::env::var_os("XDG_DATA_HOME") {
+        return PathBuf::from(dir).join("gantry");
+    }
+    match std::env::var_os("HOME") {
+        Some(home) => PathBuf::from(home).join(".local/share/gantry"),
+        None => PathBuf::from("gantry-data"),
+    }
 }
 
 /// A small deterministic generator for the synthetic load.
@@ -57,49 +101,270 @@ impl Rng {
     }
 }
 
+/// The example policies, the first active set of a new data directory.
+const EXAMPLE_POLICIES: [&str; 3] = ["gpu_fit.wasm", "gpu_binpack.wasm", "team_quota.wasm"];
+
+/// Opens the store and the tokens, builds the shared state, and makes the stored active set (or,
+/// in a new data directory, the example policies) the one cycles run on.
+pub fn start_live(
+    server: &ServerArgs,
+    symbols: Arc<Symbols>,
+    plugins: Option<&crate::PluginDir>,
+) -> anyhow::Result<(Arc<gantry_server::Live>, gantry_server::Tokens)> {
+    let tokens_path = server
+        .tokens
+        .clone()
+        .unwrap_or_else(|| server.data_dir.join("tokens.yaml"));
+    if server.tokens.is_none() && !tokens_path.exists() {
+        let (admin, viewer) = gantry_server::Tokens::generate(&tokens_path)?;
+        println!(
+            "  wrote {} with a new admin token ({admin}) and viewer token ({viewer})",
+            tokens_path.display()
+        );
+    }
+    let tokens = gantry_server::Tokens::load(&tokens_path)?;
+    let mut config = gantry_store::StoreConfig::new(server.data_dir.join("store"));
+    config.max_age = Duration::from_secs(server.retention_days * 24 * 3600);
+    config.max_bytes = server.retention_mib << 20;
+    let store = gantry_store::Store::open(config)?;
+    let engine = Arc::new(gantry_policy::PolicyEngine::new(
+        gantry_policy::Limits::default(),
+        symbols,
+    )?);
+    let live = gantry_server::Live::new(
+        store.clone(),
+        engine,
+        gantry_policy::PolicySet::new(0, Vec::new()),
+        gantry_server::LiveConfig {
+            max_upload_bytes: server.max_upload_mib << 20,
+            ..gantry_server::LiveConfig::default()
+        },
+    );
+    let system = gantry_server::Caller {
+        name: "gantry".into(),
+        role: gantry_server::Role::Admin,
+    };
+    let version = match (store.active()?, plugins) {
+        (Some(set), _) => Some(set.version),
+        (None, Some(plugins)) => {
+            let mut entries = Vec::new();
+            for file in EXAMPLE_POLICIES {
+                let bytes = std::fs::read(plugins.resolve(file)?)?;
+                let upload = live.upload(&system, "startup", &bytes, "{}")?;
+                entries.push(gantry_store::SetEntry {
+                    sha256: upload.manifest.sha256,
+                    weight: 1,
+                    failure: gantry_store::FailurePolicy::Default,
+                    config: "{}".into(),
+                });
+            }
+            let set = store.put_set(
+                &gantry_store::Actor::new("gantry", "startup"),
+                entries,
+                "the example policies",
+                gantry_server::now_ms(),
+            )?;
+            Some(set.version)
+        }
+        (None, None) => None,
+    };
+    if let Some(version) = version {
+        live.activate(&system, "startup", version, false)?;
+    }
+    Ok((live, tokens))
+}
+
+/// Runs the API on `listen` in a background runtime until `stop` is set.
+pub fn start_api(
+    live: Arc<gantry_server::Live>,
+    tokens: gantry_server::Tokens,
+    listen: SocketAddr,
+    stop: Arc<AtomicBool>,
+) -> anyhow::Result<(SocketAddr, std::thread::JoinHandle<()>)> {
+    let runtime = tokio::runtime::Builder::new_multi_thread()
+        .worker_threads(2)
+        .thread_name("gantry-api")
+        .enable_all()
+        .build()?;
+    let listener = runtime
+        .block_on(tokio::net::TcpListener::bind(listen))
+        .map_err(|e| {
+            anyhow::anyhow!(
+                "cannot listen on {listen}: {e} (pass --listen to choose another address)"
+            )
+        })?;
+    let bound = listener.local_addr()?;
+    let state = Arc::new(gantry_server::AppState { live, tokens });
+    let handle = std::thread::Builder::new()
+        .name("gantry-api".into())
+        .spawn(move || {
+            runtime.block_on(async move {
+                let stop_signal = stop.clone();
+                let shutdown = async move {
+                    let mut term =
+                        tokio::signal::unix::signal(tokio::signal::unix::SignalKind::terminate())
+                            .ok();
+                    loop {
+                        tokio::select! {
+                            _ = tokio::signal::ctrl_c() => break,
+                            _ = async { match term.as_mut() { Some(t) => { t.recv().await; } None => std::future::pending().await } } => break,
+                            _ = tokio::time::sleep(Duration::from_millis(100)) => {
+                                if stop_signal.load(Ordering::Relaxed) { break; }
+                            }
+                        }
+                    }
+                    stop_signal.store(true, Ordering::Relaxed);
+                };
+                if let Err(error) = gantry_server::serve(listener, state, shutdown).await {
+                    tracing::error!(%error, "the API server stopped");
+                }
+            });
+        })?;
+    Ok((bound, handle))
+}
+
+/// The simulated cluster, ready to schedule: the scheduler, the queues work is submitted to,
+/// the cluster's name and its GPU count.
+pub struct SimCluster {
+    pub scheduler: Scheduler,
+    pub leaves: Vec<String>,
+    pub name: String,
+    pub total_gpus: u64,
+}
+
+impl SimCluster {
+    pub fn load(path: &std::path::Path, symbols: &Arc<Symbols>) -> anyhow::Result<Self> {
+        let spec = ClusterSpec::load(path)?;
+        let cluster = spec.build(symbols);
+        let leaves = cluster.leaf_queues();
+        anyhow::ensure!(
+            !leaves.is_empty(),
+            "{}: no queues to submit to",
+            path.display()
+        );
+        let total_gpus: u64 = cluster.nodes.gpu_total.iter().map(|&g| u64::from(g)).sum();
+        let queues = cluster.queue_tree(600.0)?;
+        let config = SchedulerConfig {
+            max_attempts: 200,
+            ..SchedulerConfig::default()
+        };
+        let scheduler = Scheduler::new(
+            ClusterState::new(cluster.nodes),
+            queues,
+            symbols.clone(),
+            config,
+        );
+        Ok(Self {
+            scheduler,
+            leaves,
+            name: cluster.name,
+            total_gpus,
+        })
+    }
+}
+
+/// The synthetic load and how long to run it.
+#[derive(Debug, Clone)]
+pub struct Load {
+    pub jobs_per_s: f64,
+    pub seed: u64,
+    pub balloons: u32,
+    pub max_pods: Option<u64>,
+    pub duration_s: Option<f64>,
+    /// Progress lines on stdout every so often; `None` is quiet.
+    pub log_every_s: Option<f64>,
+}
+
+/// What a run did, for the last line.
+#[derive(Debug, Clone, Copy, Default)]
+pub struct LoopSummary {
+    pub submitted: u64,
+    pub pods_submitted: u64,
+    pub placed: u64,
+    pub finished: u64,
+}
+
 pub fn run(args: ServeArgs) -> anyhow::Result<()> {
     let symbols = Symbols::new();
-    let spec = ClusterSpec::load(&args.cluster)?;
-    let cluster = spec.build(&symbols);
-    let leaves = cluster.leaf_queues();
-    anyhow::ensure!(
-        !leaves.is_empty(),
-        "{}: no queues to submit to",
-        args.cluster.display()
+    let sim = SimCluster::load(&args.cluster, &symbols)?;
+    println!(
+        "gantry serve: simulating {} ({} nodes, {} GPUs) under synthetic load; Ctrl-C stops",
+        sim.name,
+        sim.scheduler.state.len(),
+        sim.total_gpus
     );
-    let total_gpus: u64 = cluster.nodes.gpu_total.iter().map(|&g| u64::from(g)).sum();
-    let queues = cluster.queue_tree(600.0)?;
-    let config = SchedulerConfig {
-        max_attempts: 200,
-        ..SchedulerConfig::default()
-    };
-    let mut scheduler = Scheduler::new(
-        ClusterState::new(cluster.nodes),
-        queues,
+    let (live, tokens) = start_live(
+        &args.server,
         symbols.clone(),
-        config,
-    );
-    let engine =
-        gantry_policy::PolicyEngine::new(gantry_policy::Limits::default(), symbols.clone())?;
-    let mut entries = Vec::new();
-    if !args.no_policies {
-        for file in ["gpu_fit.wasm", "gpu_binpack.wasm", "team_quota.wasm"] {
-            let path = args.plugins.resolve(file)?;
-            let policy = engine.load_file(&path, gantry_policy::PolicyOptions::default())?;
-            entries.push(gantry_policy::SetEntry {
-                policy: std::sync::Arc::new(policy),
-                weight: 1,
-            });
-        }
-    }
-    let names: Vec<String> = entries
+        (!args.no_policies).then_some(&args.plugins),
+    )?;
+    let stop = Arc::new(AtomicBool::new(false));
+    let (bound, api) = start_api(live.clone(), tokens, args.listen, stop.clone())?;
+    let names: Vec<String> = live
+        .active_set()
+        .entries()
         .iter()
         .map(|e| e.policy.info().name.clone())
         .collect();
-    // The active set is loaded once per cycle, so an activation lands between cycles.
-    let active = gantry_policy::ActiveSet::new(gantry_policy::PolicySet::new(1, entries));
+    println!(
+        "  API on http://{bound}/api (OpenAPI at /api/openapi.json), data in {}",
+        args.server.data_dir.display()
+    );
+    println!(
+        "  policies: {} (set version {}); {} balloon pods hold idle capacity",
+        if names.is_empty() {
+            "built-ins only".to_string()
+        } else {
+            names.join(", ")
+        },
+        live.active_set().version(),
+        args.balloons
+    );
+    let load = Load {
+        jobs_per_s: args.jobs_per_s,
+        seed: args.seed,
+        balloons: args.balloons,
+        max_pods: args.max_pods,
+        duration_s: args.duration_s,
+        log_every_s: Some(args.log_every_s),
+    };
+    let summary = run_loop(sim, &live, &stop, &load);
+    stop.store(true, Ordering::Relaxed);
+    live.store.flush()?;
+    // Graceful shutdown waits for open connections; an SSE subscriber never closes its own, so
+    // the wait is bounded.
+    let deadline = Instant::now() + Duration::from_secs(3);
+    while !api.is_finished() && Instant::now() < deadline {
+        std::thread::sleep(Duration::from_millis(20));
+    }
+    println!(
+        "gantry serve: stopped after {} jobs ({} pods) submitted, {} placed, {} finished; {} cycle failures",
+        summary.submitted,
+        summary.pods_submitted,
+        summary.placed,
+        summary.finished,
+        live.metrics.cycle_failures.get()
+    );
+    Ok(())
+}
+
+/// Schedules the simulated cluster under `load` through `live` until the duration ends or
+/// `stop` is set.
+pub fn run_loop(
+    sim: SimCluster,
+    live: &gantry_server::Live,
+    stop: &AtomicBool,
+    load: &Load,
+) -> LoopSummary {
+    let SimCluster {
+        mut scheduler,
+        leaves,
+        name: cluster_name,
+        total_gpus,
+    } = sim;
+    let symbols = scheduler.symbols().clone();
     let mut cache = gantry_policy::NodeCache::default();
-    for i in 0..args.balloons {
+    for i in 0..load.balloons {
         let name = format!("balloon-{i:04}");
         let queue = &leaves[i as usize % leaves.len()];
         scheduler.submit(JobSpec {
@@ -120,37 +385,23 @@ pub fn run(args: ServeArgs) -> anyhow::Result<()> {
             submit_s: 0.0,
         });
     }
-    tracing::info!(cluster = %cluster.name, nodes = scheduler.state.len(), gpus = total_gpus, "simulated cluster up");
-    println!(
-        "gantry serve: simulating {} ({} nodes, {} GPUs) under synthetic load; Ctrl-C stops",
-        cluster.name,
-        scheduler.state.len(),
-        total_gpus
-    );
-    println!(
-        "  policies: {}; {} balloon pods hold idle capacity",
-        if names.is_empty() {
-            "built-ins only".to_string()
-        } else {
-            names.join(", ")
-        },
-        args.balloons
-    );
-
-    let mut rng = Rng(args.seed.max(1).wrapping_mul(0x9E37_79B9_7F4A_7C15));
+    let mut rng = Rng(load.seed.max(1).wrapping_mul(0x9E37_79B9_7F4A_7C15));
     let started = Instant::now();
     let mut ends: Vec<(f64, JobId)> = Vec::new();
     let (mut submitted, mut placed, mut finished, mut decisions) = (0u64, 0u64, 0u64, 0u64);
-    let mut preempted = 0u64;
+    let (mut preempted, mut pods_submitted) = (0u64, 0u64);
     let mut next_arrival = 0.0;
-    let mut next_log = args.log_every_s;
+    let mut next_log = load.log_every_s.unwrap_or(f64::INFINITY);
+    let mut next_publish = 0.0;
+    let mut next_compact = 60.0;
     let mut cycle_time = Duration::ZERO;
     loop {
         let now = started.elapsed().as_secs_f64();
-        if args.duration_s.is_some_and(|d| now >= d) {
+        if load.duration_s.is_some_and(|d| now >= d) || stop.load(Ordering::Relaxed) {
             break;
         }
-        while next_arrival <= now {
+        let mut pod_to_job: Vec<(String, String)> = Vec::new();
+        while next_arrival <= now && load.max_pods.is_none_or(|max| pods_submitted < max) {
             let gang = rng.unit() < 0.3;
             let (pods, gpus) = if gang {
                 (*rng.pick(&[2u32, 4, 8, 16, 32, 64, 128]), 8)
@@ -159,6 +410,9 @@ pub fn run(args: ServeArgs) -> anyhow::Result<()> {
             };
             let queue = rng.pick(&leaves).clone();
             let name = format!("job-{submitted:06}");
+            if pods > 1 {
+                pod_to_job.extend((0..pods).map(|i| (format!("{name}-{i}"), name.clone())));
+            }
             scheduler.submit(JobSpec {
                 name: name.clone(),
                 queue: scheduler.queues.id(&queue).unwrap_or(0),
@@ -176,7 +430,12 @@ pub fn run(args: ServeArgs) -> anyhow::Result<()> {
                 submit_s: next_arrival,
             });
             submitted += 1;
-            next_arrival += -rng.unit().max(1e-9).ln() / args.jobs_per_s;
+            pods_submitted += u64::from(pods);
+            live.metrics.incoming_pods.inc_by(u64::from(pods));
+            next_arrival += -rng.unit().max(1e-9).ln() / load.jobs_per_s;
+        }
+        if !pod_to_job.is_empty() {
+            live.record_pods(&pod_to_job);
         }
         ends.retain(|&(end, id)| {
             if end <= now && scheduler.is_running(id) {
@@ -188,8 +447,7 @@ pub fn run(args: ServeArgs) -> anyhow::Result<()> {
             }
         });
         let t = Instant::now();
-        let set = active.load();
-        let output = scheduler.cycle(now, &mut set.bind(&mut cache));
+        let output = live.run_cycle(&mut scheduler, &mut cache, now, gantry_server::now_ms());
         preempted += output.evicted.len() as u64;
         cycle_time += t.elapsed();
         decisions += output.decisions.len() as u64;
@@ -200,6 +458,24 @@ pub fn run(args: ServeArgs) -> anyhow::Result<()> {
             placed += 1;
             ends.push((now + 30.0 + rng.unit() * 270.0, decision.job));
         }
+        if now >= next_publish {
+            live.publish(&scheduler, &cluster_name);
+            next_publish = now + 0.5;
+        }
+        if now >= next_compact {
+            match live.store.compact(gantry_server::now_ms()) {
+                Ok(report) if report.deleted > 0 => {
+                    tracing::info!(
+                        deleted = report.deleted,
+                        bytes = report.bytes_after,
+                        "retention"
+                    )
+                }
+                Ok(_) => {}
+                Err(error) => tracing::error!(%error, "retention failed"),
+            }
+            next_compact = now + 60.0;
+        }
         if now >= next_log {
             let allocated = total_gpus
                 - scheduler
@@ -209,33 +485,30 @@ pub fn run(args: ServeArgs) -> anyhow::Result<()> {
                     .iter()
                     .map(|&g| u64::from(g))
                     .sum::<u64>();
+            let balloons_running = scheduler
+                .running()
+                .filter(|&id| scheduler.job(id).balloon)
+                .count();
             println!(
-                "t={now:>6.0}s  submitted {submitted}  placed {placed}  finished {finished}  pending {}  balloons running {}  preempted {preempted}  GPUs allocated {:.1}% ({:.1}% by work)  {:.0} decisions/s of cycle time",
+                "t={now:>6.0}s  submitted {submitted}  placed {placed}  finished {finished}  pending {}  balloons running {balloons_running}  preempted {preempted}  GPUs allocated {:.1}% ({:.1}% by work)  {:.0} decisions/s of cycle time  set v{}",
                 scheduler
                     .pending()
                     .iter()
                     .filter(|&&id| !scheduler.job(id).balloon)
                     .count(),
-                scheduler
-                    .running()
-                    .filter(|&id| scheduler.job(id).balloon)
-                    .count(),
                 allocated as f64 * 100.0 / total_gpus.max(1) as f64,
-                (allocated
-                    - 8 * scheduler
-                        .running()
-                        .filter(|&id| scheduler.job(id).balloon)
-                        .count() as u64) as f64
-                    * 100.0
-                    / total_gpus.max(1) as f64,
+                (allocated - 8 * balloons_running as u64) as f64 * 100.0 / total_gpus.max(1) as f64,
                 decisions as f64 / cycle_time.as_secs_f64().max(1e-9),
+                live.active_set().version(),
             );
-            next_log += args.log_every_s;
+            next_log += load.log_every_s.unwrap_or(f64::INFINITY);
         }
-        std::thread::sleep(Duration::from_millis(50));
+        live.idle(Duration::from_millis(50));
     }
-    println!(
-        "gantry serve: stopped after {submitted} jobs submitted, {placed} placed, {finished} finished"
-    );
-    Ok(())
+    LoopSummary {
+        submitted,
+        pods_submitted,
+        placed,
+        finished,
+    }
 }

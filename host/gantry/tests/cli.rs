@@ -294,7 +294,18 @@ fn a_trace_naming_an_unknown_queue_is_refused_with_its_line() {
 
 #[test]
 fn serve_schedules_the_simulated_cluster_and_logs_progress() {
-    let out = gantry(&["serve", "--duration-s", "3", "--log-every-s", "1"]);
+    let data = tempfile::tempdir().expect("tempdir");
+    let out = gantry(&[
+        "serve",
+        "--duration-s",
+        "3",
+        "--log-every-s",
+        "1",
+        "--listen",
+        "127.0.0.1:0",
+        "--data-dir",
+        data.path().to_str().expect("path"),
+    ]);
     assert!(out.status.success(), "{}", text(&out.stderr));
     let stdout = text(&out.stdout);
     assert!(
@@ -325,6 +336,99 @@ fn bench_store_prints_one_json_object() {
     assert_eq!(report["records"], 2000);
     assert!(
         report["records_per_s"].as_f64().is_some_and(|v| v > 0.0),
+        "{report}"
+    );
+}
+
+#[test]
+fn serve_refuses_a_corrupt_data_dir_and_leaves_it_alone() {
+    let data = tempfile::tempdir().expect("tempdir");
+    let store = data.path().join("store");
+    std::fs::create_dir_all(&store).expect("mkdir");
+    std::fs::write(store.join("notes.txt"), "mine").expect("write");
+    let out = gantry(&[
+        "serve",
+        "--duration-s",
+        "1",
+        "--listen",
+        "127.0.0.1:0",
+        "--data-dir",
+        data.path().to_str().expect("path"),
+    ]);
+    assert_eq!(out.status.code(), Some(1));
+    let stderr = text(&out.stderr);
+    assert!(
+        stderr.starts_with(&format!(
+            "error: cannot open the Gantry store at {}: the directory holds other files (notes.txt)",
+            store.display()
+        )),
+        "{stderr}"
+    );
+    assert!(!stderr.contains("panicked"), "{stderr}");
+    assert_eq!(
+        std::fs::read_to_string(store.join("notes.txt")).expect("kept"),
+        "mine"
+    );
+}
+
+#[test]
+fn serve_refuses_a_malformed_token_file() {
+    let data = tempfile::tempdir().expect("tempdir");
+    let tokens = data.path().join("tokens.yaml");
+    std::fs::write(
+        &tokens,
+        "tokens:\n  - {name: a, role: root, token: 0123456789abcdef}\n",
+    )
+    .expect("write");
+    let out = gantry(&[
+        "serve",
+        "--duration-s",
+        "1",
+        "--listen",
+        "127.0.0.1:0",
+        "--data-dir",
+        data.path().to_str().expect("path"),
+        "--tokens",
+        tokens.to_str().expect("path"),
+    ]);
+    assert_eq!(out.status.code(), Some(1));
+    let stderr = text(&out.stderr);
+    assert!(
+        stderr.starts_with(&format!(
+            "error: the token file {} is malformed: ",
+            tokens.display()
+        )),
+        "{stderr}"
+    );
+}
+
+#[test]
+fn the_cli_names_a_server_that_is_not_there() {
+    let out = gantry(&[
+        "policy",
+        "list",
+        "--server",
+        "http://127.0.0.1:9",
+        "--token",
+        "0123456789abcdef0123",
+    ]);
+    assert_eq!(out.status.code(), Some(1));
+    let stderr = text(&out.stderr);
+    assert!(
+        stderr.starts_with("error: cannot reach the Gantry server at http://127.0.0.1:9: "),
+        "{stderr}"
+    );
+}
+
+#[test]
+fn bench_activate_prints_one_json_object() {
+    let out = gantry(&["bench", "activate", "--activations", "4", "--json"]);
+    assert!(out.status.success(), "{}", text(&out.stderr));
+    let report: serde_json::Value = serde_json::from_slice(&out.stdout).expect("JSON");
+    assert_eq!(report["activations"], 4);
+    assert_eq!(report["cycle_failures"], 0);
+    assert!(
+        report["takes_effect_after_return_ms"]["p99"].is_number(),
         "{report}"
     );
 }

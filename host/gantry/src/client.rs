@@ -1,0 +1,605 @@
+//! The CLI against a running server: `gantry policy push|list|activate|rollback|shadow` and
+//! `gantry explain`. Each prints what an admin or researcher reads, and the server's own error
+//! sentence when a request is refused.
+
+use std::path::PathBuf;
+use std::process::ExitCode;
+
+use clap::{Args, Subcommand};
+use serde_json::Value;
+
+/// Where the server is and who is asking.
+#[derive(Args, Debug, Clone)]
+pub struct ServerConn {
+    /// The server's base URL.
+    #[arg(long, env = "GANTRY_SERVER", default_value = "http://127.0.0.1:7070")]
+    server: String,
+    /// Bearer token. Defaults to $GANTRY_TOKEN, then the admin token in the local data
+    /// directory's `tokens.yaml` (what `gantry serve` wrote on first start).
+    #[arg(long, env = "GANTRY_TOKEN", hide_env_values = true)]
+    token: Option<String>,
+    /// The data directory whose `tokens.yaml` supplies a token when none is given.
+    #[arg(long, env = "GANTRY_DATA_DIR")]
+    data_dir: Option<PathBuf>,
+}
+
+/// Exit code for a request the server refused (4xx): the input was wrong.
+const REFUSED: u8 = 2;
+
+struct Client {
+    agent: ureq::Agent,
+    base: String,
+    token: String,
+}
+
+/// A server answer: status and body (JSON when it parses).
+struct Answer {
+    status: u16,
+    body: Value,
+}
+
+impl Answer {
+    fn error_text(&self) -> String {
+        self.body["error"]
+            .as_str()
+            .map(str::to_string)
+            .unwrap_or_else(|| self.body.to_string())
+    }
+}
+
+impl ServerConn {
+    fn client(&self) -> anyhow::Result<Client> {
+        let token = match &self.token {
+            Some(token) => token.clone(),
+            None => self.local_admin_token()?,
+        };
+        let agent: ureq::Agent = ureq::Agent::config_builder()
+            .http_status_as_error(false)
+            .timeout_global(Some(std::time::Duration::from_secs(120)))
+            .build()
+            .into();
+        Ok(Client {
+            agent,
+            base: self.server.trim_end_matches('/').to_string(),
+            token,
+        })
+    }
+
+    fn local_admin_token(&self) -> anyhow::Result<String> {
+        let dir = self
+            .data_dir
+            .clone()
+            .unwrap_or_else(crate::serve::default_data_dir);
+        let path = dir.join("tokens.yaml");
+        let text = std::fs::read_to_string(&path).map_err(|e| {
+            anyhow::anyhow!(
+                "no token: pass --token or set GANTRY_TOKEN (and {} is unreadable: {e})",
+                path.display()
+            )
+        })?;
+        let file: Value = serde_yaml::from_str(&text)
+            .map_err(|e| anyhow::anyhow!("{} is malformed: {e}", path.display()))?;
+        file["tokens"]
+            .as_array()
+            .and_then(|tokens| {
+                tokens
+                    .iter()
+                    .find(|t| t["role"] == "admin")
+                    .and_then(|t| t["token"].as_str())
+            })
+            .map(str::to_string)
+            .ok_or_else(|| {
+                anyhow::anyhow!(
+                    "no admin token in {}: pass --token or set GANTRY_TOKEN",
+                    path.display()
+                )
+            })
+    }
+}
+
+impl Client {
+    fn call(
+        &self,
+        method: &str,
+        path: &str,
+        query: &[(&str, &str)],
+        body: Option<Body>,
+    ) -> anyhow::Result<Answer> {
+        let url = format!("{}{path}", self.base);
+        let auth = format!("Bearer {}", self.token);
+        let result = match method {
+            "GET" | "DELETE" => {
+                let mut request = if method == "GET" {
+                    self.agent.get(&url)
+                } else {
+                    self.agent.delete(&url)
+                };
+                request = request.header("Authorization", &auth);
+                for (k, v) in query {
+                    request = request.query(*k, *v);
+                }
+                request.call()
+            }
+            _ => {
+                let mut request = self.agent.post(&url).header("Authorization", &auth);
+                for (k, v) in query {
+                    request = request.query(*k, *v);
+                }
+                match body {
+                    Some(Body::Wasm(bytes)) => request
+                        .header("Content-Type", "application/wasm")
+                        .send(&bytes[..]),
+                    Some(Body::Json(value)) => request.send_json(value),
+                    None => request.send_empty(),
+                }
+            }
+        };
+        let mut response = result
+            .map_err(|e| anyhow::anyhow!("cannot reach the Gantry server at {}: {e}", self.base))?;
+        let status = response.status().as_u16();
+        let text = response.body_mut().read_to_string().unwrap_or_default();
+        let body = serde_json::from_str(&text).unwrap_or(Value::String(text));
+        Ok(Answer { status, body })
+    }
+
+    /// The answer, or the server's refusal printed and turned into the exit code.
+    fn expect_ok(&self, answer: Answer) -> Result<Value, ExitCode> {
+        if (200..300).contains(&answer.status) {
+            Ok(answer.body)
+        } else {
+            eprintln!("error: {} ({})", answer.error_text(), answer.status);
+            Err(if answer.status >= 500 {
+                ExitCode::FAILURE
+            } else {
+                ExitCode::from(REFUSED)
+            })
+        }
+    }
+}
+
+enum Body {
+    Wasm(Vec<u8>),
+    Json(Value),
+}
+
+#[derive(Args, Debug)]
+pub struct PushArgs {
+    /// The policy component (`.wasm`).
+    file: PathBuf,
+    /// JSON config for the policy's init.
+    #[arg(long, default_value = "{}")]
+    config: String,
+    /// Weight of the policy in the new set (scores add up weighted).
+    #[arg(long, default_value_t = 1)]
+    weight: u32,
+    /// Only upload; create no set version.
+    #[arg(long)]
+    no_set: bool,
+    #[command(flatten)]
+    conn: ServerConn,
+}
+
+#[derive(Args, Debug)]
+pub struct VersionArgs {
+    /// The policy-set version.
+    version: u64,
+    #[command(flatten)]
+    conn: ServerConn,
+}
+
+#[derive(Args, Debug)]
+pub struct ConnArgs {
+    #[command(flatten)]
+    conn: ServerConn,
+}
+
+#[derive(Subcommand, Debug)]
+pub enum ShadowCommand {
+    /// Run a set version beside the active one; it binds nothing.
+    Start(VersionArgs),
+    /// Where the candidate disagrees so far.
+    Report(ConnArgs),
+    /// Stop the shadow run and print its final report.
+    Stop(ConnArgs),
+}
+
+#[derive(Args, Debug)]
+pub struct ExplainArgs {
+    /// A pod or job name.
+    name: String,
+    /// Print the server's JSON instead of the text.
+    #[arg(long)]
+    json: bool,
+    #[command(flatten)]
+    conn: ServerConn,
+}
+
+fn run(f: impl FnOnce() -> anyhow::Result<Result<(), ExitCode>>) -> anyhow::Result<ExitCode> {
+    Ok(match f()? {
+        Ok(()) => ExitCode::SUCCESS,
+        Err(code) => code,
+    })
+}
+
+/// Uploads a policy and, unless `--no-set`, creates a set version: the active set with this
+/// policy added (replacing an entry of the same name and role). The new version is not active.
+pub fn push(args: PushArgs) -> anyhow::Result<ExitCode> {
+    run(|| {
+        let client = args.conn.client()?;
+        let bytes = std::fs::read(&args.file)
+            .map_err(|e| anyhow::anyhow!("cannot read {}: {e}", args.file.display()))?;
+        let answer = client.call(
+            "POST",
+            "/api/policies",
+            &[("config", &args.config)],
+            Some(Body::Wasm(bytes)),
+        )?;
+        let upload = match client.expect_ok(answer) {
+            Ok(v) => v,
+            Err(code) => return Ok(Err(code)),
+        };
+        let manifest = &upload["manifest"];
+        let validation = &upload["validation"];
+        println!(
+            "{} {} ({} policy) {} as sha256 {}",
+            manifest["name"].as_str().unwrap_or("?"),
+            manifest["version"].as_str().unwrap_or("?"),
+            manifest["role"].as_str().unwrap_or("?"),
+            if upload["already_stored"] == true {
+                "already stored"
+            } else {
+                "stored"
+            },
+            manifest["sha256"].as_str().unwrap_or("?"),
+        );
+        println!(
+            "self-test: {}",
+            validation["self_test"].as_str().unwrap_or("?")
+        );
+        if args.no_set {
+            return Ok(Ok(()));
+        }
+        let sets = match client.expect_ok(client.call("GET", "/api/sets", &[], None)?) {
+            Ok(v) => v,
+            Err(code) => return Ok(Err(code)),
+        };
+        let active = sets["active"].as_u64().unwrap_or(0);
+        let active_entries: Vec<Value> = sets["sets"]
+            .as_array()
+            .and_then(|sets| sets.iter().find(|s| s["version"].as_u64() == Some(active)))
+            .and_then(|s| s["entries"].as_array().cloned())
+            .unwrap_or_default();
+        let policies = match client.expect_ok(client.call("GET", "/api/policies", &[], None)?) {
+            Ok(v) => v,
+            Err(code) => return Ok(Err(code)),
+        };
+        let name_role_of = |sha: &str| {
+            policies.as_array().and_then(|all| {
+                all.iter()
+                    .find(|m| m["sha256"] == sha)
+                    .map(|m| (m["name"].clone(), m["role"].clone()))
+            })
+        };
+        let new_key = (manifest["name"].clone(), manifest["role"].clone());
+        let unchanged = active_entries.iter().any(|e| {
+            e["sha256"] == manifest["sha256"]
+                && e["weight"].as_u64() == Some(u64::from(args.weight))
+                && e["config"].as_str() == Some(args.config.as_str())
+        });
+        if unchanged {
+            println!(
+                "the active set (version {active}) already runs it as given: no new set version"
+            );
+            return Ok(Ok(()));
+        }
+        let mut entries: Vec<Value> = active_entries
+            .into_iter()
+            .filter(|e| name_role_of(e["sha256"].as_str().unwrap_or("")) != Some(new_key.clone()))
+            .collect();
+        entries.push(serde_json::json!({
+            "sha256": manifest["sha256"],
+            "weight": args.weight,
+            "config": args.config,
+        }));
+        let note = format!(
+            "push {} {}",
+            manifest["name"].as_str().unwrap_or("?"),
+            manifest["version"].as_str().unwrap_or("?")
+        );
+        let set = match client.expect_ok(client.call(
+            "POST",
+            "/api/sets",
+            &[],
+            Some(Body::Json(
+                serde_json::json!({"entries": entries, "note": note}),
+            )),
+        )?) {
+            Ok(v) => v,
+            Err(code) => return Ok(Err(code)),
+        };
+        let version = set["version"].as_u64().unwrap_or(0);
+        println!(
+            "created set version {version} (version {active} with this policy); it is not active yet:\n  gantry policy shadow start {version}   # compare it with the active set\n  gantry policy activate {version}"
+        );
+        Ok(Ok(()))
+    })
+}
+
+/// Lists stored policies and set versions, marking the active one.
+pub fn list(args: ConnArgs) -> anyhow::Result<ExitCode> {
+    run(|| {
+        let client = args.conn.client()?;
+        let policies = match client.expect_ok(client.call("GET", "/api/policies", &[], None)?) {
+            Ok(v) => v,
+            Err(code) => return Ok(Err(code)),
+        };
+        let sets = match client.expect_ok(client.call("GET", "/api/sets", &[], None)?) {
+            Ok(v) => v,
+            Err(code) => return Ok(Err(code)),
+        };
+        let mut sha_to_name = std::collections::HashMap::new();
+        println!("policies:");
+        for m in policies.as_array().into_iter().flatten() {
+            let sha = m["sha256"].as_str().unwrap_or("?");
+            let name = format!(
+                "{} {}",
+                m["name"].as_str().unwrap_or("?"),
+                m["version"].as_str().unwrap_or("?")
+            );
+            println!(
+                "  {}  {:<24} {:<6} {:>8} bytes  by {}",
+                &sha[..12.min(sha.len())],
+                name,
+                m["role"].as_str().unwrap_or("?"),
+                m["size"],
+                m["uploaded_by"].as_str().unwrap_or("?")
+            );
+            sha_to_name.insert(sha.to_string(), name);
+        }
+        let active = sets["active"].as_u64().unwrap_or(0);
+        println!("sets:");
+        for s in sets["sets"].as_array().into_iter().flatten() {
+            let version = s["version"].as_u64().unwrap_or(0);
+            let entries: Vec<String> = s["entries"]
+                .as_array()
+                .into_iter()
+                .flatten()
+                .map(|e| {
+                    let sha = e["sha256"].as_str().unwrap_or("?");
+                    format!(
+                        "{}×{}",
+                        sha_to_name.get(sha).cloned().unwrap_or_else(|| sha.into()),
+                        e["weight"]
+                    )
+                })
+                .collect();
+            println!(
+                "{} v{version:<4} {}  ({}{})",
+                if version == active { "*" } else { " " },
+                entries.join(", "),
+                s["created_by"].as_str().unwrap_or("?"),
+                s["note"]
+                    .as_str()
+                    .filter(|n| !n.is_empty())
+                    .map(|n| format!(": {n}"))
+                    .unwrap_or_default()
+            );
+        }
+        Ok(Ok(()))
+    })
+}
+
+/// Activates (or rolls back to) a set version.
+pub fn switch(args: VersionArgs, rollback: bool) -> anyhow::Result<ExitCode> {
+    run(|| {
+        let client = args.conn.client()?;
+        let verb = if rollback { "rollback" } else { "activate" };
+        let path = format!("/api/sets/{}/{verb}", args.version);
+        match client.expect_ok(client.call("POST", &path, &[], None)?) {
+            Ok(set) => {
+                println!(
+                    "set version {} is active: the next cycle runs on it",
+                    set["version"]
+                );
+                Ok(Ok(()))
+            }
+            Err(code) => Ok(Err(code)),
+        }
+    })
+}
+
+fn print_report(report: &Value) {
+    println!(
+        "shadow: candidate set version {}, {} cycles, {} decisions compared",
+        report["candidate_version"], report["cycles"], report["decisions_compared"]
+    );
+    let counts = report["counts"].as_object();
+    if counts.is_none_or(|c| c.is_empty()) {
+        println!("  no disagreements");
+    }
+    for (kind, count) in counts.into_iter().flatten() {
+        println!("  {kind}: {count}");
+    }
+    for d in report["recent"]
+        .as_array()
+        .into_iter()
+        .flatten()
+        .rev()
+        .take(10)
+    {
+        println!(
+            "  {} {}: active placed it {} / candidate {}",
+            d["job"].as_str().unwrap_or("?"),
+            d["kind"].as_str().unwrap_or("?"),
+            outcome(&d["active"]),
+            outcome(&d["candidate"]),
+        );
+    }
+}
+
+fn outcome(explanation: &Value) -> String {
+    match explanation["outcome"]["kind"].as_str() {
+        Some("placed") => {
+            let nodes: Vec<&str> = explanation["outcome"]["nodes"]
+                .as_array()
+                .into_iter()
+                .flatten()
+                .filter_map(|n| n[0].as_str())
+                .take(3)
+                .collect();
+            format!(
+                "on {}{}",
+                nodes.join(","),
+                explanation["domain"]
+                    .as_str()
+                    .map(|d| format!(" ({d})"))
+                    .unwrap_or_default()
+            )
+        }
+        _ => "pending".into(),
+    }
+}
+
+pub fn shadow(command: ShadowCommand) -> anyhow::Result<ExitCode> {
+    run(|| {
+        let (client, answer) = match &command {
+            ShadowCommand::Start(args) => {
+                let client = args.conn.client()?;
+                let answer = client.call(
+                    "POST",
+                    "/api/shadow",
+                    &[],
+                    Some(Body::Json(serde_json::json!({"version": args.version}))),
+                )?;
+                (client, answer)
+            }
+            ShadowCommand::Report(args) => {
+                let client = args.conn.client()?;
+                let answer = client.call("GET", "/api/shadow", &[], None)?;
+                (client, answer)
+            }
+            ShadowCommand::Stop(args) => {
+                let client = args.conn.client()?;
+                let answer = client.call("DELETE", "/api/shadow", &[], None)?;
+                (client, answer)
+            }
+        };
+        match client.expect_ok(answer) {
+            Ok(report) => {
+                print_report(&report);
+                Ok(Ok(()))
+            }
+            Err(code) => Ok(Err(code)),
+        }
+    })
+}
+
+/// Why a pod or job is pending now, or where it went.
+pub fn explain(args: ExplainArgs) -> anyhow::Result<ExitCode> {
+    run(|| {
+        let client = args.conn.client()?;
+        let path = format!("/api/explain/{}", encode(&args.name));
+        let e = match client.expect_ok(client.call("GET", &path, &[], None)?) {
+            Ok(v) => v,
+            Err(code) => return Ok(Err(code)),
+        };
+        if args.json {
+            println!("{}", serde_json::to_string_pretty(&e)?);
+            return Ok(Ok(()));
+        }
+        let x = &e["latest"]["explanation"];
+        let of_job = if e["kind"] == "pod" {
+            format!(" (pod of job {})", e["job"].as_str().unwrap_or("?"))
+        } else {
+            String::new()
+        };
+        println!(
+            "{}{of_job}: {} — {} pods × {} GPUs, queue {}, priority {}",
+            e["name"].as_str().unwrap_or("?"),
+            e["state"].as_str().unwrap_or("?"),
+            x["pods"],
+            x["gpus_per_pod"],
+            x["queue"].as_str().unwrap_or("?"),
+            x["priority"]
+        );
+        println!("  {}", e["why"].as_str().unwrap_or(""));
+        if let Some(waiting) = e["waiting_for"].as_str()
+            && !e["why"].as_str().unwrap_or("").contains(waiting)
+        {
+            println!("  waiting for: {waiting}");
+        }
+        if let Some(position) = e["queue_position"].as_u64() {
+            println!("  position in its queue: {position}");
+        }
+        let q = &e["queue"];
+        if q.is_object() {
+            println!(
+                "  queue {}: {} of {} GPUs used ({} borrowed), fair share {:.3}",
+                q["name"].as_str().unwrap_or("?"),
+                q["used_gpus"],
+                q["nominal_gpus"],
+                q["borrowed_gpus"],
+                q["fair_share"].as_f64().unwrap_or(0.0)
+            );
+        }
+        let quota = &x["quota"]["builtin"];
+        println!(
+            "  quota: {}{}",
+            quota["verdict"].as_str().or(quota.as_str()).unwrap_or("?"),
+            quota["reason"]
+                .as_str()
+                .map(|r| format!(" ({r})"))
+                .unwrap_or_default()
+        );
+        for (policy, verdict) in x["quota"]["policies"]
+            .as_array()
+            .into_iter()
+            .flatten()
+            .filter_map(|p| Some((p[0].as_str()?, p[1].as_str()?)))
+        {
+            println!("  quota policy {policy}: {verdict}");
+        }
+        for f in x["filters"].as_array().into_iter().flatten() {
+            for r in f["rejected"].as_array().into_iter().flatten() {
+                println!(
+                    "  {} nodes rejected by {}: {}",
+                    r[1],
+                    f["policy"].as_str().unwrap_or("?"),
+                    r[0].as_str().unwrap_or("?")
+                );
+            }
+        }
+        let policies: Vec<String> = x["policies"]
+            .as_array()
+            .into_iter()
+            .flatten()
+            .map(|p| {
+                format!(
+                    "{} {}",
+                    p["name"].as_str().unwrap_or("?"),
+                    p["version"].as_str().unwrap_or("?")
+                )
+            })
+            .collect();
+        println!(
+            "  decided by policy set v{} ({}); {} decisions on record",
+            x["policy_set"],
+            policies.join(", "),
+            e["attempts"]
+        );
+        Ok(Ok(()))
+    })
+}
+
+/// Percent-encodes a path segment.
+fn encode(segment: &str) -> String {
+    segment
+        .bytes()
+        .map(|b| match b {
+            b'A'..=b'Z' | b'a'..=b'z' | b'0'..=b'9' | b'-' | b'_' | b'.' | b'~' => {
+                (b as char).to_string()
+            }
+            _ => format!("%{b:02X}"),
+        })
+        .collect()
+}

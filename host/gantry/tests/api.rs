@@ -1,0 +1,410 @@
+//! The REST API and the CLI against a real `gantry serve` (simulated 7,500-node cluster, the
+//! example Wasm policies, a sled store in a temporary directory).
+
+mod common;
+
+use std::io::{Read, Write};
+use std::time::{Duration, Instant};
+
+use common::{ADMIN, Body, Server, VIEWER, plugin, sha_of};
+use serde_json::{Value, json};
+
+fn text(bytes: &[u8]) -> String {
+    String::from_utf8_lossy(bytes).into_owned()
+}
+
+/// Polls `f` until it returns `Some`, for at most `secs`.
+fn eventually<T>(secs: u64, mut f: impl FnMut() -> Option<T>) -> T {
+    let deadline = Instant::now() + Duration::from_secs(secs);
+    loop {
+        if let Some(v) = f() {
+            return v;
+        }
+        assert!(Instant::now() < deadline, "condition not met in {secs} s");
+        std::thread::sleep(Duration::from_millis(200));
+    }
+}
+
+#[test]
+fn tokens_roles_and_upload_limits() {
+    let server = Server::start(&["--jobs-per-s", "20", "--max-upload-mib", "1"]);
+    let (status, body) = server.get_as("/healthz", None).expect("healthz");
+    assert_eq!((status, body.as_str()), (200, "ok"));
+    let (status, body) = server.get_as("/api/policies", None).expect("no token");
+    assert_eq!(status, 401);
+    assert!(body.contains("missing bearer token"), "{body}");
+    let (status, body) = server
+        .get_as("/api/policies", Some("not-a-real-token-at-all"))
+        .expect("bad token");
+    assert_eq!(status, 401);
+    assert!(body.contains("unknown or revoked token"), "{body}");
+    let (status, who) = server.get("/api/whoami");
+    assert_eq!((status, who["role"].as_str()), (200, Some("viewer")));
+
+    // Every mutating endpoint refuses a viewer (403) and a missing token (401).
+    let mutations: [(&str, &str); 6] = [
+        ("POST", "/api/policies"),
+        ("POST", "/api/policies/validate"),
+        ("POST", "/api/sets"),
+        ("POST", "/api/sets/1/activate"),
+        ("POST", "/api/sets/1/rollback"),
+        ("POST", "/api/shadow"),
+    ];
+    for (_, path) in mutations {
+        let (status, body) = server.post(path, Some(VIEWER), Body::Json(json!({"version": 1})));
+        assert_eq!(status, 403, "{path}: {body}");
+        assert!(
+            body["error"]
+                .as_str()
+                .is_some_and(|e| e.starts_with("the viewer token of bob may not")),
+            "{path}: {body}"
+        );
+        let (status, _) = server.post(path, None, Body::None);
+        assert_eq!(status, 401, "{path}");
+    }
+    let (status, _) = server.delete("/api/shadow", Some(VIEWER));
+    assert_eq!(status, 403);
+
+    // Uploads: too large, not Wasm, a policy that hangs, a refused config.
+    let (status, body) = server.post(
+        "/api/policies",
+        Some(ADMIN),
+        Body::Bytes(vec![0u8; 2 << 20]),
+    );
+    assert!(status == 413 || status == 400, "{status} {body}");
+    assert!(
+        body["error"]
+            .as_str()
+            .is_some_and(|e| e.contains("over the limit of 1048576 bytes")),
+        "{body}"
+    );
+    let (status, body) = server.post(
+        "/api/policies",
+        Some(ADMIN),
+        Body::Bytes(b"hello, not wasm".to_vec()),
+    );
+    assert_eq!(status, 422, "{body}");
+    assert!(
+        body["error"]
+            .as_str()
+            .is_some_and(|e| e.starts_with("not a WebAssembly component"))
+    );
+    let (status, body) = server.post(
+        "/api/policies",
+        Some(ADMIN),
+        Body::Bytes(std::fs::read(plugin("hostile_loop.wasm")).expect("read")),
+    );
+    assert_eq!(status, 422, "{body}");
+    assert_eq!(
+        body["error"],
+        "the self-test against the current cluster snapshot faulted: timed out after 50 ms"
+    );
+    let (status, body) = server.post(
+        "/api/policies?config=%7B%22nope%22%3A1%7D",
+        Some(ADMIN),
+        Body::Bytes(std::fs::read(plugin("team_quota.wasm")).expect("read")),
+    );
+    assert_eq!(status, 422, "{body}");
+    assert!(
+        body["error"].as_str().is_some_and(|e| e
+            .starts_with("the policy refused its config: team-quota config: unknown field `nope`")),
+        "{body}"
+    );
+    // Nothing of that was stored; only the three example policies are.
+    let (_, policies) = server.get("/api/policies");
+    assert_eq!(policies.as_array().map(Vec::len), Some(3), "{policies}");
+    let (_, audit) = server.get("/api/audit?limit=1000");
+    assert!(
+        audit
+            .as_array()
+            .expect("audit")
+            .iter()
+            .all(|e| e["who"] != "bob"),
+        "a refused request left an audit entry: {audit}"
+    );
+}
+
+#[test]
+fn shadow_activate_rollback_explain_and_lookups() {
+    let mut server = Server::start(&["--jobs-per-s", "40"]);
+    let fit = sha_of(&server, "gpu-fit");
+    let binpack = sha_of(&server, "gpu-binpack");
+    let quota = sha_of(&server, "team-quota");
+
+    // A candidate that packs by domain only and never lends quota: it must disagree.
+    let entries = json!([
+        {"sha256": fit, "weight": 1, "config": "{}"},
+        {"sha256": binpack, "weight": 1, "config": "{\"node_weight\":0,\"domain_weight\":100}"},
+        {"sha256": quota, "weight": 1, "config": "{\"borrowing\":false}"},
+    ]);
+    let (status, set) = server.post(
+        "/api/sets",
+        Some(ADMIN),
+        Body::Json(json!({"entries": entries, "note": "domain packing, no borrowing"})),
+    );
+    assert_eq!(status, 201, "{set}");
+    assert_eq!(set["version"], 2);
+    let (status, body) = server.post(
+        "/api/sets",
+        Some(ADMIN),
+        Body::Json(json!({"entries": [{"sha256": quota, "weight": 1, "config": "{\"nope\":1}"}]})),
+    );
+    assert_eq!(status, 422, "{body}");
+    let (status, body) = server.post("/api/sets/99/activate", Some(ADMIN), Body::None);
+    assert_eq!(status, 404, "{body}");
+    assert_eq!(body["error"], "no policy set version 99 exists");
+
+    let (status, report) = server.post(
+        "/api/shadow",
+        Some(ADMIN),
+        Body::Json(json!({"version": 2})),
+    );
+    assert_eq!(status, 201, "{report}");
+    let report = eventually(60, || {
+        let (_, r) = server.get("/api/shadow");
+        let total: u64 = r["counts"]
+            .as_object()?
+            .values()
+            .filter_map(Value::as_u64)
+            .sum();
+        (total > 0).then_some(r)
+    });
+    assert!(report["cycles"].as_u64().unwrap_or(0) > 0);
+    let d = &report["recent"][0];
+    assert!(
+        d["active"]["policy_set"] == 1 && d["candidate"]["policy_set"] == 2,
+        "{d}"
+    );
+    // The shadow binds nothing: the active set is still 1.
+    let (_, sets) = server.get("/api/sets");
+    assert_eq!(sets["active"], 1);
+    let (status, stopped) = server.delete("/api/shadow", Some(ADMIN));
+    assert_eq!(status, 200, "{stopped}");
+    assert_eq!(server.get("/api/shadow").0, 404);
+
+    // Activate, see the next decisions made by version 2, roll back.
+    let (status, body) = server.post("/api/sets/2/activate", Some(ADMIN), Body::None);
+    assert_eq!(status, 200, "{body}");
+    let since = server_now_ms();
+    eventually(30, || {
+        let (_, recent) = server.get(&format!("/api/decisions?from_ms={since}&limit=50"));
+        recent
+            .as_array()?
+            .iter()
+            .any(|r| r["explanation"]["policy_set"] == 2)
+            .then_some(())
+    });
+    let (status, body) = server.post("/api/sets/1/rollback", Some(ADMIN), Body::None);
+    assert_eq!(status, 200, "{body}");
+    assert_eq!(server.get("/api/sets").1["active"], 1);
+    let (_, audit) = server.get("/api/audit?limit=50");
+    let actions: Vec<(String, String)> = audit
+        .as_array()
+        .expect("audit")
+        .iter()
+        .map(|e| {
+            (
+                e["who"].as_str().unwrap_or("").to_string(),
+                e["action"].as_str().unwrap_or("").to_string(),
+            )
+        })
+        .collect();
+    for action in [
+        "set.create",
+        "shadow.start",
+        "shadow.stop",
+        "set.activate",
+        "set.rollback",
+    ] {
+        assert!(
+            actions.contains(&("alice".to_string(), action.to_string())),
+            "{action} by alice missing: {actions:?}"
+        );
+    }
+
+    // Lookups: a gang, one of its pods, a node it ran on, a time range.
+    let records = eventually(60, || {
+        let (_, all) = server.get("/api/decisions?limit=10000");
+        let gang = all.as_array()?.iter().find(|r| {
+            r["explanation"]["pods"].as_u64().unwrap_or(0) > 1
+                && r["explanation"]["outcome"]["kind"] == "placed"
+        })?;
+        Some((all.clone(), gang.clone()))
+    });
+    let (all, gang) = records;
+    assert!(all.as_array().is_some_and(|a| a.windows(2).all(|w| {
+        (w[0]["time_ms"].as_u64(), w[0]["seq"].as_u64())
+            <= (w[1]["time_ms"].as_u64(), w[1]["seq"].as_u64())
+    })));
+    let job = gang["explanation"]["job"]
+        .as_str()
+        .expect("job")
+        .to_string();
+    let node = gang["explanation"]["outcome"]["nodes"][0][0]
+        .as_str()
+        .expect("node")
+        .to_string();
+    let (status, history) = server.get(&format!("/api/decisions/job/{job}"));
+    assert_eq!(status, 200);
+    assert!(
+        history
+            .as_array()
+            .is_some_and(|h| h.iter().all(|r| r["explanation"]["job"] == job.as_str()))
+    );
+    let (status, by_pod) = server.get(&format!("/api/decisions/pod/{job}-1"));
+    assert_eq!(status, 200, "{by_pod}");
+    assert_eq!(by_pod, history);
+    let (status, on_node) = server.get(&format!("/api/decisions/node/{node}?limit=10000"));
+    assert_eq!(status, 200);
+    assert!(
+        on_node
+            .as_array()
+            .is_some_and(|h| h.iter().any(|r| r["explanation"]["job"] == job.as_str()))
+    );
+    let (status, explain) = server.get(&format!("/api/explain/{job}-1"));
+    assert_eq!(status, 200, "{explain}");
+    assert_eq!(
+        (explain["kind"].as_str(), explain["job"].as_str()),
+        (Some("pod"), Some(job.as_str()))
+    );
+    assert!(explain["why"].as_str().is_some_and(|w| !w.is_empty()));
+    let (status, missing) = server.get("/api/explain/no-such-job");
+    assert_eq!(status, 404);
+    assert_eq!(
+        missing["error"],
+        "no job or pod named no-such-job has a decision yet"
+    );
+
+    // A pending job's "why": quota, fair share, per-reason node counts, what it waits for.
+    let pending = eventually(60, || {
+        let (_, all) = server.get("/api/decisions?limit=10000");
+        let view = server.get("/api/queues").1;
+        let _ = view;
+        all.as_array()?.iter().rev().find_map(|r| {
+            let name = r["explanation"]["job"].as_str()?;
+            let (_, e) = server.get(&format!("/api/explain/{name}"));
+            (e["state"] == "pending").then_some(e)
+        })
+    });
+    assert!(
+        pending["waiting_for"]
+            .as_str()
+            .is_some_and(|w| !w.is_empty()),
+        "{pending}"
+    );
+    assert!(pending["queue_position"].as_u64().is_some(), "{pending}");
+    assert!(pending["queue"]["fair_share"].is_number(), "{pending}");
+    let out = server.cli(&["explain", pending["job"].as_str().expect("job")]);
+    let stdout = text(&out.stdout);
+    assert!(out.status.success(), "{stdout}{}", text(&out.stderr));
+    assert!(stdout.contains(": pending — "), "{stdout}");
+    assert!(stdout.contains("position in its queue: "), "{stdout}");
+    assert!(stdout.contains("decided by policy set v"), "{stdout}");
+
+    // Cluster, nodes, queues, metrics, SSE.
+    let (_, cluster) = server.get("/api/cluster");
+    assert_eq!(cluster["nodes"], 7500);
+    assert!(cluster["levels"].as_array().is_some_and(|l| !l.is_empty()));
+    let (_, nodes) = server.get("/api/cluster/nodes");
+    assert_eq!(nodes["name"].as_array().map(Vec::len), Some(7500));
+    assert_eq!(nodes["gpu_free"].as_array().map(Vec::len), Some(7500));
+    let (status, detail) = server.get(&format!("/api/cluster/nodes/{node}"));
+    assert_eq!(status, 200, "{detail}");
+    let (_, queues) = server.get("/api/queues");
+    assert!(
+        queues
+            .as_array()
+            .is_some_and(|q| q.iter().any(|q| q["nominal_gpus"].as_u64() > Some(0)))
+    );
+    let (_, metrics) = server.get_as("/metrics", None).expect("metrics");
+    for needle in [
+        "scheduler_schedule_attempts_total{profile=\"gantry\",result=\"scheduled\"}",
+        "scheduler_scheduling_attempt_duration_seconds_bucket",
+        "scheduler_pending_pods{queue=\"active\"}",
+        "gantry_policy_calls_total{policy=\"gpu-fit\"",
+        "gantry_policy_faults_total{policy=\"team-quota\"",
+        "gantry_shadow_disagreements_total{kind=",
+        "gantry_policy_set_active_version 1",
+    ] {
+        assert!(metrics.contains(needle), "{needle} missing from /metrics");
+    }
+    let event = first_sse_event(&server.base);
+    assert!(
+        event.contains("event: decision") && event.contains("\"policy_set\":"),
+        "{event}"
+    );
+
+    // The CLI.
+    let out = server.cli(&["policy", "list"]);
+    let stdout = text(&out.stdout);
+    assert!(out.status.success(), "{}", text(&out.stderr));
+    assert!(
+        stdout.contains("* v1 ") && stdout.contains("  v2 "),
+        "{stdout}"
+    );
+    let out = server.cli(&["policy", "activate", "99"]);
+    assert_eq!(out.status.code(), Some(2));
+    assert_eq!(
+        text(&out.stderr),
+        "error: no policy set version 99 exists (404)\n"
+    );
+    let out = server.cli(&[
+        "policy",
+        "push",
+        plugin("noop.wasm").to_str().expect("path"),
+    ]);
+    let stdout = text(&out.stdout);
+    assert!(out.status.success(), "{}", text(&out.stderr));
+    assert!(
+        stdout.starts_with("noop 0.1.0 (filter policy) stored as sha256 "),
+        "{stdout}"
+    );
+    assert!(
+        stdout.contains("created set version 3 (version 1 with this policy)"),
+        "{stdout}"
+    );
+    let out = server.cli(&["policy", "shadow", "start", "3"]);
+    assert!(out.status.success(), "{}", text(&out.stderr));
+    let out = server.cli(&["policy", "shadow", "stop"]);
+    assert!(text(&out.stdout).starts_with("shadow: candidate set version 3, "));
+    let out = server.cli(&["policy", "rollback", "1"]);
+    assert_eq!(
+        text(&out.stdout),
+        "set version 1 is active: the next cycle runs on it\n"
+    );
+
+    assert!(server.stop(), "gantry serve did not exit cleanly");
+    let stdout = server.stdout.lock().expect("stdout").clone();
+    assert!(stdout.contains("; 0 cycle failures"), "{stdout}");
+}
+
+/// The server's clock and ours are the same machine's.
+fn server_now_ms() -> u64 {
+    std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)
+        .expect("clock")
+        .as_millis() as u64
+}
+
+/// Opens the SSE stream and returns what arrived up to the first decision event.
+fn first_sse_event(base: &str) -> String {
+    let addr = base.trim_start_matches("http://");
+    let mut stream = std::net::TcpStream::connect(addr).expect("connect");
+    stream
+        .set_read_timeout(Some(Duration::from_secs(30)))
+        .expect("timeout");
+    write!(
+        stream,
+        "GET /api/decisions/stream HTTP/1.1\r\nHost: {addr}\r\nAuthorization: Bearer {VIEWER}\r\nAccept: text/event-stream\r\n\r\n"
+    )
+    .expect("write");
+    let mut seen = String::new();
+    let mut buf = [0u8; 4096];
+    while !(seen.contains("event: decision") && seen.contains("\n\n")) {
+        let n = stream.read(&mut buf).expect("read the stream");
+        assert!(n > 0, "the stream closed: {seen}");
+        seen.push_str(&String::from_utf8_lossy(&buf[..n]));
+    }
+    assert!(seen.starts_with("HTTP/1.1 200"), "{seen}");
+    seen
+}

@@ -1,0 +1,40 @@
+//! Gantry's HTTP face: the axum REST API (policies, sets, shadow mode, decisions, explanations,
+//! cluster and queues), the SSE decision feed, Prometheus metrics and health probes, behind
+//! bearer tokens with roles. It also owns [`Live`], the state the scheduling loop shares with the
+//! handlers, so the loop (simulated or live) stays a few lines of wiring in the binary.
+//!
+//! Data flows in one direction: the loop hands cycles and snapshots to [`Live`]; handlers read
+//! them and the store, and the only thing they change is which policy set the next cycle runs.
+// The OpenAPI document is one `json!` literal, deeper than the default limit.
+#![recursion_limit = "512"]
+
+mod api;
+mod auth;
+mod error;
+mod live;
+mod metrics;
+mod openapi;
+
+use std::net::SocketAddr;
+use std::sync::Arc;
+
+pub use api::{AppState, router};
+pub use auth::{Caller, Role, TokenFileError, Tokens};
+pub use error::{ApiError, Result};
+pub use live::{
+    ClusterView, DecisionEvent, JobView, Live, LiveConfig, QueueView, ShadowDisagreement,
+    ShadowReport, Upload, Validation, now_ms,
+};
+pub use metrics::Metrics;
+
+/// Serves the API on `listener` until `shutdown` resolves.
+pub async fn serve(
+    listener: tokio::net::TcpListener,
+    state: Arc<AppState>,
+    shutdown: impl std::future::Future<Output = ()> + Send + 'static,
+) -> std::io::Result<()> {
+    let app = router(state).into_make_service_with_connect_info::<SocketAddr>();
+    axum::serve(listener, app)
+        .with_graceful_shutdown(shutdown)
+        .await
+}

@@ -1,0 +1,928 @@
+//! [`Live`]: what the scheduling loop and the API share. The loop runs each cycle through
+//! [`Live::run_cycle`] (active set, shadow set, metrics, store, SSE) and publishes a read-only
+//! [`ClusterView`] with [`Live::publish`]; the handlers read that view and the store, and change
+//! the policy sets. The loop never waits on a request, and a request never waits on a cycle.
+
+use std::collections::{BTreeMap, HashMap, VecDeque};
+use std::hash::{Hash, Hasher};
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::{Arc, Condvar, Mutex};
+use std::time::{Duration, Instant};
+
+use arc_swap::{ArcSwap, ArcSwapOption};
+use gantry_core::{
+    CohortUsage, CycleOutput, Decision, Explanation, JobRequest, NodeTable, Outcome, PodShape,
+    QueueUsage, QuotaVerdict, Resources, Scheduler, Symbols,
+};
+use gantry_policy::{
+    ActiveSet, NodeCache, Policy, PolicyEngine, PolicyOptions, PolicySet, Role, SetEntry, WasmNodes,
+};
+use gantry_store::{
+    Actor, FailurePolicy, NewDecision, NewPolicy, PolicyManifest, PolicyRole, Store,
+};
+use serde::Serialize;
+use tokio::sync::{broadcast, watch};
+
+use crate::auth::Caller;
+use crate::error::{ApiError, Result};
+use crate::metrics::Metrics;
+
+/// Milliseconds since the Unix epoch: the time stamp of records and audit entries.
+pub fn now_ms() -> u64 {
+    std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)
+        .map(|d| d.as_millis() as u64)
+        .unwrap_or(0)
+}
+
+/// Server settings that handlers consult.
+#[derive(Debug, Clone)]
+pub struct LiveConfig {
+    /// Largest accepted policy upload, in bytes.
+    pub max_upload_bytes: usize,
+    /// Disagreements kept in a shadow report (the counts cover all of them).
+    pub shadow_keep: usize,
+    /// A job left pending for the same reasons, under the same set, is stored (and streamed)
+    /// again only after this long: every cycle retries it, and a record per retry would bury
+    /// the history that matters under identical copies.
+    pub repeat_pending: Duration,
+}
+
+impl Default for LiveConfig {
+    fn default() -> Self {
+        Self {
+            max_upload_bytes: 16 << 20,
+            shadow_keep: 200,
+            repeat_pending: Duration::from_secs(30),
+        }
+    }
+}
+
+/// What the loop publishes about the cluster, a few times a second. Immutable once published,
+/// so a handler reads a consistent picture without a lock.
+#[derive(Debug, Clone, Default)]
+pub struct ClusterView {
+    pub cluster: String,
+    pub at_ms: u64,
+    /// The node table as the core sees it; names resolve through the engine's symbols.
+    pub nodes: Arc<NodeTable>,
+    pub queues: Vec<QueueView>,
+    /// Jobs pending or running now, by name.
+    pub job_to_state: HashMap<String, JobView>,
+    /// Running jobs per node index, for "what runs here".
+    pub node_to_jobs: HashMap<u32, Vec<String>>,
+    /// The first leaf queue's usage, for the quota self-test of an upload.
+    pub sample_usage: Option<(QueueUsage, Option<CohortUsage>)>,
+    pub pending_pods: u64,
+    pub running_pods: u64,
+}
+
+/// One queue's quota, usage, borrowing and fair share.
+#[derive(Debug, Clone, Serialize)]
+pub struct QueueView {
+    pub name: String,
+    pub parent: Option<String>,
+    pub nominal_gpus: u64,
+    pub used_gpus: u64,
+    /// GPUs used beyond the nominal quota, lent by siblings.
+    pub borrowed_gpus: u64,
+    /// Of the nominal quota, what is idle and may be lent to siblings.
+    pub lendable_gpus: u64,
+    pub borrowing_limit_gpus: Option<u64>,
+    pub lending_limit_gpus: Option<u64>,
+    pub weight: u32,
+    /// Dominant share of the queue, decayed over time (0 = idle).
+    pub fair_share: f64,
+    /// Lower goes first among siblings.
+    pub fair_share_key: f64,
+    pub pending_jobs: u32,
+    pub running_jobs: u32,
+}
+
+/// A job the loop knows about now.
+#[derive(Debug, Clone, Serialize)]
+pub struct JobView {
+    pub queue: String,
+    pub pods: u32,
+    pub gpus_per_pod: u32,
+    pub priority: i32,
+    pub submitted_s: f64,
+    /// `pending` or `running`.
+    pub state: &'static str,
+    /// Place among its queue's pending jobs (1 = next), by priority then age.
+    pub queue_position: Option<u32>,
+    pub balloon: bool,
+}
+
+/// The candidate of a shadow run and what it has found so far.
+struct Shadow {
+    set: Arc<PolicySet>,
+    /// Accumulated by the loop, read by the report handler; held briefly by each.
+    report: Mutex<ShadowReport>,
+}
+
+/// Where a candidate set disagrees with the active one, over the shadow run so far.
+#[derive(Debug, Clone, Serialize)]
+pub struct ShadowReport {
+    pub candidate_version: u64,
+    pub started_ms: u64,
+    pub started_by: String,
+    pub cycles: u64,
+    pub decisions_compared: u64,
+    /// Disagreements by kind (`other-nodes`, `other-domain`, `rejected-by-candidate`,
+    /// `admitted-by-candidate`).
+    pub counts: BTreeMap<String, u64>,
+    /// The most recent disagreements, newest last, with both explanations.
+    pub recent: VecDeque<ShadowDisagreement>,
+}
+
+/// One job decided differently by the candidate.
+#[derive(Debug, Clone, Serialize)]
+pub struct ShadowDisagreement {
+    pub time_ms: u64,
+    pub job: String,
+    pub kind: String,
+    pub active_set: u64,
+    pub active: Explanation,
+    pub candidate: Explanation,
+}
+
+/// What validating an upload found: the policy's own description and its self-test.
+#[derive(Debug, Clone, Serialize)]
+pub struct Validation {
+    pub name: String,
+    pub version: String,
+    pub role: String,
+    pub sha256: String,
+    pub size: u64,
+    pub reasons: Vec<(u16, String)>,
+    /// One line on how it answered a sample request against the current cluster snapshot.
+    pub self_test: String,
+}
+
+/// The answer to an upload.
+#[derive(Debug, Clone, Serialize)]
+pub struct Upload {
+    pub manifest: PolicyManifest,
+    pub already_stored: bool,
+    pub validation: Validation,
+}
+
+/// A decision as the SSE feed sends it: small, with the one-line summary.
+#[derive(Debug, Clone, Serialize)]
+pub struct DecisionEvent {
+    pub time_ms: u64,
+    pub job: String,
+    pub queue: String,
+    pub placed: bool,
+    pub pods: u32,
+    pub gpus_per_pod: u32,
+    pub nodes: Vec<String>,
+    pub domain: Option<String>,
+    pub policy_set: u64,
+    pub summary: String,
+}
+
+/// A loaded policy is keyed by its bytes, its config and its failure policy: the same triple in
+/// two set versions is one instance pool, so rolling back re-initialises nothing.
+type EntryKey = (String, String, FailurePolicy);
+
+/// The state the scheduling loop and the API handlers share. See the module docs.
+pub struct Live {
+    pub store: Store,
+    pub config: LiveConfig,
+    pub metrics: Metrics,
+    engine: Arc<PolicyEngine>,
+    /// The set cycles run on: swapped by activations, loaded once at the start of each cycle.
+    active: Arc<ActiveSet>,
+    /// The candidate in shadow mode, if any; loaded once per cycle like the active set.
+    shadow: ArcSwapOption<Shadow>,
+    /// The latest cluster picture; replaced whole by each publish.
+    view: ArcSwap<ClusterView>,
+    /// Decision events for SSE subscribers; lagging subscribers lose the oldest events.
+    decisions_tx: broadcast::Sender<Arc<DecisionEvent>>,
+    /// Loaded policies, so set versions sharing an entry share its instances. Locked only to
+    /// look up or insert, never across a load.
+    entry_to_policy: Mutex<HashMap<EntryKey, Arc<Policy>>>,
+    /// Serialises activations, so the store's active pointer and the running set always name
+    /// the same version.
+    activation: Mutex<()>,
+    /// Set by an activation to cut the loop's idle wait short, so a new set takes effect on the
+    /// next cycle at once rather than after the pause.
+    wake: (Mutex<bool>, Condvar),
+    /// The set version of the cycle that started last and when it started, for the
+    /// activation-latency benchmark.
+    cycle_version: watch::Sender<(u64, Instant)>,
+    /// True once the loop published its first view.
+    ready: AtomicBool,
+    /// Per pending job: when its last stored decision was made and a digest of what it said.
+    /// Only the loop touches it (once per cycle); placed jobs leave it.
+    job_to_last_stored: Mutex<HashMap<String, (u64, u64)>>,
+}
+
+impl Live {
+    /// The shared state, running `initial` until an admin activates another set.
+    pub fn new(
+        store: Store,
+        engine: Arc<PolicyEngine>,
+        initial: PolicySet,
+        config: LiveConfig,
+    ) -> Arc<Self> {
+        let version = initial.version();
+        let (decisions_tx, _) = broadcast::channel(4096);
+        let metrics = Metrics::new();
+        metrics.active_set.set(version as i64);
+        Arc::new(Self {
+            store,
+            config,
+            metrics,
+            engine,
+            active: Arc::new(ActiveSet::new(initial)),
+            shadow: ArcSwapOption::empty(),
+            view: ArcSwap::from_pointee(ClusterView::default()),
+            decisions_tx,
+            entry_to_policy: Mutex::new(HashMap::new()),
+            activation: Mutex::new(()),
+            wake: (Mutex::new(false), Condvar::new()),
+            cycle_version: watch::Sender::new((version, Instant::now())),
+            ready: AtomicBool::new(false),
+            job_to_last_stored: Mutex::new(HashMap::new()),
+        })
+    }
+
+    pub fn symbols(&self) -> &Arc<Symbols> {
+        self.engine.symbols()
+    }
+
+    pub fn view(&self) -> Arc<ClusterView> {
+        self.view.load_full()
+    }
+
+    pub fn is_ready(&self) -> bool {
+        self.ready.load(Ordering::Acquire)
+    }
+
+    pub fn active_set(&self) -> Arc<PolicySet> {
+        self.active.load()
+    }
+
+    pub fn subscribe(&self) -> broadcast::Receiver<Arc<DecisionEvent>> {
+        self.decisions_tx.subscribe()
+    }
+
+    /// Watches the set version each cycle starts with, and when it started.
+    pub fn cycle_versions(&self) -> watch::Receiver<(u64, Instant)> {
+        self.cycle_version.subscribe()
+    }
+
+    /// The loop's pause between cycles: returns early when an activation asks for a cycle.
+    pub fn idle(&self, pause: Duration) {
+        let (lock, cvar) = &self.wake;
+        let guard = lock.lock().unwrap_or_else(|e| e.into_inner());
+        let (mut woken, _) = cvar
+            .wait_timeout_while(guard, pause, |woken| !*woken)
+            .unwrap_or_else(|e| e.into_inner());
+        *woken = false;
+    }
+
+    fn wake_loop(&self) {
+        let (lock, cvar) = &self.wake;
+        *lock.lock().unwrap_or_else(|e| e.into_inner()) = true;
+        cvar.notify_all();
+    }
+
+    /// One scheduling cycle on the active set (and the shadow candidate beside it, binding
+    /// nothing), with its decisions stored and streamed.
+    pub fn run_cycle(
+        &self,
+        scheduler: &mut Scheduler,
+        cache: &mut NodeCache,
+        now_s: f64,
+        time_ms: u64,
+    ) -> CycleOutput {
+        let _span = tracing::debug_span!("cycle", now_s).entered();
+        let set = self.active.load();
+        self.cycle_version
+            .send_replace((set.version(), Instant::now()));
+        let shadow = self.shadow.load_full();
+        // The candidate decides first, on a copy of the state as the active set will see it.
+        // Its node cache is fresh each cycle: the copy's change log diverges from the real one.
+        let candidate = shadow.as_ref().map(|shadow| {
+            let _span = tracing::debug_span!("shadow").entered();
+            let mut shadow_cache = NodeCache::default();
+            scheduler.shadow_cycle(now_s, &mut shadow.set.bind(&mut shadow_cache))
+        });
+        let started = Instant::now();
+        let output = scheduler.cycle(now_s, &mut set.bind(cache));
+        self.metrics
+            .observe_cycle(&output, started.elapsed(), scheduler);
+        if let (Some(shadow), Some(candidate)) = (shadow, candidate) {
+            self.record_shadow(&shadow, &output, &candidate, time_ms, set.version());
+        }
+        self.record(&output, time_ms);
+        output
+    }
+
+    fn record_shadow(
+        &self,
+        shadow: &Shadow,
+        active: &CycleOutput,
+        candidate: &CycleOutput,
+        time_ms: u64,
+        active_set: u64,
+    ) {
+        let found = gantry_core::shadow::compare(active, candidate);
+        let mut report = shadow.report.lock().unwrap_or_else(|e| e.into_inner());
+        report.cycles += 1;
+        report.decisions_compared += active.decisions.len() as u64;
+        for d in found {
+            let kind = serde_json::to_value(d.kind)
+                .ok()
+                .and_then(|v| v.as_str().map(str::to_string))
+                .unwrap_or_default();
+            self.metrics
+                .shadow_disagreements
+                .with_label_values(&[&kind])
+                .inc();
+            *report.counts.entry(kind.clone()).or_default() += 1;
+            report.recent.push_back(ShadowDisagreement {
+                time_ms,
+                job: d.active.job.clone(),
+                kind,
+                active_set,
+                active: d.active,
+                candidate: d.candidate,
+            });
+            while report.recent.len() > self.config.shadow_keep {
+                report.recent.pop_front();
+            }
+        }
+    }
+
+    /// The decisions worth keeping: every placement, and a pending job's decision when it says
+    /// something new (other reasons, another set) or `repeat_pending` has passed.
+    fn worth_storing<'a>(&self, output: &'a CycleOutput, time_ms: u64) -> Vec<&'a Decision> {
+        let repeat_ms = self.config.repeat_pending.as_millis() as u64;
+        let mut last = self
+            .job_to_last_stored
+            .lock()
+            .unwrap_or_else(|e| e.into_inner());
+        output
+            .decisions
+            .iter()
+            .filter(|d| {
+                let e = &d.explanation;
+                if d.placed {
+                    last.remove(&e.job);
+                    return true;
+                }
+                let mut hasher = std::collections::hash_map::DefaultHasher::new();
+                e.summary().hash(&mut hasher);
+                e.policy_set.hash(&mut hasher);
+                e.faults.hash(&mut hasher);
+                let digest = hasher.finish();
+                match last.get_mut(&e.job) {
+                    Some((at, seen)) if *seen == digest && time_ms < *at + repeat_ms => false,
+                    Some(entry) => {
+                        *entry = (time_ms, digest);
+                        true
+                    }
+                    None => {
+                        last.insert(e.job.clone(), (time_ms, digest));
+                        true
+                    }
+                }
+            })
+            .collect()
+    }
+
+    fn record(&self, output: &CycleOutput, time_ms: u64) {
+        let kept = self.worth_storing(output, time_ms);
+        if kept.is_empty() {
+            return;
+        }
+        let batch: Vec<NewDecision> = kept
+            .iter()
+            .map(|d| NewDecision {
+                time_ms,
+                explanation: d.explanation.clone(),
+            })
+            .collect();
+        if let Err(error) = self.store.append_decisions(&batch) {
+            self.metrics.cycle_failures.inc();
+            tracing::error!(%error, "cannot store this cycle's decisions");
+        }
+        if self.decisions_tx.receiver_count() == 0 {
+            return;
+        }
+        for d in kept {
+            let e = &d.explanation;
+            let nodes = match &e.outcome {
+                Outcome::Placed { nodes } => nodes.iter().map(|(n, _)| n.clone()).collect(),
+                Outcome::Pending { .. } => Vec::new(),
+            };
+            let _ = self.decisions_tx.send(Arc::new(DecisionEvent {
+                time_ms,
+                job: e.job.clone(),
+                queue: e.queue.clone(),
+                placed: d.placed,
+                pods: e.pods,
+                gpus_per_pod: e.gpus_per_pod,
+                nodes,
+                domain: e.domain.clone(),
+                policy_set: e.policy_set,
+                summary: e.summary(),
+            }));
+        }
+    }
+
+    /// Records which job each pod belongs to, so decisions can be looked up by pod.
+    pub fn record_pods(&self, pod_to_job: &[(String, String)]) {
+        if let Err(error) = self.store.record_pods(pod_to_job) {
+            tracing::warn!(%error, "cannot record pod names");
+        }
+    }
+
+    /// Replaces the cluster picture the API serves.
+    pub fn publish(&self, scheduler: &Scheduler, cluster: &str) {
+        let _span = tracing::debug_span!("publish").entered();
+        let queues = &scheduler.queues;
+        let mut queue_pending: HashMap<usize, u32> = HashMap::new();
+        let mut queue_running: HashMap<usize, u32> = HashMap::new();
+        let mut job_to_state: HashMap<String, JobView> = HashMap::new();
+        let mut node_to_jobs: HashMap<u32, Vec<String>> = HashMap::new();
+        let mut pending_pods = 0u64;
+        let mut running_pods = 0u64;
+        let mut by_queue: HashMap<usize, Vec<(i32, f64, String)>> = HashMap::new();
+        let view_of = |spec: &gantry_core::JobSpec, state: &'static str| JobView {
+            queue: queues.name(spec.queue).to_string(),
+            pods: spec.pods,
+            gpus_per_pod: spec.shape.gpus,
+            priority: spec.priority,
+            submitted_s: spec.submit_s,
+            state,
+            queue_position: None,
+            balloon: spec.balloon,
+        };
+        for &id in scheduler.pending() {
+            let spec = scheduler.job(id);
+            pending_pods += u64::from(spec.pods);
+            *queue_pending.entry(spec.queue).or_default() += 1;
+            by_queue.entry(spec.queue).or_default().push((
+                spec.priority,
+                spec.submit_s,
+                spec.name.clone(),
+            ));
+            job_to_state.insert(spec.name.clone(), view_of(spec, "pending"));
+        }
+        for jobs in by_queue.values_mut() {
+            jobs.sort_by(|a, b| b.0.cmp(&a.0).then(a.1.total_cmp(&b.1)));
+            for (i, (_, _, name)) in jobs.iter().enumerate() {
+                if let Some(view) = job_to_state.get_mut(name) {
+                    view.queue_position = Some(i as u32 + 1);
+                }
+            }
+        }
+        for id in scheduler.running() {
+            let spec = scheduler.job(id);
+            running_pods += u64::from(spec.pods);
+            *queue_running.entry(spec.queue).or_default() += 1;
+            for slot in scheduler.slots(id) {
+                let jobs = node_to_jobs.entry(slot.node).or_default();
+                if jobs.last() != Some(&spec.name) {
+                    jobs.push(spec.name.clone());
+                }
+            }
+            job_to_state.insert(spec.name.clone(), view_of(spec, "running"));
+        }
+        let queue_views = queues
+            .ids()
+            .map(|id| {
+                let def = queues.def(id);
+                QueueView {
+                    name: def.name.clone(),
+                    parent: def.parent.clone(),
+                    nominal_gpus: queues.nominal(id),
+                    used_gpus: queues.used(id).gpus,
+                    borrowed_gpus: queues.borrowed(id),
+                    lendable_gpus: queues.lendable(id),
+                    borrowing_limit_gpus: def.borrowing_limit_gpus,
+                    lending_limit_gpus: def.lending_limit_gpus,
+                    weight: def.weight,
+                    fair_share: queues.fair_share(id),
+                    fair_share_key: queues.fair_share_key(id),
+                    pending_jobs: queue_pending.get(&id).copied().unwrap_or(0),
+                    running_jobs: queue_running.get(&id).copied().unwrap_or(0),
+                }
+            })
+            .collect();
+        let sample_usage = queues
+            .ids()
+            .find(|&id| queues.children(id).is_empty())
+            .map(|id| scheduler.usage(id));
+        self.metrics.pending_pods.set(pending_pods as i64);
+        self.view.store(Arc::new(ClusterView {
+            cluster: cluster.to_string(),
+            at_ms: now_ms(),
+            nodes: Arc::new(scheduler.state.nodes.clone()),
+            queues: queue_views,
+            job_to_state,
+            node_to_jobs,
+            sample_usage,
+            pending_pods,
+            running_pods,
+        }));
+        self.ready.store(true, Ordering::Release);
+    }
+
+    /// Compiles `bytes`, initialises it with `config` and runs it once against the current
+    /// cluster snapshot. Nothing is stored.
+    pub fn validate(&self, bytes: &[u8], config: &str) -> Result<(Arc<Policy>, Validation)> {
+        if bytes.len() > self.config.max_upload_bytes {
+            return Err(ApiError::TooLarge {
+                size: bytes.len(),
+                limit: self.config.max_upload_bytes,
+            });
+        }
+        let policy = Arc::new(
+            self.engine
+                .load(bytes, PolicyOptions::with_config(config))?,
+        );
+        let self_test = self.self_test(&policy)?;
+        let info = policy.info();
+        let validation = Validation {
+            name: info.name.clone(),
+            version: info.version.clone(),
+            role: info.role.as_str().to_string(),
+            sha256: info.sha256.clone(),
+            size: bytes.len() as u64,
+            reasons: info.reasons.clone(),
+            self_test,
+        };
+        Ok((policy, validation))
+    }
+
+    fn self_test(&self, policy: &Policy) -> Result<String> {
+        let view = self.view();
+        let symbols = self.symbols();
+        let queue = view.sample_usage.as_ref().map(|(q, _)| q.name).unwrap_or(0);
+        let pod = PodShape {
+            name: symbols.intern("gantry-self-test"),
+            queue,
+            gpus: 8,
+            gang_size: 1,
+            ..PodShape::default()
+        };
+        let n = view.nodes.len();
+        match policy.role() {
+            Role::Filter => {
+                let nodes = WasmNodes::new(&view.nodes);
+                let codes = policy
+                    .filter(&pod, &nodes)
+                    .map_err(|f| ApiError::SelfTest(f.to_string()))?;
+                let mut code_to_count: BTreeMap<u16, usize> = BTreeMap::new();
+                for code in codes {
+                    *code_to_count.entry(code).or_default() += 1;
+                }
+                let fits = code_to_count.remove(&0).unwrap_or(0);
+                let rejected: Vec<String> = code_to_count
+                    .iter()
+                    .map(|(code, count)| {
+                        format!("{count} {}", policy.reason_text(*code).unwrap_or("?"))
+                    })
+                    .collect();
+                Ok(format!(
+                    "an 8-GPU pod on the {n} current nodes: {fits} fit{}",
+                    if rejected.is_empty() {
+                        String::new()
+                    } else {
+                        format!("; {}", rejected.join(", "))
+                    }
+                ))
+            }
+            Role::Score => {
+                let nodes = WasmNodes::new(&view.nodes);
+                let scores = policy
+                    .score(&pod, &nodes)
+                    .map_err(|f| ApiError::SelfTest(f.to_string()))?;
+                let best = scores.iter().copied().max().unwrap_or(0);
+                let mean =
+                    scores.iter().map(|&s| u64::from(s)).sum::<u64>() / scores.len().max(1) as u64;
+                Ok(format!(
+                    "an 8-GPU pod on the {n} current nodes: best score {best}, mean {mean}"
+                ))
+            }
+            Role::Quota => {
+                let Some((queue, cohort)) = view.sample_usage.clone() else {
+                    return Ok("no queues yet: quota self-test skipped".into());
+                };
+                let job = JobRequest {
+                    pod: PodShape {
+                        gang_size: 8,
+                        ..pod
+                    },
+                    count: 8,
+                    total: Resources::gpus(64),
+                };
+                let verdict = policy
+                    .admit(&job, &queue, cohort.as_ref())
+                    .map_err(|f| ApiError::SelfTest(f.to_string()))?;
+                let verdict = match verdict {
+                    QuotaVerdict::Admit => "admit".to_string(),
+                    QuotaVerdict::AdmitBorrowing { borrowed } => {
+                        format!("admit, borrowing {} GPUs", borrowed.gpus)
+                    }
+                    QuotaVerdict::Deny { reason } => format!("deny: {reason}"),
+                };
+                Ok(format!(
+                    "a 64-GPU job from {}: {verdict}",
+                    symbols.resolve(queue.name)
+                ))
+            }
+        }
+    }
+
+    /// Validates and stores a policy (audited as `policy.upload`).
+    pub fn upload(
+        &self,
+        caller: &Caller,
+        from: &str,
+        bytes: &[u8],
+        config: &str,
+    ) -> Result<Upload> {
+        caller.require_admin("upload a policy")?;
+        let (policy, validation) = self.validate(bytes, config)?;
+        let role = match policy.role() {
+            Role::Filter => PolicyRole::Filter,
+            Role::Score => PolicyRole::Score,
+            Role::Quota => PolicyRole::Quota,
+        };
+        let put = self.store.put_policy(
+            &Actor::new(&caller.name, from),
+            bytes,
+            NewPolicy {
+                name: validation.name.clone(),
+                role,
+                version: validation.version.clone(),
+                config: config.to_string(),
+            },
+            now_ms(),
+        )?;
+        self.entry_to_policy
+            .lock()
+            .unwrap_or_else(|e| e.into_inner())
+            .entry((
+                validation.sha256.clone(),
+                config.to_string(),
+                FailurePolicy::Default,
+            ))
+            .or_insert(policy);
+        Ok(Upload {
+            manifest: put.manifest,
+            already_stored: put.already_stored,
+            validation,
+        })
+    }
+
+    /// The runtime set for a stored set version: each entry loaded (or found loaded).
+    pub fn build_set(&self, stored: &gantry_store::PolicySet) -> Result<PolicySet> {
+        let mut entries = Vec::with_capacity(stored.entries.len());
+        for entry in &stored.entries {
+            let key = (entry.sha256.clone(), entry.config.clone(), entry.failure);
+            let cached = self
+                .entry_to_policy
+                .lock()
+                .unwrap_or_else(|e| e.into_inner())
+                .get(&key)
+                .cloned();
+            let policy = match cached {
+                Some(policy) => policy,
+                None => {
+                    let bytes = self.store.policy_bytes(&entry.sha256)?.ok_or_else(|| {
+                        ApiError::NotFound(format!(
+                            "no policy with sha256 {} is stored",
+                            entry.sha256
+                        ))
+                    })?;
+                    let failure = match entry.failure {
+                        FailurePolicy::Default => None,
+                        FailurePolicy::FailOpen => Some(gantry_policy::FailurePolicy::FailOpen),
+                        FailurePolicy::FailClosed => Some(gantry_policy::FailurePolicy::FailClosed),
+                    };
+                    let options = PolicyOptions {
+                        failure,
+                        ..PolicyOptions::with_config(entry.config.clone())
+                    };
+                    let policy = Arc::new(self.engine.load(&bytes, options)?);
+                    self.entry_to_policy
+                        .lock()
+                        .unwrap_or_else(|e| e.into_inner())
+                        .entry(key)
+                        .or_insert(policy)
+                        .clone()
+                }
+            };
+            entries.push(SetEntry {
+                policy,
+                weight: entry.weight,
+            });
+        }
+        Ok(PolicySet::new(stored.version, entries))
+    }
+
+    /// Makes a stored set version active (audited as `set.activate`, or `set.rollback`): its
+    /// policies are loaded first, so a set that cannot run is refused and nothing changes.
+    /// Returns once every cycle that starts from now on runs on it.
+    pub fn activate(
+        &self,
+        caller: &Caller,
+        from: &str,
+        version: u64,
+        rollback: bool,
+    ) -> Result<gantry_store::PolicySet> {
+        caller.require_admin(if rollback {
+            "roll back the policy set"
+        } else {
+            "activate a policy set"
+        })?;
+        let _guard = self.activation.lock().unwrap_or_else(|e| e.into_inner());
+        let stored = self.store.get_set(version)?.ok_or(ApiError::Store(
+            gantry_store::StoreError::UnknownSetVersion(version),
+        ))?;
+        let runtime = Arc::new(self.build_set(&stored)?);
+        let actor = Actor::new(&caller.name, from);
+        let stored = if rollback {
+            self.store.rollback_to(&actor, version, now_ms())?
+        } else {
+            self.store.activate(&actor, version, now_ms())?
+        };
+        self.active.activate(runtime);
+        self.metrics.active_set.set(version as i64);
+        self.metrics.activations.inc();
+        self.wake_loop();
+        tracing::info!(version, by = %caller.name, rollback, "policy set activated");
+        Ok(stored)
+    }
+
+    /// Starts a shadow run of a stored set version beside the active set (replacing any run).
+    pub fn shadow_start(&self, caller: &Caller, from: &str, version: u64) -> Result<ShadowReport> {
+        caller.require_admin("start shadow mode")?;
+        let stored = self.store.get_set(version)?.ok_or(ApiError::Store(
+            gantry_store::StoreError::UnknownSetVersion(version),
+        ))?;
+        let set = Arc::new(self.build_set(&stored)?);
+        let report = ShadowReport {
+            candidate_version: version,
+            started_ms: now_ms(),
+            started_by: caller.name.clone(),
+            cycles: 0,
+            decisions_compared: 0,
+            counts: BTreeMap::new(),
+            recent: VecDeque::new(),
+        };
+        self.store.audit(
+            &Actor::new(&caller.name, from),
+            "shadow.start",
+            &format!("version {version}"),
+            now_ms(),
+        )?;
+        self.shadow.store(Some(Arc::new(Shadow {
+            set,
+            report: Mutex::new(report.clone()),
+        })));
+        Ok(report)
+    }
+
+    /// Stops the shadow run, returning its final report.
+    pub fn shadow_stop(&self, caller: &Caller, from: &str) -> Result<ShadowReport> {
+        caller.require_admin("stop shadow mode")?;
+        let Some(shadow) = self.shadow.swap(None) else {
+            return Err(ApiError::NotFound("no shadow run is active".into()));
+        };
+        let report = shadow
+            .report
+            .lock()
+            .unwrap_or_else(|e| e.into_inner())
+            .clone();
+        self.store.audit(
+            &Actor::new(&caller.name, from),
+            "shadow.stop",
+            &format!(
+                "version {}, {} cycles, {} disagreements",
+                report.candidate_version,
+                report.cycles,
+                report.counts.values().sum::<u64>()
+            ),
+            now_ms(),
+        )?;
+        Ok(report)
+    }
+
+    /// The running shadow report, if a shadow run is active.
+    pub fn shadow_report(&self) -> Option<ShadowReport> {
+        self.shadow.load_full().map(|shadow| {
+            shadow
+                .report
+                .lock()
+                .unwrap_or_else(|e| e.into_inner())
+                .clone()
+        })
+    }
+
+    /// The loaded policies of the active and shadow sets, for per-policy metrics.
+    pub fn loaded_policies(&self) -> Vec<Arc<Policy>> {
+        let mut out: Vec<Arc<Policy>> = self
+            .active
+            .load()
+            .entries()
+            .iter()
+            .map(|e| e.policy.clone())
+            .collect();
+        if let Some(shadow) = self.shadow.load_full() {
+            out.extend(shadow.set.entries().iter().map(|e| e.policy.clone()));
+        }
+        out
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn live(dir: &std::path::Path) -> Arc<Live> {
+        let store = Store::open(gantry_store::StoreConfig::new(dir)).expect("store");
+        let engine = Arc::new(
+            PolicyEngine::new(gantry_policy::Limits::default(), Symbols::new()).expect("engine"),
+        );
+        Live::new(
+            store,
+            engine,
+            PolicySet::new(0, Vec::new()),
+            LiveConfig::default(),
+        )
+    }
+
+    fn decision(job: &str, placed: bool, waiting_for: &str, set: u64) -> Decision {
+        let mut explanation = gantry_store::sample_explanation(1);
+        explanation.job = job.into();
+        explanation.policy_set = set;
+        explanation.outcome = if placed {
+            Outcome::Placed {
+                nodes: vec![("node-1".into(), 1)],
+            }
+        } else {
+            Outcome::Pending {
+                waiting_for: waiting_for.into(),
+            }
+        };
+        Decision {
+            job: 0,
+            placed,
+            explanation,
+        }
+    }
+
+    fn jobs_kept(live: &Live, decisions: Vec<Decision>, time_ms: u64) -> Vec<String> {
+        let output = CycleOutput {
+            decisions,
+            evicted: Vec::new(),
+        };
+        live.worth_storing(&output, time_ms)
+            .iter()
+            .map(|d| d.explanation.job.clone())
+            .collect()
+    }
+
+    #[test]
+    fn a_pending_job_is_stored_again_only_when_something_changed() {
+        let dir = tempfile::tempdir().expect("tempdir");
+        let live = live(dir.path());
+        let a = || decision("a", false, "GPUs", 1);
+        assert_eq!(jobs_kept(&live, vec![a()], 1_000), ["a"]);
+        // The same reasons a second later: not stored.
+        assert_eq!(jobs_kept(&live, vec![a()], 2_000), Vec::<String>::new());
+        // Other reasons, or another set: stored.
+        assert_eq!(
+            jobs_kept(&live, vec![decision("a", false, "quota", 1)], 3_000),
+            ["a"]
+        );
+        assert_eq!(
+            jobs_kept(&live, vec![decision("a", false, "quota", 2)], 4_000),
+            ["a"]
+        );
+        // The same again after the repeat interval: stored.
+        assert_eq!(
+            jobs_kept(&live, vec![decision("a", false, "quota", 2)], 34_000),
+            ["a"]
+        );
+        // A placement is always stored, and forgets the job.
+        assert_eq!(
+            jobs_kept(&live, vec![decision("a", true, "", 2)], 35_000),
+            ["a"]
+        );
+        assert_eq!(
+            jobs_kept(&live, vec![decision("a", false, "quota", 2)], 36_000),
+            ["a"]
+        );
+    }
+}

@@ -1,0 +1,216 @@
+//! Prometheus metrics, named like kube-scheduler's where one exists (so existing dashboards and
+//! alerts carry over), plus Gantry's own under `gantry_`.
+
+use std::sync::Arc;
+use std::sync::atomic::Ordering;
+use std::time::Duration;
+
+use gantry_core::{CycleOutput, Scheduler};
+use gantry_policy::Policy;
+use prometheus::{
+    Encoder, HistogramOpts, HistogramVec, IntCounter, IntCounterVec, IntGauge, IntGaugeVec, Opts,
+    Registry, TextEncoder,
+};
+
+/// kube-scheduler's label for the scheduler profile; Gantry has one.
+const PROFILE: &str = "gantry";
+
+/// The registry and the handles the loop and handlers update.
+pub struct Metrics {
+    registry: Registry,
+    /// `scheduler_schedule_attempts_total{result,profile}`: result is `scheduled` or
+    /// `unschedulable` (kube-scheduler's `error` is counted by `gantry_cycle_failures_total`).
+    pub attempts: IntCounterVec,
+    /// `scheduler_scheduling_attempt_duration_seconds{result,profile}`. The core decides a cycle
+    /// in one pass, so each attempt is observed as its cycle's time divided by its attempts.
+    pub attempt_duration: HistogramVec,
+    /// `scheduler_pending_pods{queue}`: kube-scheduler splits by its internal queues; Gantry has
+    /// one, reported as `active`.
+    pub pending_pods: IntGauge,
+    pub pending_pods_vec: IntGaugeVec,
+    /// `scheduler_queue_incoming_pods_total{event="PodAdd",queue="active"}`: pods submitted.
+    pub incoming_pods: IntCounter,
+    /// Cycles whose decisions could not be stored.
+    pub cycle_failures: IntCounter,
+    pub cycles: IntCounter,
+    pub preemptions: IntCounter,
+    pub active_set: IntGauge,
+    pub activations: IntCounter,
+    pub shadow_disagreements: IntCounterVec,
+}
+
+impl Default for Metrics {
+    fn default() -> Self {
+        Self::new()
+    }
+}
+
+impl Metrics {
+    pub fn new() -> Self {
+        let registry = Registry::new();
+        let attempts = IntCounterVec::new(
+            Opts::new(
+                "scheduler_schedule_attempts_total",
+                "Number of attempts to schedule pods, by the result.",
+            ),
+            &["result", "profile"],
+        )
+        .expect("valid metric");
+        let attempt_duration = HistogramVec::new(
+            HistogramOpts::new(
+                "scheduler_scheduling_attempt_duration_seconds",
+                "Scheduling attempt latency in seconds (scheduling algorithm + binding).",
+            )
+            .buckets(prometheus::exponential_buckets(0.000_01, 2.0, 20).expect("buckets")),
+            &["result", "profile"],
+        )
+        .expect("valid metric");
+        let pending_pods_vec = IntGaugeVec::new(
+            Opts::new(
+                "scheduler_pending_pods",
+                "Number of pending pods, by the queue type.",
+            ),
+            &["queue"],
+        )
+        .expect("valid metric");
+        let pending_pods = pending_pods_vec.with_label_values(&["active"]);
+        let incoming_pods_vec = IntCounterVec::new(
+            Opts::new(
+                "scheduler_queue_incoming_pods_total",
+                "Number of pods added to scheduling queues by event and queue type.",
+            ),
+            &["event", "queue"],
+        )
+        .expect("valid metric");
+        let incoming_pods = incoming_pods_vec.with_label_values(&["PodAdd", "active"]);
+        let cycle_failures = IntCounter::new(
+            "gantry_cycle_failures_total",
+            "Scheduling cycles whose decisions could not be stored.",
+        )
+        .expect("valid metric");
+        let cycles =
+            IntCounter::new("gantry_cycles_total", "Scheduling cycles run.").expect("valid metric");
+        let preemptions = IntCounter::new(
+            "scheduler_preemption_victims_total",
+            "Jobs evicted to make room for others.",
+        )
+        .expect("valid metric");
+        let active_set = IntGauge::new(
+            "gantry_policy_set_active_version",
+            "The policy-set version new cycles run on.",
+        )
+        .expect("valid metric");
+        let activations = IntCounter::new(
+            "gantry_policy_set_activations_total",
+            "Activations and rollbacks of policy sets.",
+        )
+        .expect("valid metric");
+        let shadow_disagreements = IntCounterVec::new(
+            Opts::new(
+                "gantry_shadow_disagreements_total",
+                "Decisions where the shadow candidate disagreed with the active set, by kind.",
+            ),
+            &["kind"],
+        )
+        .expect("valid metric");
+        for collector in [
+            Box::new(attempts.clone()) as Box<dyn prometheus::core::Collector>,
+            Box::new(attempt_duration.clone()),
+            Box::new(pending_pods_vec.clone()),
+            Box::new(incoming_pods_vec),
+            Box::new(cycle_failures.clone()),
+            Box::new(cycles.clone()),
+            Box::new(preemptions.clone()),
+            Box::new(active_set.clone()),
+            Box::new(activations.clone()),
+            Box::new(shadow_disagreements.clone()),
+        ] {
+            registry.register(collector).expect("unique metric names");
+        }
+        Self {
+            registry,
+            attempts,
+            attempt_duration,
+            pending_pods,
+            pending_pods_vec,
+            incoming_pods,
+            cycle_failures,
+            cycles,
+            preemptions,
+            active_set,
+            activations,
+            shadow_disagreements,
+        }
+    }
+
+    /// Counts a cycle's attempts and their time.
+    pub fn observe_cycle(&self, output: &CycleOutput, elapsed: Duration, _scheduler: &Scheduler) {
+        self.cycles.inc();
+        self.preemptions.inc_by(output.evicted.len() as u64);
+        if output.decisions.is_empty() {
+            return;
+        }
+        let per_attempt = elapsed.as_secs_f64() / output.decisions.len() as f64;
+        for d in &output.decisions {
+            let result = if d.placed {
+                "scheduled"
+            } else {
+                "unschedulable"
+            };
+            self.attempts.with_label_values(&[result, PROFILE]).inc();
+            self.attempt_duration
+                .with_label_values(&[result, PROFILE])
+                .observe(per_attempt);
+        }
+    }
+
+    /// The text exposition: the registry, then each loaded policy's calls, faults and time.
+    pub fn render(&self, policies: &[Arc<Policy>]) -> String {
+        let mut buf = Vec::new();
+        if let Err(error) = TextEncoder::new().encode(&self.registry.gather(), &mut buf) {
+            tracing::error!(%error, "cannot encode metrics");
+        }
+        let mut out = String::from_utf8(buf).unwrap_or_default();
+        let mut seen = std::collections::HashSet::new();
+        let mut lines = [String::new(), String::new(), String::new()];
+        for p in policies {
+            let info = p.info();
+            if !seen.insert(Arc::as_ptr(p)) {
+                continue;
+            }
+            let labels = format!(
+                "policy=\"{}\",version=\"{}\",role=\"{}\",sha256=\"{}\"",
+                escape(&info.name),
+                escape(&info.version),
+                info.role.as_str(),
+                &info.sha256[..12.min(info.sha256.len())]
+            );
+            let calls = p.stats.calls.load(Ordering::Relaxed);
+            let faults = p.stats.faults.load(Ordering::Relaxed);
+            let busy = p.stats.busy_ns.load(Ordering::Relaxed) as f64 / 1e9;
+            lines[0].push_str(&format!("gantry_policy_calls_total{{{labels}}} {calls}\n"));
+            lines[1].push_str(&format!(
+                "gantry_policy_faults_total{{{labels}}} {faults}\n"
+            ));
+            lines[2].push_str(&format!(
+                "gantry_policy_call_duration_seconds_sum{{{labels}}} {busy}\n\
+                 gantry_policy_call_duration_seconds_count{{{labels}}} {calls}\n"
+            ));
+        }
+        out.push_str("# HELP gantry_policy_calls_total Calls into each loaded Wasm policy.\n# TYPE gantry_policy_calls_total counter\n");
+        out.push_str(&lines[0]);
+        out.push_str("# HELP gantry_policy_faults_total Faults (timeouts, traps, out of memory, bad output) of each loaded Wasm policy.\n# TYPE gantry_policy_faults_total counter\n");
+        out.push_str(&lines[1]);
+        out.push_str("# HELP gantry_policy_call_duration_seconds Time spent in each loaded Wasm policy.\n# TYPE gantry_policy_call_duration_seconds summary\n");
+        out.push_str(&lines[2]);
+        out
+    }
+}
+
+/// Escapes a label value for the text format.
+fn escape(value: &str) -> String {
+    value
+        .replace('\\', "\\\\")
+        .replace('"', "\\\"")
+        .replace('\n', "\\n")
+}
