@@ -1,26 +1,45 @@
 //! Decision records: writing them in batches, reading them back by job, node and time, and
 //! compacting old history away while each job's final outcome stays.
 //!
-//! The `decisions` tree is authoritative. The index trees (`by_job`, `by_node`) are written in
-//! the same transaction as the record, and index entries are deleted in the same transaction as
-//! the record they point at, so an index entry pointing nowhere cannot happen; readers skip one
-//! anyway rather than fail. A job's final outcome is its newest `by_job` entry; compaction keeps
-//! a copy in `final_outcomes` in the same transaction as it deletes that record.
+//! Records are packed into chunks of up to [`CHUNK_RECORDS`], one sled value each, keyed by the
+//! first one's sequence number, in the `history` tree of the history database; a batch of them
+//! and the counters it moves commit with one [`sled::Tree::apply_batch`], which sled recovers
+//! whole or not at all. Lookups by job, node and time go through the in-memory
+//! [`Index`](crate::index::Index), derived from the chunks. A job's final outcome is its newest
+//! retained record; when compaction deletes that record it first keeps a copy under `f` in the
+//! `jobs` tree of the main database.
 
-use std::collections::{BTreeSet, HashMap};
+use std::cmp::Reverse;
+use std::collections::{BTreeSet, BinaryHeap, HashMap};
 
-use gantry_core::{Explanation, Outcome};
+use gantry_core::Explanation;
 use serde::{Deserialize, Serialize};
-use sled::Transactional;
-use sled::transaction::{ConflictableTransactionError, TransactionError};
 
-use crate::{Actor, KEY_DECISION_BYTES, Result, Store, StoreError, be_u64};
+use crate::codec::{self, CHUNK_RECORDS, Head, placed_nodes};
+use crate::index::RecordId;
+use crate::{Actor, Result, Store, StoreError, be_u64};
+
+/// Key tag of a chunk of records: `c` ‖ the first record's seq (big-endian `u64`).
+pub(crate) const CHUNK: u8 = b'c';
+/// Key tag of a kept final outcome in the `jobs` tree: `f` ‖ job.
+pub(crate) const FINAL: u8 = b'f';
+/// The decision byte counter ([`Store::decision_bytes`]), a big-endian `u64`. The counters'
+/// keys start with `#`, which sorts before the chunks' `c`: with them after the chunks, in the
+/// leaf every append writes to, sled never reclaimed the space of deleted chunks (the history
+/// database grew by ~70% of everything appended; measured with `examples`-style runs of 2M
+/// records at 64 MiB retained). Before the chunks it holds steady near 2× the history.
+pub(crate) const COUNTER_BYTES: &[u8] = b"#decision_bytes";
+/// The next record sequence number, a big-endian `u64`; it commits with the records that used
+/// the numbers before it, so a number is never given twice, even across a crash.
+pub(crate) const COUNTER_NEXT_SEQ: &[u8] = b"#next_seq";
+
+const MALFORMED: StoreError = StoreError::Malformed { tree: "history" };
 
 /// A decision to append: the store assigns its sequence number.
 #[derive(Debug, Clone, PartialEq)]
 pub struct NewDecision {
     /// Wall or virtual time of the decision, in ms since the epoch (or since the simulation
-    /// started). Keys sort by it, so range scans run in this order.
+    /// started). Reads by time and retention go by it.
     pub time_ms: u64,
     pub explanation: Explanation,
 }
@@ -35,7 +54,7 @@ pub struct DecisionRecord {
     pub explanation: Explanation,
 }
 
-/// What one [`Store::compact`] call did.
+/// What one [`Store::compact`] call did, so the caller can log or export it.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
 pub struct CompactReport {
     pub deleted: u64,
@@ -43,172 +62,184 @@ pub struct CompactReport {
     pub bytes_after: u64,
 }
 
-/// Only the fields compaction needs to find a record's index entries; serde skips the rest.
-#[derive(Deserialize)]
-struct IndexView {
-    job: String,
-    outcome: Outcome,
-}
-
-fn record_key(time_ms: u64, seq: u64) -> [u8; 16] {
-    let mut key = [0u8; 16];
-    key[..8].copy_from_slice(&time_ms.to_be_bytes());
-    key[8..].copy_from_slice(&seq.to_be_bytes());
+pub(crate) fn chunk_key(first_seq: u64) -> [u8; 9] {
+    let mut key = [0u8; 9];
+    key[0] = CHUNK;
+    key[1..].copy_from_slice(&first_seq.to_be_bytes());
     key
 }
 
-fn index_key(name: &str, key: &[u8]) -> Vec<u8> {
-    let mut k = Vec::with_capacity(name.len() + 1 + key.len());
-    k.extend_from_slice(name.as_bytes());
-    k.push(0);
-    k.extend_from_slice(key);
-    k
-}
-
-fn index_prefix(name: &str) -> Vec<u8> {
-    let mut k = Vec::with_capacity(name.len() + 1);
-    k.extend_from_slice(name.as_bytes());
-    k.push(0);
-    k
-}
-
-/// The nodes a record is indexed under: each placed node once.
-fn placed_nodes(outcome: &Outcome) -> Vec<&str> {
-    match outcome {
-        Outcome::Placed { nodes } => {
-            let mut names: Vec<&str> = nodes.iter().map(|(n, _)| n.as_str()).collect();
-            names.sort_unstable();
-            names.dedup();
-            names
-        }
-        Outcome::Pending { .. } => Vec::new(),
+pub(crate) fn parse_chunk_key(key: &[u8]) -> Result<u64> {
+    match key {
+        [CHUNK, rest @ ..] => be_u64(rest, "history"),
+        _ => Err(MALFORMED),
     }
 }
 
-/// The store's byte accounting for one record: its key and value plus its index keys. This is
+fn final_key(job: &str) -> Vec<u8> {
+    let mut k = Vec::with_capacity(1 + job.len());
+    k.push(FINAL);
+    k.extend_from_slice(job.as_bytes());
+    k
+}
+
+/// The store's byte accounting for one chunk: its key and value in the `history` tree. This is
 /// what [`Store::decision_bytes`] sums and what `max_bytes` bounds.
-fn accounted_bytes(value_len: usize, job: &str, nodes: &[&str]) -> u64 {
-    let index: usize = (job.len() + 17) + nodes.iter().map(|n| n.len() + 17).sum::<usize>();
-    (16 + value_len + index) as u64
+pub(crate) fn accounted_bytes(value_len: usize) -> u64 {
+    (9 + value_len) as u64
 }
 
-fn decode_record(key: &[u8], value: &[u8]) -> Result<DecisionRecord> {
-    if key.len() != 16 {
-        return Err(StoreError::Malformed { tree: "decisions" });
-    }
+fn decode_record(id: RecordId, record: &[u8]) -> Result<DecisionRecord> {
     Ok(DecisionRecord {
-        time_ms: be_u64(&key[..8], "decisions")?,
-        seq: be_u64(&key[8..], "decisions")?,
-        explanation: serde_json::from_slice(value)?,
+        time_ms: id.0,
+        seq: id.1,
+        explanation: codec::decode(record)?,
     })
 }
 
-pub(crate) fn tx_err(e: TransactionError<StoreError>) -> StoreError {
-    match e {
-        TransactionError::Abort(e) => e,
-        TransactionError::Storage(e) => StoreError::Sled(e),
+/// A kept final outcome: time ‖ seq ‖ the record's encoding.
+fn decode_final(value: &[u8]) -> Result<DecisionRecord> {
+    if value.len() < 16 {
+        return Err(StoreError::Malformed { tree: "jobs" });
     }
+    let id = (be_u64(&value[..8], "jobs")?, be_u64(&value[8..16], "jobs")?);
+    decode_record(id, &value[16..])
 }
 
-struct Prepared {
-    key: [u8; 16],
-    value: Vec<u8>,
-    job_key: Vec<u8>,
-    node_keys: Vec<Vec<u8>>,
+/// One chunk read back: its first sequence number and its records' ids and encodings.
+fn chunk_records(first: u64, value: &[u8]) -> Result<Vec<(RecordId, &[u8])>> {
+    Ok(codec::decode_chunk(value)?
+        .into_iter()
+        .zip(first..)
+        .map(|((time, record), seq)| ((time, seq), record))
+        .collect())
+}
+
+/// A chunk a compaction step deletes, decoded: its records' ids and index heads, and their
+/// encodings for the final-outcome copies.
+struct Victim<'a> {
+    first: u64,
+    heads: Vec<(RecordId, Head<'a>)>,
+    encodings: Vec<&'a [u8]>,
 }
 
 impl Store {
-    /// Appends a batch of decisions in one transaction: each record, its `by_job` and `by_node`
-    /// entries, its job's final outcome and the byte counter commit together or not at all.
-    /// Returns the sequence numbers given, in input order. Batch for throughput: one call per
-    /// scheduling cycle, not one per decision.
+    /// Appends a batch of decisions atomically: the records and the byte and sequence counters
+    /// commit together or not at all. Returns the sequence numbers given, in input order. Batch
+    /// for throughput: one call per scheduling cycle, not one per decision.
     pub fn append_decisions(&self, batch: &[NewDecision]) -> Result<Vec<u64>> {
         if batch.is_empty() {
             return Ok(Vec::new());
         }
-        let mut prepared = Vec::with_capacity(batch.len());
-        let mut seqs = Vec::with_capacity(batch.len());
-        let mut added: u64 = 0;
-        for d in batch {
-            let seq = self.db.generate_id()?;
-            seqs.push(seq);
-            let key = record_key(d.time_ms, seq);
-            let value = serde_json::to_vec(&d.explanation)?;
-            let job = d.explanation.job.as_str();
-            let nodes = placed_nodes(&d.explanation.outcome);
-            added += accounted_bytes(value.len(), job, &nodes);
-            prepared.push(Prepared {
-                key,
-                job_key: index_key(job, &key),
-                node_keys: nodes.iter().map(|n| index_key(n, &key)).collect(),
-                value,
-            });
-        }
-        // A job's final outcome is its newest `by_job` entry while that record exists, so
-        // appends write nothing to `final_outcomes`: compaction stores a copy there when it
-        // deletes a job's newest record. (Maintaining a pointer per job per batch cost about a
-        // fifth of the append rate.)
-        (&self.decisions, &self.by_job, &self.by_node, &self.meta)
-            .transaction(|(decisions, by_job, by_node, meta)| {
-                for p in &prepared {
-                    decisions.insert(&p.key[..], &p.value[..])?;
-                    by_job.insert(&p.job_key[..], &[][..])?;
-                    for k in &p.node_keys {
-                        by_node.insert(&k[..], &[][..])?;
-                    }
-                }
-                let bytes = match meta.get(KEY_DECISION_BYTES)? {
-                    Some(v) => be_u64(&v, "meta").map_err(ConflictableTransactionError::Abort)?,
-                    None => 0,
-                };
-                meta.insert(KEY_DECISION_BYTES, &(bytes + added).to_be_bytes())?;
-                Ok(())
+        // Encoding needs no lock.
+        let chunks: Vec<(&[NewDecision], Vec<u8>)> = batch
+            .chunks(CHUNK_RECORDS)
+            .map(|part| {
+                let records: Vec<(u64, Vec<u8>)> = part
+                    .iter()
+                    .map(|d| (d.time_ms, codec::encode(&d.explanation)))
+                    .collect();
+                (part, codec::encode_chunk(&records))
             })
-            .map_err(tx_err)?;
-        Ok(seqs)
+            .collect();
+        let _writer = self.writer();
+        let first = self.counter(COUNTER_NEXT_SEQ)?;
+        let bytes = self.counter(COUNTER_BYTES)?;
+        let mut writes = sled::Batch::default();
+        let mut added = 0u64;
+        let mut metas = Vec::with_capacity(chunks.len());
+        let mut next = first;
+        for (part, value) in chunks {
+            let chunk_bytes = accounted_bytes(value.len());
+            added += chunk_bytes;
+            writes.insert(&chunk_key(next)[..], value);
+            metas.push((next, chunk_bytes, part));
+            next += part.len() as u64;
+        }
+        writes.insert(COUNTER_NEXT_SEQ, &next.to_be_bytes()[..]);
+        writes.insert(COUNTER_BYTES, &(bytes + added).to_be_bytes()[..]);
+        self.history.apply_batch(writes)?;
+        // Indexed only once committed, so a reader never finds an id before its record.
+        let mut index = self.index_write();
+        for (chunk_first, chunk_bytes, part) in metas {
+            let records: Vec<(RecordId, Head<'_>)> = part
+                .iter()
+                .zip(chunk_first..)
+                .map(|(d, seq)| {
+                    let head = Head {
+                        job: &d.explanation.job,
+                        nodes: placed_nodes(&d.explanation.outcome),
+                    };
+                    ((d.time_ms, seq), head)
+                })
+                .collect();
+            index.add_chunk(chunk_first, chunk_bytes, &records);
+        }
+        Ok((first..next).collect())
     }
 
-    /// The store's accounting of the decision history's size: record keys and values plus their
-    /// index keys. Exact and updated atomically with every append and deletion, unlike sled's
-    /// `size_on_disk`, which lags. The `final_outcomes` copies (one per job) are not counted.
+    /// The store's accounting of the decision history's size: the keys and values of the
+    /// retained chunks of records. Exact and updated atomically with every append and deletion,
+    /// unlike sled's `size_on_disk`, which lags. Not counted: the kept final outcomes (one per
+    /// job), the pod map and the in-memory index.
     pub fn decision_bytes(&self) -> Result<u64> {
-        Ok(self.meta_u64(KEY_DECISION_BYTES)?.unwrap_or(0))
+        self.counter(COUNTER_BYTES)
     }
 
     /// One record by its time and sequence number.
     pub fn decision(&self, time_ms: u64, seq: u64) -> Result<Option<DecisionRecord>> {
-        let key = record_key(time_ms, seq);
-        self.decisions
-            .get(key)?
-            .map(|v| decode_record(&key, &v))
-            .transpose()
+        self.record((time_ms, seq))
     }
 
-    /// A job's latest decision: the newest of its retained records (its last `by_job` entry)
-    /// and the copy compaction kept in `final_outcomes`, so it survives compaction.
-    pub fn latest_for_job(&self, job: &str) -> Result<Option<DecisionRecord>> {
-        // The index first, `final_outcomes` second: compaction writes the copy in the same
-        // transaction as it deletes the record, so a record that vanishes between the two reads
-        // is found as a copy.
-        let mut indexed = None;
-        for item in self.by_job.scan_prefix(index_prefix(job)).rev() {
-            let (k, _) = item?;
-            let key = &k[k.len().saturating_sub(16)..];
-            // An entry pointing nowhere counts as absent (the record is authoritative).
-            if let Some(v) = self.decisions.get(key)? {
-                indexed = Some(decode_record(key, &v)?);
-                break;
+    fn record(&self, id: RecordId) -> Result<Option<DecisionRecord>> {
+        let Some(first) = self.index_read().chunk_of(id.1) else {
+            return Ok(None);
+        };
+        // Gone if compaction deleted the chunk since the index was read.
+        let Some(value) = self.history.get(chunk_key(first))? else {
+            return Ok(None);
+        };
+        let records = codec::decode_chunk(&value)?;
+        let slot = usize::try_from(id.1 - first).map_err(|_| MALFORMED)?;
+        match records.get(slot) {
+            Some(&(time, record)) if time == id.0 => decode_record(id, record).map(Some),
+            Some(_) => Ok(None),
+            None => Err(MALFORMED),
+        }
+    }
+
+    /// Fetches the records of `ids`, skipping any that compaction deleted since the index was
+    /// read.
+    fn records(&self, ids: &[RecordId]) -> Result<Vec<DecisionRecord>> {
+        let mut out = Vec::with_capacity(ids.len());
+        for &id in ids {
+            if let Some(r) = self.record(id)? {
+                out.push(r);
             }
         }
-        let kept = match self.final_outcomes.get(job.as_bytes())? {
+        Ok(out)
+    }
+
+    /// A job's latest decision: the newer of its newest retained record and the copy
+    /// compaction kept, so it survives compaction.
+    pub fn latest_for_job(&self, job: &str) -> Result<Option<DecisionRecord>> {
+        let newest = self
+            .index_read()
+            .by_job
+            .get(job)
+            .and_then(|ids| ids.last().copied());
+        // The index first, the copy second: compaction writes the copy in the same batch as it
+        // deletes the record, so a record that vanishes between the two reads is found as a
+        // copy.
+        let indexed = match newest {
+            Some(id) => self.record(id)?,
             None => None,
-            Some(v) if v.len() < 16 => {
-                return Err(StoreError::Malformed {
-                    tree: "final_outcomes",
-                });
-            }
-            Some(v) => self.resolve_final(&v)?,
         };
+        let kept = self
+            .jobs
+            .get(final_key(job))?
+            .map(|v| decode_final(&v))
+            .transpose()?;
         Ok(match (indexed, kept) {
             (Some(a), Some(b)) => Some(if (a.time_ms, a.seq) >= (b.time_ms, b.seq) {
                 a
@@ -219,22 +250,11 @@ impl Store {
         })
     }
 
-    /// A `final_outcomes` value: key ‖ copied record, or (written by earlier builds) a 16-byte
-    /// pointer into `decisions`.
-    fn resolve_final(&self, v: &[u8]) -> Result<Option<DecisionRecord>> {
-        if v.len() > 16 {
-            return decode_record(&v[..16], &v[16..]).map(Some);
-        }
-        match self.decisions.get(v)? {
-            Some(record) => decode_record(v, &record).map(Some),
-            None => Ok(None),
-        }
-    }
-
     /// A job's decisions still retained, oldest first. The latest is always last, even once
     /// compaction has dropped it from the history.
     pub fn job_history(&self, job: &str) -> Result<Vec<DecisionRecord>> {
-        let mut out = self.index_scan(&self.by_job, job, 0, u64::MAX, usize::MAX)?;
+        let ids = self.index_read().job(job);
+        let mut out = self.records(&ids)?;
         if let Some(latest) = self.latest_for_job(job)? {
             let newer = out
                 .last()
@@ -255,53 +275,81 @@ impl Store {
         to_ms: u64,
         limit: usize,
     ) -> Result<Vec<DecisionRecord>> {
-        self.index_scan(&self.by_node, node, from_ms, to_ms, limit)
+        let ids = self.index_read().node(node, from_ms, to_ms, limit);
+        self.records(&ids)
     }
 
-    /// Decisions with `from_ms <= time_ms < to_ms`, oldest first, at most `limit`.
+    /// Decisions with `from_ms <= time_ms < to_ms`, oldest first (ties by sequence number), at
+    /// most `limit`.
     pub fn decisions_between(
         &self,
         from_ms: u64,
         to_ms: u64,
         limit: usize,
     ) -> Result<Vec<DecisionRecord>> {
+        let chunks = self.index_read().chunks_between(from_ms, to_ms);
+        // Chunks are in time order inside and between each other when records are appended in
+        // time order; in general they overlap, so merge them: a chunk is opened once the merge
+        // reaches its oldest time, and the heap yields the oldest record of the open ones.
+        // Each open chunk's records in the range, newest first, so the oldest pops off the end.
+        let mut open: Vec<Vec<DecisionRecord>> = Vec::new();
+        let mut heap: BinaryHeap<Reverse<(RecordId, usize)>> = BinaryHeap::new();
+        let mut next = 0;
         let mut out = Vec::new();
-        for item in self
-            .decisions
-            .range(from_ms.to_be_bytes()..to_ms.to_be_bytes())
-            .take(limit)
-        {
-            let (k, v) = item?;
-            out.push(decode_record(&k, &v)?);
+        while out.len() < limit {
+            while let Some(&(min_time, first)) = chunks.get(next) {
+                if heap
+                    .peek()
+                    .is_some_and(|Reverse(((t, _), _))| *t < min_time)
+                {
+                    break;
+                }
+                next += 1;
+                // Gone if compaction deleted it since the index was read.
+                let Some(value) = self.history.get(chunk_key(first))? else {
+                    continue;
+                };
+                let mut records = Vec::new();
+                for (id, record) in chunk_records(first, &value)? {
+                    if (from_ms..to_ms).contains(&id.0) {
+                        records.push(decode_record(id, record)?);
+                    }
+                }
+                records.sort_unstable_by_key(|r| Reverse((r.time_ms, r.seq)));
+                if let Some(r) = records.last() {
+                    heap.push(Reverse(((r.time_ms, r.seq), open.len())));
+                    open.push(records);
+                }
+            }
+            let Some(Reverse((_, chunk))) = heap.pop() else {
+                break;
+            };
+            let records = &mut open[chunk];
+            out.extend(records.pop());
+            if let Some(r) = records.last() {
+                heap.push(Reverse(((r.time_ms, r.seq), chunk)));
+            }
         }
         Ok(out)
     }
 
     /// Every job's final outcome (its latest decision), in job-name order, at most `limit`.
     pub fn final_outcomes(&self, limit: usize) -> Result<Vec<DecisionRecord>> {
-        // Every job with a retained record or a kept copy: the copies' keys, plus the distinct
-        // job names in `by_job`, found by seeking past each name's entries.
-        let mut jobs: BTreeSet<Vec<u8>> = BTreeSet::new();
-        for item in self.final_outcomes.iter().keys() {
-            jobs.insert(item?.to_vec());
-        }
-        let mut from: Vec<u8> = Vec::new();
-        while let Some(item) = self.by_job.range(from.as_slice()..).next() {
-            let (k, _) = item?;
-            if k.len() < 17 || k[k.len() - 17] != 0 {
-                return Err(StoreError::Malformed { tree: "by_job" });
-            }
-            let name = &k[..k.len() - 17];
-            jobs.insert(name.to_vec());
-            // `name ‖ 0x01` sorts after every `name ‖ 0x00 ‖ key` and before the next name.
-            from = name.to_vec();
-            from.push(1);
+        // Every job with a retained record or a kept copy.
+        let mut jobs: BTreeSet<String> = self
+            .index_read()
+            .by_job
+            .keys()
+            .map(|j| j.to_string())
+            .collect();
+        for item in self.jobs.scan_prefix([FINAL]).keys() {
+            let k = item?;
+            let job =
+                std::str::from_utf8(&k[1..]).map_err(|_| StoreError::Malformed { tree: "jobs" })?;
+            jobs.insert(job.to_string());
         }
         let mut out = Vec::new();
-        for name in jobs.iter().take(limit) {
-            let job = std::str::from_utf8(name).map_err(|_| StoreError::Malformed {
-                tree: "final_outcomes",
-            })?;
+        for job in jobs.iter().take(limit) {
             if let Some(r) = self.latest_for_job(job)? {
                 out.push(r);
             }
@@ -309,130 +357,110 @@ impl Store {
         Ok(out)
     }
 
-    fn index_scan(
-        &self,
-        index: &sled::Tree,
-        name: &str,
-        from_ms: u64,
-        to_ms: u64,
-        limit: usize,
-    ) -> Result<Vec<DecisionRecord>> {
-        let mut start = index_prefix(name);
-        start.extend_from_slice(&from_ms.to_be_bytes());
-        let mut end = index_prefix(name);
-        end.extend_from_slice(&to_ms.to_be_bytes());
-        let mut out = Vec::new();
-        for item in index.range(start..end) {
-            if out.len() >= limit {
-                break;
-            }
-            let (k, _) = item?;
-            let key = &k[k.len().saturating_sub(16)..];
-            // An entry pointing nowhere counts as absent (the record is authoritative).
-            if let Some(v) = self.decisions.get(key)? {
-                out.push(decode_record(key, &v)?);
-            }
-        }
-        Ok(out)
-    }
-
-    /// Applies retention: deletes decision records, oldest first, while they are older than
-    /// `max_age` before `now_ms` or the history exceeds `max_bytes`. Each record goes with its
-    /// index entries in one transaction. Final outcomes stay. Audited as `compact` by
+    /// Applies retention, a chunk at a time, oldest first (by the newest record in each chunk):
+    /// deletes the chunks whose records are all older than `max_age` before `now_ms`, then more
+    /// while the history exceeds `max_bytes`. A chunk holds up to 64 records of one append, so a
+    /// record can outlive `max_age` by as long as its chunk's other records are younger. Works in
+    /// steps of a few thousand records. Each step first keeps (durably) a copy of every job's
+    /// final outcome whose record it deletes and drops the pod-map entries of jobs left with no
+    /// record (see [`Store::record_pods`]), then deletes its chunks and moves the byte counter in
+    /// one atomic batch; appends can run between steps. Audited as `compact` by
     /// `gantry`/`retention` when anything was deleted.
     pub fn compact(&self, now_ms: u64) -> Result<CompactReport> {
-        const CHUNK: usize = 2048;
+        const STEP_CHUNKS: usize = 64;
         let cutoff = now_ms.saturating_sub(self.config.max_age.as_millis() as u64);
         let max_bytes = self.config.max_bytes;
         let bytes_before = self.decision_bytes()?;
-        let mut bytes = bytes_before;
+        // The counter after the last step; appends may have moved it between steps.
+        let mut bytes;
         let mut deleted = 0u64;
         loop {
-            // (record key, record value, job, index keys)
-            let mut chunk: Vec<(sled::IVec, sled::IVec, String, Vec<Vec<u8>>)> = Vec::new();
+            let _writer = self.writer();
+            bytes = self.counter(COUNTER_BYTES)?;
             let mut freed = 0u64;
-            for item in self.decisions.iter() {
-                let (k, v) = item?;
-                if k.len() != 16 {
-                    return Err(StoreError::Malformed { tree: "decisions" });
-                }
-                let time = be_u64(&k[..8], "decisions")?;
-                if time >= cutoff && bytes - freed <= max_bytes {
-                    break;
-                }
-                let view: IndexView = serde_json::from_slice(&v)?;
-                let nodes = placed_nodes(&view.outcome);
-                freed += accounted_bytes(v.len(), &view.job, &nodes);
-                let mut index = vec![index_key(&view.job, &k)];
-                index.extend(nodes.iter().map(|n| index_key(n, &k)));
-                chunk.push((k, v, view.job, index));
-                if chunk.len() >= CHUNK {
-                    break;
+            let mut victims: Vec<u64> = Vec::new();
+            {
+                let index = self.index_read();
+                for &(max_time, first) in &index.by_age {
+                    if max_time >= cutoff && bytes.saturating_sub(freed) <= max_bytes {
+                        break;
+                    }
+                    freed += index.chunks[&first].bytes;
+                    victims.push(first);
+                    if victims.len() >= STEP_CHUNKS {
+                        break;
+                    }
                 }
             }
-            if chunk.is_empty() {
+            if victims.is_empty() {
                 break;
             }
-            // Each job whose newest record goes in this chunk keeps a copy of it in
-            // `final_outcomes`. An append racing with this only adds newer records, which
-            // `latest_for_job` prefers to the copy.
-            let mut newest_in_chunk: HashMap<&str, usize> = HashMap::new();
-            for (i, (_, _, job, _)) in chunk.iter().enumerate() {
-                // The chunk is in key order, so the last one wins.
-                newest_in_chunk.insert(job.as_str(), i);
-            }
-            let mut copies: Vec<usize> = Vec::new();
-            for (job, i) in newest_in_chunk {
-                let newest = match self.by_job.scan_prefix(index_prefix(job)).next_back() {
-                    Some(item) => item?.0,
-                    None => continue,
+            let values: Vec<(u64, sled::IVec)> = victims
+                .iter()
+                .map(|&first| Ok((first, self.history.get(chunk_key(first))?.ok_or(MALFORMED)?)))
+                .collect::<Result<_>>()?;
+            let mut chunks: Vec<Victim<'_>> = Vec::new();
+            for (first, value) in &values {
+                let mut victim = Victim {
+                    first: *first,
+                    heads: Vec::new(),
+                    encodings: Vec::new(),
                 };
-                if newest.as_ref() == chunk[i].3[0].as_slice() {
-                    copies.push(i);
+                for (id, record) in chunk_records(*first, value)? {
+                    victim.heads.push((id, codec::decode_head(record)?));
+                    victim.encodings.push(record);
+                }
+                chunks.push(victim);
+            }
+            // Per job: how many of its records this step deletes, and the newest of them.
+            let mut jobs: HashMap<&str, (usize, RecordId, &[u8])> = HashMap::new();
+            for Victim {
+                heads, encodings, ..
+            } in &chunks
+            {
+                for ((id, head), record) in heads.iter().zip(encodings) {
+                    let entry = jobs.entry(head.job).or_insert((0, *id, record));
+                    entry.0 += 1;
+                    if *id > entry.1 {
+                        (entry.1, entry.2) = (*id, record);
+                    }
                 }
             }
-            (
-                &self.decisions,
-                &self.by_job,
-                &self.by_node,
-                &self.final_outcomes,
-                &self.meta,
-            )
-                .transaction(|(decisions, by_job, by_node, final_outcomes, meta)| {
-                    for &i in &copies {
-                        let (k, v, job, _) = &chunk[i];
-                        // Keep a newer copy; replace an older one, or a pointer (written by
-                        // earlier builds) to this or an older record.
-                        let keep = match final_outcomes.get(job.as_bytes())? {
-                            Some(cur) => cur.len() >= 16 && cur[..16] > k[..],
-                            None => false,
-                        };
-                        if !keep {
-                            let mut copy = Vec::with_capacity(16 + v.len());
-                            copy.extend_from_slice(k);
-                            copy.extend_from_slice(v);
-                            final_outcomes.insert(job.as_bytes(), copy)?;
-                        }
-                    }
-                    for (k, _, _, index) in &chunk {
-                        decisions.remove(k)?;
-                        by_job.remove(&index[0][..])?;
-                        for n in &index[1..] {
-                            by_node.remove(&n[..])?;
-                        }
-                    }
-                    let cur = match meta.get(KEY_DECISION_BYTES)? {
-                        Some(v) => {
-                            be_u64(&v, "meta").map_err(ConflictableTransactionError::Abort)?
-                        }
-                        None => 0,
+            let mut job_writes = sled::Batch::default();
+            let mut staged = false;
+            {
+                let index = self.index_read();
+                for (&job, &(count, newest, record)) in &jobs {
+                    let Some(ids) = index.by_job.get(job) else {
+                        continue;
                     };
-                    meta.insert(KEY_DECISION_BYTES, &cur.saturating_sub(freed).to_be_bytes())?;
-                    Ok(())
-                })
-                .map_err(tx_err)?;
-            deleted += chunk.len() as u64;
-            bytes = self.decision_bytes()?;
+                    if ids.last() == Some(&newest) {
+                        staged |= self.keep_final(&mut job_writes, job, newest, record)?;
+                    }
+                    if ids.len() == count {
+                        staged |= self.forget_pods(&mut job_writes, job)?;
+                    }
+                }
+            }
+            // The copies are on disk before the records go: a crash in between leaves a copy of
+            // a record that is still there (which reads ignore) and drops the pods of jobs this
+            // step would have emptied, never a job without its final outcome.
+            if staged {
+                self.jobs.apply_batch(job_writes)?;
+                self.db.flush()?;
+            }
+            let mut chunk_writes = sled::Batch::default();
+            for victim in &chunks {
+                chunk_writes.remove(&chunk_key(victim.first)[..]);
+                deleted += victim.heads.len() as u64;
+            }
+            let left = bytes.saturating_sub(freed);
+            chunk_writes.insert(COUNTER_BYTES, &left.to_be_bytes()[..]);
+            self.history.apply_batch(chunk_writes)?;
+            let mut index = self.index_write();
+            for victim in &chunks {
+                index.remove_chunk(victim.first, &victim.heads);
+            }
         }
         if deleted > 0 {
             let actor = Actor::new("gantry", "retention");
@@ -450,14 +478,46 @@ impl Store {
             bytes_after: bytes,
         })
     }
+
+    /// Stages a copy of the record `id` of `job` as its kept final outcome, unless a newer copy
+    /// is kept already (a record appended late with an older time can be deleted after a newer
+    /// one). Returns whether it staged anything.
+    fn keep_final(
+        &self,
+        writes: &mut sled::Batch,
+        job: &str,
+        id: RecordId,
+        record: &[u8],
+    ) -> Result<bool> {
+        let key = final_key(job);
+        let mut copy = Vec::with_capacity(16 + record.len());
+        copy.extend_from_slice(&id.0.to_be_bytes());
+        copy.extend_from_slice(&id.1.to_be_bytes());
+        if let Some(cur) = self.jobs.get(&key)?
+            && cur.len() >= 16
+            && cur[..16] > copy[..]
+        {
+            return Ok(false);
+        }
+        copy.extend_from_slice(record);
+        writes.insert(key, copy);
+        Ok(true)
+    }
 }
 
 #[cfg(test)]
 mod tests {
     use super::*;
 
+    impl NewDecision {
+        fn with_job(mut self, job: &str) -> Self {
+            self.explanation.job = job.into();
+            self
+        }
+    }
+
     #[test]
-    fn latest_prefers_the_newest_of_index_copy_and_old_pointer() {
+    fn latest_prefers_the_newest_of_record_and_kept_copy() {
         let dir = tempfile::tempdir().unwrap();
         let mut config = crate::StoreConfig::new(dir.path());
         config.max_age = std::time::Duration::from_millis(100);
@@ -469,21 +529,17 @@ mod tests {
             }
             .with_job(job)
         };
-        let seqs = store
+        store
             .append_decisions(&[d("a", 10), d("a", 30), d("b", 20)])
             .unwrap();
-        assert!(store.final_outcomes.is_empty());
-        // A stale pointer from an earlier build, to an older record, loses to the index.
-        store
-            .final_outcomes
-            .insert("a", &record_key(10, seqs[0])[..])
-            .unwrap();
+        let copies = || store.jobs.scan_prefix([FINAL]).count();
+        assert_eq!(copies(), 0);
         assert_eq!(store.latest_for_job("a").unwrap().unwrap().time_ms, 30);
         // Compaction drops everything older than 100 ms before 135: the newest records of
-        // both jobs go and leave copies, replacing the stale pointer.
+        // both jobs go and leave copies.
         let report = store.compact(135).unwrap();
         assert_eq!(report.deleted, 3);
-        assert_eq!(store.final_outcomes.len(), 2);
+        assert_eq!(copies(), 2);
         assert_eq!(store.latest_for_job("a").unwrap().unwrap().time_ms, 30);
         let finals: Vec<(String, u64)> = store
             .final_outcomes(10)
@@ -492,7 +548,7 @@ mod tests {
             .map(|r| (r.explanation.job, r.time_ms))
             .collect();
         assert_eq!(finals, vec![("a".into(), 30), ("b".into(), 20)]);
-        // A newer append wins over the copy, and a job with only indexed records is listed.
+        // A newer append wins over the copy, and a job with only retained records is listed.
         store.append_decisions(&[d("a", 200), d("c", 150)]).unwrap();
         assert_eq!(store.latest_for_job("a").unwrap().unwrap().time_ms, 200);
         let jobs: Vec<String> = store
@@ -503,55 +559,55 @@ mod tests {
             .collect();
         assert_eq!(jobs, vec!["a", "b", "c"]);
         assert_eq!(store.final_outcomes(2).unwrap().len(), 2);
-    }
-
-    impl NewDecision {
-        fn with_job(mut self, job: &str) -> Self {
-            self.explanation.job = job.into();
-            self
-        }
+        // A late record with an old time is deleted after the copy of a newer one and does not
+        // replace it.
+        store.append_decisions(&[d("b", 5)]).unwrap();
+        assert_eq!(store.compact(400).unwrap().deleted, 3);
+        assert_eq!(store.latest_for_job("b").unwrap().unwrap().time_ms, 20);
+        assert_eq!(store.latest_for_job("a").unwrap().unwrap().time_ms, 200);
     }
 
     #[test]
-    fn record_keys_sort_by_time_then_seq() {
-        let mut keys = vec![
-            record_key(2, 1),
-            record_key(1, 9),
-            record_key(256, 0),
-            record_key(1, 10),
-        ];
+    fn chunk_keys_sort_by_seq_and_parse_back() {
+        let mut keys = vec![chunk_key(256), chunk_key(1), chunk_key(255)];
         keys.sort();
-        assert_eq!(
-            keys,
-            vec![
-                record_key(1, 9),
-                record_key(1, 10),
-                record_key(2, 1),
-                record_key(256, 0)
-            ]
-        );
+        assert_eq!(keys, vec![chunk_key(1), chunk_key(255), chunk_key(256)]);
+        assert_eq!(parse_chunk_key(&chunk_key(7)).unwrap(), 7);
+        assert!(parse_chunk_key(&chunk_key(7)[..8]).is_err());
+        assert!(parse_chunk_key(b"f01234567").is_err());
+        assert_eq!(accounted_bytes(100), 109);
     }
 
     #[test]
-    fn index_keys_of_a_prefix_name_do_not_overlap() {
-        let k = record_key(5, 5);
-        assert!(!index_key("ab", &k).starts_with(&index_prefix("a")));
-        assert!(index_key("a", &k).starts_with(&index_prefix("a")));
-    }
-
-    #[test]
-    fn placed_nodes_are_deduplicated_and_pending_has_none() {
-        let placed = Outcome::Placed {
-            nodes: vec![("b".into(), 1), ("a".into(), 2), ("b".into(), 3)],
+    fn overlapping_chunks_read_back_in_time_order() {
+        let dir = tempfile::tempdir().unwrap();
+        let store = Store::open(crate::StoreConfig::new(dir.path())).unwrap();
+        let d = |time_ms| NewDecision {
+            time_ms,
+            explanation: crate::sample_explanation(time_ms),
         };
-        assert_eq!(placed_nodes(&placed), vec!["a", "b"]);
-        let pending = Outcome::Pending {
-            waiting_for: "x".into(),
-        };
-        assert!(placed_nodes(&pending).is_empty());
-        assert_eq!(
-            accounted_bytes(100, "job", &["a", "bb"]),
-            16 + 100 + 20 + 18 + 19
+        // Two batches whose times interleave, one of them bigger than a chunk and out of order.
+        let first: Vec<NewDecision> = (0..150).rev().map(|i| d(i * 2)).collect();
+        let second: Vec<NewDecision> = (0..100).map(|i| d(i * 3 + 1)).collect();
+        store.append_decisions(&first).unwrap();
+        store.append_decisions(&second).unwrap();
+        let all = store.decisions_between(0, u64::MAX, usize::MAX).unwrap();
+        assert_eq!(all.len(), 250);
+        assert!(
+            all.windows(2)
+                .all(|w| (w[0].time_ms, w[0].seq) < (w[1].time_ms, w[1].seq))
         );
+        let window = store.decisions_between(100, 130, 7).unwrap();
+        let times: Vec<u64> = window.iter().map(|r| r.time_ms).collect();
+        assert_eq!(times, vec![100, 100, 102, 103, 104, 106, 106]);
+        // Equal times come back in sequence order.
+        assert!(window[0].seq < window[1].seq);
+        assert!(store.decisions_between(5, 5, 10).unwrap().is_empty());
+        assert!(store.decisions_between(1000, 2000, 10).unwrap().is_empty());
+        // Each record is also found by its id.
+        let r = &window[3];
+        assert_eq!(store.decision(r.time_ms, r.seq).unwrap().as_ref(), Some(r));
+        assert_eq!(store.decision(r.time_ms + 1, r.seq).unwrap(), None);
+        assert_eq!(store.decision(0, 10_000).unwrap(), None);
     }
 }

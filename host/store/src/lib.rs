@@ -4,32 +4,50 @@
 //! log. Everything else talks to sled only through [`Store`], so key layouts, atomicity and
 //! retention live in one place.
 //!
-//! Layout: one sled tree per kind of data, all keys big-endian so range scans run in order.
+//! Layout (schema version 2): two sled databases. The main one, in the store's directory, holds
+//! everything long-lived; the history one, in its `history` subdirectory, holds only the
+//! records, which are written in bulk and deleted oldest first. They are apart because sled
+//! 0.34 reclaims the space of deleted data poorly when long-lived small entries are written
+//! among it: in a soak with 64 MiB retained, the records alongside each job's final outcome
+//! grew the directory without bound (~9× the history after 2M records and rising), while the
+//! records alone hold steady near 2×. All integers in keys are big-endian, so range scans run
+//! in numeric order.
 //!
-//! | tree             | key                                   | value                          |
-//! |------------------|---------------------------------------|--------------------------------|
-//! | `meta`           | `schema_version`, counters, `active_set` | big-endian `u64`/`u32`      |
-//! | `decisions`      | time_ms ‖ seq (BE u64 each)           | the explanation as JSON        |
-//! | `by_job`         | job ‖ 0x00 ‖ time_ms ‖ seq            | empty                          |
-//! | `by_node`        | node ‖ 0x00 ‖ time_ms ‖ seq           | empty                          |
-//! | `final_outcomes` | job                                   | key ‖ JSON copy (or old pointer) |
-//! | `artifacts`      | sha256 hex                            | `.wasm` bytes                  |
-//! | `manifests`      | sha256 hex                            | [`PolicyManifest`] JSON        |
-//! | `sets`           | version (BE u64)                      | [`PolicySet`] JSON             |
-//! | `audit`          | at_ms ‖ id (BE u64 each)              | [`AuditEntry`] JSON            |
+//! | database | tree        | key                                  | value                           |
+//! |----------|-------------|--------------------------------------|---------------------------------|
+//! | main     | `meta`      | `schema_version`, `last_set_version`, `active_set` | big-endian `u32`/`u64` |
+//! | main     | `jobs`      | `f` ‖ job                            | time_ms ‖ seq ‖ copy of the job's final record, kept by compaction |
+//! | main     | `jobs`      | `p` ‖ pod                            | its job                         |
+//! | main     | `jobs`      | `q` ‖ len(job) (`u64`) ‖ job ‖ pod   | empty: a job's pods, for compaction |
+//! | main     | `artifacts` | sha256 hex                           | `.wasm` bytes                   |
+//! | main     | `manifests` | sha256 hex                           | [`PolicyManifest`] JSON         |
+//! | main     | `sets`      | version (BE u64)                     | [`PolicySet`] JSON              |
+//! | main     | `audit`     | at_ms ‖ id (BE u64 each)             | [`AuditEntry`] JSON             |
+//! | history  | `history`   | `c` ‖ seq of its first record        | a chunk: up to 64 records of one append, consecutive seqs, each with its time, binary (`codec.rs`) |
+//! | history  | `history`   | `#decision_bytes`, `#next_seq`       | big-endian `u64` counters (before the chunks, see `decisions.rs`) |
 //!
-//! Atomicity: every mutation is one sled multi-tree transaction (a batch of records, their index
-//! entries and the byte counter; a compaction chunk's deletions and final-outcome copies; or a
-//! policy change and its audit entry). sled
-//! 0.34 seals a transaction's writes as one log batch, which recovery replays whole or not at
-//! all, so after a `kill -9` a record is either all there or absent.
+//! Lookups by job, by node and by time use an index held in memory and rebuilt from the chunks
+//! when the store opens (see `index.rs` for why it is not in sled): an append of 1,000 records
+//! writes 16 chunk values at increasing keys and nothing at random positions.
+//!
+//! Atomicity: an append (its chunks with the byte and sequence counters), a compaction step's
+//! deletions (with the byte counter) and a batch of pod entries are each one
+//! [`sled::Tree::apply_batch`]; a policy change is one multi-tree transaction with its audit
+//! entry. sled 0.34 seals either as one log batch, which recovery replays whole or not at all,
+//! so after a `kill -9` a record is either all there or absent, and the byte counter matches
+//! the records. Across the two databases, compaction orders its writes instead: the final
+//! outcomes it keeps are flushed before the records they copy are deleted.
 
 mod audit;
 mod bench;
+mod codec;
 mod decisions;
+mod index;
+mod pods;
 mod policies;
 
 use std::path::{Path, PathBuf};
+use std::sync::{Arc, Mutex, MutexGuard, PoisonError, RwLock, RwLockReadGuard, RwLockWriteGuard};
 use std::time::Duration;
 
 pub use audit::{Actor, AuditEntry};
@@ -41,25 +59,18 @@ pub use policies::{
 };
 
 /// The schema version this build writes and understands. Bump it when a key or value layout
-/// changes; an older build then refuses the directory instead of misreading it.
-pub const SCHEMA_VERSION: u32 = 1;
+/// changes; a build then refuses a directory of any other version instead of misreading it.
+/// Version 1 kept records as JSON with sled index trees; version 2 is the layout above.
+pub const SCHEMA_VERSION: u32 = 2;
 
 const KEY_SCHEMA: &[u8] = b"schema_version";
-const KEY_DECISION_BYTES: &[u8] = b"decision_bytes";
 const KEY_LAST_SET: &[u8] = b"last_set_version";
 const KEY_ACTIVE_SET: &[u8] = b"active_set";
 
-const TREE_NAMES: [&str; 9] = [
-    "meta",
-    "decisions",
-    "by_job",
-    "by_node",
-    "final_outcomes",
-    "artifacts",
-    "manifests",
-    "sets",
-    "audit",
-];
+/// The main database's trees.
+const TREE_NAMES: [&str; 6] = ["meta", "jobs", "artifacts", "manifests", "sets", "audit"];
+/// The history database: its subdirectory and its one tree.
+const HISTORY: &str = "history";
 
 /// Everything that can go wrong in the store, one enum for the crate so callers (the API server,
 /// the CLI) map store failures to responses in one place.
@@ -79,6 +90,14 @@ pub enum StoreError {
         "cannot open the Gantry store at {path}: its schema version {found} is newer than the newest this build understands ({supported})"
     )]
     NewerSchema {
+        path: String,
+        found: u32,
+        supported: u32,
+    },
+    #[error(
+        "cannot open the Gantry store at {path}: the data directory is from an older layout (schema version {found}; this build reads only version {supported}); move it aside or delete it to start an empty store"
+    )]
+    OlderSchema {
         path: String,
         found: u32,
         supported: u32,
@@ -112,10 +131,12 @@ pub struct StoreConfig {
     /// Decisions older than this (relative to the `now_ms` given to `compact`) are dropped.
     pub max_age: Duration,
     /// Bound on the decision history, in the store's own byte accounting (see
-    /// [`Store::decision_bytes`]); the oldest records go first.
+    /// [`Store::decision_bytes`]); the oldest records go first. A typical record is ~350
+    /// accounted bytes. The directory on disk runs to a few times this (sled reclaims dead
+    /// space lazily; `tests/soak.rs` measures it), the in-memory index costs roughly a quarter
+    /// of it in RAM, and opening the store reads all of it.
     pub max_bytes: u64,
-    /// sled's page cache, in bytes. Appends slow down sharply when the hot index pages do not
-    /// fit: on the 2-core dev box 16 MiB gave ~8k records/s, 64 MiB ~12k, 256 MiB ~15k.
+    /// sled's page cache, in bytes: reads of recent history come from it.
     pub cache_bytes: u64,
 }
 
@@ -131,30 +152,34 @@ impl StoreConfig {
     }
 }
 
-/// A handle on the open store. Cheap to clone (sled trees are reference-counted) and safe to
-/// share between threads; sled's transactions serialise writers, so no lock of our own is needed.
+/// A handle on the open store. Cheap to clone (sled trees and the index are reference-counted)
+/// and safe to share between threads.
 #[derive(Clone)]
 pub struct Store {
     /// Kept for error messages.
     path: PathBuf,
     config: StoreConfig,
-    /// The database, for ids, flushing and the on-disk size.
+    /// The main database, for ids, flushing and the on-disk size.
     db: sled::Db,
-    /// Schema version, the decision byte counter, the set-version counter and the active set
-    /// pointer: small values that change together with other trees, inside their transactions.
+    /// The history database, apart so that sled reclaims its space (see the crate docs).
+    history_db: sled::Db,
+    /// Schema version, the set-version counter and the active set pointer: small values that
+    /// change together with the policy trees, inside their transactions.
     meta: sled::Tree,
-    /// The authoritative decision records, keyed by (time, seq) so range scans are in time order.
-    decisions: sled::Tree,
-    /// Index: job name → record keys, so a job's history is a prefix scan in time order.
-    by_job: sled::Tree,
-    /// Index: node name → record keys of the placements on that node.
-    by_node: sled::Tree,
-    /// A copy of each job's latest record, written by compaction when it deletes that record, so
-    /// compaction can drop the history freely and a job's final outcome survives retention.
-    /// While the record is retained, the job's newest `by_job` entry is its final outcome and
-    /// appends write nothing here. (Stores written by earlier builds may hold 16-byte pointers
-    /// into `decisions`; readers still resolve them.)
-    final_outcomes: sled::Tree,
+    /// The decision records in chunks, with the byte and sequence counters: one tree so that
+    /// each append and each compaction step is one atomic `apply_batch`.
+    history: sled::Tree,
+    /// Per job: the final outcome compaction kept, and the pod map both ways. One tree so that a
+    /// compaction step's copies and pod removals, and a batch of pods, are each one
+    /// `apply_batch`.
+    jobs: sled::Tree,
+    /// Job → records, node → records and the chunk table, derived from `history` at open and
+    /// kept in step by every writer; readers take it briefly to copy ids, then read the chunks
+    /// from sled.
+    index: Arc<RwLock<index::Index>>,
+    /// Serialises the writers of `history` and `jobs` (appends, compaction steps, pod batches):
+    /// each reads the counters it moves and the index it consults, so two must not interleave.
+    writer: Arc<Mutex<()>>,
     /// Content-addressed `.wasm` bytes: one copy per sha256 however often it is uploaded.
     artifacts: sled::Tree,
     /// The manifest of each artifact, kept apart so listing policies never reads the bytes.
@@ -184,7 +209,7 @@ impl Store {
         let path = config.path.clone();
         let shown = path.display().to_string();
         check_directory(&path, &shown)?;
-        let db = open_sled(&path, &shown, config.cache_bytes)?;
+        let db = open_sled(&path, &shown, config.cache_bytes / 4)?;
         let existing: Vec<String> = db
             .tree_names()
             .iter()
@@ -215,6 +240,13 @@ impl Store {
                             supported: SCHEMA_VERSION,
                         });
                     }
+                    if found < SCHEMA_VERSION {
+                        return Err(StoreError::OlderSchema {
+                            path: shown,
+                            found,
+                            supported: SCHEMA_VERSION,
+                        });
+                    }
                 }
             }
         } else {
@@ -231,16 +263,25 @@ impl Store {
             }
         }
         let open = |name: &str| db.open_tree(name).map_err(|e| corrupt(&shown, e));
+        let history_path = path.join(HISTORY);
+        let history_shown = history_path.display().to_string();
+        // The records are most of what is read: most of the cache goes to them.
+        let history_db = open_sled(&history_path, &history_shown, config.cache_bytes / 4 * 3)?;
+        let history = history_db
+            .open_tree(HISTORY)
+            .map_err(|e| corrupt(&history_shown, e))?;
+        let index = index::Index::rebuild(&history)?;
         let store = Store {
             meta: open(TREE_NAMES[0])?,
-            decisions: open(TREE_NAMES[1])?,
-            by_job: open(TREE_NAMES[2])?,
-            by_node: open(TREE_NAMES[3])?,
-            final_outcomes: open(TREE_NAMES[4])?,
-            artifacts: open(TREE_NAMES[5])?,
-            manifests: open(TREE_NAMES[6])?,
-            sets: open(TREE_NAMES[7])?,
-            audit: open(TREE_NAMES[8])?,
+            jobs: open(TREE_NAMES[1])?,
+            history,
+            history_db,
+            index: Arc::new(RwLock::new(index)),
+            writer: Arc::new(Mutex::new(())),
+            artifacts: open(TREE_NAMES[2])?,
+            manifests: open(TREE_NAMES[3])?,
+            sets: open(TREE_NAMES[4])?,
+            audit: open(TREE_NAMES[5])?,
             db,
             path,
             config,
@@ -262,17 +303,45 @@ impl Store {
     /// Forces everything written so far to disk. sled also flushes by itself every 500 ms.
     pub fn flush(&self) -> Result<()> {
         self.db.flush()?;
+        self.history_db.flush()?;
         Ok(())
     }
 
-    /// sled's own figure for the directory's size. It lags behind writes and deletions (sled
-    /// reclaims space lazily), so retention uses [`Store::decision_bytes`] instead.
+    /// sled's own figures for the directory's size (both databases). It lags behind writes and
+    /// deletions (sled reclaims space lazily), so retention uses [`Store::decision_bytes`]
+    /// instead.
     pub fn size_on_disk(&self) -> Result<u64> {
-        Ok(self.db.size_on_disk()?)
+        Ok(self.db.size_on_disk()? + self.history_db.size_on_disk()?)
     }
 
     fn meta_u64(&self, key: &[u8]) -> Result<Option<u64>> {
         self.meta.get(key)?.map(|v| be_u64(&v, "meta")).transpose()
+    }
+
+    /// A counter in `history`; absent means 0.
+    fn counter(&self, key: &[u8]) -> Result<u64> {
+        Ok(self
+            .history
+            .get(key)?
+            .map(|v| be_u64(&v, "history"))
+            .transpose()?
+            .unwrap_or(0))
+    }
+
+    // A panic while a lock was held cannot leave its data half-changed in a way that matters:
+    // the writer lock guards nothing but ordering, and the index is only changed after sled
+    // committed, by inserts and removals that do not panic. So a poisoned lock is used as is.
+
+    fn writer(&self) -> MutexGuard<'_, ()> {
+        self.writer.lock().unwrap_or_else(PoisonError::into_inner)
+    }
+
+    fn index_read(&self) -> RwLockReadGuard<'_, index::Index> {
+        self.index.read().unwrap_or_else(PoisonError::into_inner)
+    }
+
+    fn index_write(&self) -> RwLockWriteGuard<'_, index::Index> {
+        self.index.write().unwrap_or_else(PoisonError::into_inner)
     }
 }
 

@@ -4,10 +4,16 @@
 use serde::{Deserialize, Serialize};
 use sha2::{Digest, Sha256};
 use sled::Transactional;
-use sled::transaction::ConflictableTransactionError;
+use sled::transaction::{ConflictableTransactionError, TransactionError};
 
-use crate::decisions::tx_err;
 use crate::{Actor, KEY_ACTIVE_SET, KEY_LAST_SET, Result, Store, StoreError, be_u64};
+
+fn tx_err(e: TransactionError<StoreError>) -> StoreError {
+    match e {
+        TransactionError::Abort(e) => e,
+        TransactionError::Storage(e) => StoreError::Sled(e),
+    }
+}
 
 /// The world a policy implements; decides which hook of the cycle calls it.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Serialize, Deserialize)]

@@ -1,7 +1,8 @@
-//! Crash safety: a child process (this test binary, re-invoked) appends decisions in a loop; the
-//! parent kills it with SIGKILL mid-stream, reopens the store and checks that no record is torn:
-//! every record deserializes and has all its index entries, and every index entry and final
-//! outcome points at a record or holds its own copy.
+//! Crash safety: a child process (this test binary, re-invoked) appends decisions and records
+//! pods in a loop; the parent kills it with SIGKILL mid-stream, reopens the store and checks that
+//! nothing is torn: every record decodes, every batch of records is all there or absent, the
+//! counters committed with the records they count, the index rebuilt on open finds exactly the
+//! records, and the pod map's two halves match.
 
 mod common;
 
@@ -10,8 +11,12 @@ use std::process::{Command, Stdio};
 use std::time::{Duration, Instant};
 
 use common::{decision, open};
+use gantry_core::Outcome;
+use std::collections::HashMap;
 
 const CHILD_ENV: &str = "GANTRY_STORE_CHILD";
+/// Records per batch in the child: every batch takes consecutive sequence numbers.
+const BATCH: u64 = 200;
 const DIR_ENV: &str = "GANTRY_STORE_CHILD_DIR";
 
 /// The writer. Does nothing unless started by `kill_9_mid_stream_leaves_no_torn_record`.
@@ -24,7 +29,7 @@ fn crash_child_writer() {
     let store = open(std::path::Path::new(&dir));
     let mut t = 0u64;
     for batch_no in 0u64.. {
-        let batch: Vec<_> = (0..200)
+        let batch: Vec<_> = (0..BATCH)
             .map(|i| {
                 t += 1;
                 let nodes = [format!("n{}", t % 300), format!("n{}", (t + 7) % 300)];
@@ -33,6 +38,15 @@ fn crash_child_writer() {
             })
             .collect();
         store.append_decisions(&batch).expect("append");
+        let pods: Vec<(String, String)> = (0..20)
+            .map(|k| {
+                (
+                    format!("pod-{}", (batch_no * 20 + k) % 3000),
+                    batch[k as usize].explanation.job.clone(),
+                )
+            })
+            .collect();
+        store.record_pods(&pods).expect("record pods");
         println!("batch {batch_no}");
     }
 }
@@ -77,72 +91,94 @@ fn kill_9_mid_stream_leaves_no_torn_record() {
 
 fn check_no_torn_record(path: &std::path::Path) {
     let store = open(path);
+    // Every record decodes (this read decodes them all).
     let records = store.decisions_between(0, u64::MAX, usize::MAX).unwrap();
     assert!(!records.is_empty(), "nothing survived the kill");
-    let db_path = path.to_path_buf();
-    drop(store);
-    // Inspect the raw trees: the index entries must match the records exactly.
-    let db = sled::open(&db_path).unwrap();
-    let by_job = db.open_tree("by_job").unwrap();
-    let by_node = db.open_tree("by_node").unwrap();
-    let decisions = db.open_tree("decisions").unwrap();
-    let mut expected_job = 0usize;
-    let mut expected_node = 0usize;
+    // Whole batches only: the child's batches took sequence numbers [k*BATCH, (k+1)*BATCH), and
+    // nothing was ever deleted, so the sequence numbers are exactly 0..n with n a multiple of
+    // BATCH.
+    let mut seqs: Vec<u64> = records.iter().map(|r| r.seq).collect();
+    seqs.sort_unstable();
+    let n = seqs.len() as u64;
+    assert_eq!(n % BATCH, 0, "a batch is torn: {n} records");
+    assert!(
+        seqs.iter().copied().eq(0..n),
+        "sequence numbers are not 0..{n}"
+    );
+    // The index rebuilt on open finds each job's and each node's records exactly.
+    let mut by_job: HashMap<&str, Vec<u64>> = HashMap::new();
+    let mut by_node: HashMap<&str, Vec<u64>> = HashMap::new();
     for r in &records {
-        let mut key = r.time_ms.to_be_bytes().to_vec();
-        key.extend_from_slice(&r.seq.to_be_bytes());
-        let mut jk = r.explanation.job.as_bytes().to_vec();
-        jk.push(0);
-        jk.extend_from_slice(&key);
-        assert!(
-            by_job.contains_key(&jk).unwrap(),
-            "record {key:?} lacks its job index"
-        );
-        expected_job += 1;
-        if let gantry_core::Outcome::Placed { nodes } = &r.explanation.outcome {
-            for (n, _) in nodes {
-                let mut nk = n.as_bytes().to_vec();
-                nk.push(0);
-                nk.extend_from_slice(&key);
-                assert!(by_node.contains_key(&nk).unwrap(), "record lacks node {n}");
-                expected_node += 1;
+        by_job.entry(&r.explanation.job).or_default().push(r.seq);
+        if let Outcome::Placed { nodes } = &r.explanation.outcome {
+            for (node, _) in nodes {
+                by_node.entry(node).or_default().push(r.seq);
             }
         }
     }
-    assert_eq!(by_job.len(), expected_job, "dangling job index entries");
-    assert_eq!(by_node.len(), expected_node, "dangling node index entries");
-    for item in by_job.iter() {
-        let (k, _) = item.unwrap();
-        assert!(decisions.contains_key(&k[k.len() - 16..]).unwrap());
+    let seqs_of = |rs: Vec<gantry_store::DecisionRecord>| {
+        let mut s: Vec<u64> = rs.into_iter().map(|r| r.seq).collect();
+        s.sort_unstable();
+        s
+    };
+    for (job, mut expected) in by_job {
+        expected.sort_unstable();
+        assert_eq!(
+            seqs_of(store.job_history(job).unwrap()),
+            expected,
+            "job {job}"
+        );
     }
-    drop((by_job, by_node, decisions));
-    drop(db);
+    for (node, mut expected) in by_node {
+        expected.sort_unstable();
+        let found = store
+            .decisions_on_node(node, 0, u64::MAX, usize::MAX)
+            .unwrap();
+        assert_eq!(seqs_of(found), expected, "node {node}");
+    }
     // Every final outcome is readable and is its job's newest record.
-    let store = open(path);
     for f in store.final_outcomes(usize::MAX).unwrap() {
         let hist = store.job_history(&f.explanation.job).unwrap();
         assert_eq!(hist.last().unwrap(), &f);
     }
-    // The byte counter committed with the records it counts.
     let bytes = store.decision_bytes().unwrap();
-    let mut fresh = tempfile::tempdir().unwrap().keep();
-    fresh.push("copy");
-    let copy = open(&fresh);
-    let again: Vec<_> = records
-        .iter()
-        .map(|r| gantry_store::NewDecision {
-            time_ms: r.time_ms,
-            explanation: r.explanation.clone(),
-        })
-        .collect();
-    copy.append_decisions(&again).unwrap();
-    eprintln!(
-        "records {} counter {} recount {}",
-        records.len(),
-        bytes,
-        copy.decision_bytes().unwrap()
-    );
-    assert_eq!(copy.decision_bytes().unwrap(), bytes);
-    drop(copy);
-    let _ = std::fs::remove_dir_all(fresh.parent().unwrap());
+    drop(store);
+    // The raw trees: the counters committed with the records they count, and the pod map's two
+    // halves mirror each other.
+    let history_db = sled::open(path.join("history")).unwrap();
+    let history = history_db.open_tree("history").unwrap();
+    let db = sled::open(path).unwrap();
+    let jobs = db.open_tree("jobs").unwrap();
+    let counter = |key: &[u8]| {
+        let v = history.get(key).unwrap().expect("counter");
+        u64::from_be_bytes(v.as_ref().try_into().unwrap())
+    };
+    let mut recount = 0u64;
+    for item in history.scan_prefix(b"c") {
+        let (k, v) = item.unwrap();
+        recount += (k.len() + v.len()) as u64;
+    }
+    eprintln!("records {n} counter {bytes} recount {recount}");
+    assert_eq!(bytes, recount);
+    assert_eq!(counter(b"#decision_bytes"), recount);
+    assert_eq!(counter(b"#next_seq"), n);
+    let mut pods: HashMap<Vec<u8>, Vec<u8>> = HashMap::new();
+    for item in jobs.scan_prefix(b"p") {
+        let (k, v) = item.unwrap();
+        pods.insert(k[1..].to_vec(), v.to_vec());
+    }
+    assert!(!pods.is_empty(), "no pod survived the kill");
+    let mut reverse = 0;
+    for item in jobs.scan_prefix(b"q") {
+        let (k, _) = item.unwrap();
+        let len = u64::from_be_bytes(k[1..9].try_into().unwrap()) as usize;
+        let (job, pod) = k[9..].split_at(len);
+        assert_eq!(
+            pods.get(pod).map(Vec::as_slice),
+            Some(job),
+            "stray pod entry"
+        );
+        reverse += 1;
+    }
+    assert_eq!(reverse, pods.len(), "pods without their reverse entry");
 }

@@ -82,6 +82,136 @@ fn decisions_round_trip_by_job_node_and_time() {
     assert!(next[0] > seqs[4]);
 }
 
+fn pods(pairs: &[(&str, &str)]) -> Vec<(String, String)> {
+    pairs
+        .iter()
+        .map(|(pod, job)| (pod.to_string(), job.to_string()))
+        .collect()
+}
+
+#[test]
+fn pods_resolve_to_their_job_and_its_decisions() {
+    let dir = tempfile::tempdir().unwrap();
+    let store = open(dir.path());
+    store
+        .record_pods(&pods(&[
+            ("train-0", "team-a/train"),
+            ("train-1", "team-a/train"),
+            ("eval-0", "team-b/eval"),
+            // Within one batch the last pair for a pod wins.
+            ("eval-1", "team-a/train"),
+            ("eval-1", "team-b/eval"),
+        ]))
+        .unwrap();
+    store.record_pods(&[]).unwrap();
+    store
+        .append_decisions(&[
+            decision("team-a/train", 10, &[]),
+            decision("team-a/train", 20, &["n1", "n2"]),
+            decision("team-b/eval", 15, &["n3"]),
+        ])
+        .unwrap();
+    assert_eq!(
+        store.job_for_pod("train-1").unwrap().as_deref(),
+        Some("team-a/train")
+    );
+    assert_eq!(
+        store.job_for_pod("eval-1").unwrap().as_deref(),
+        Some("team-b/eval")
+    );
+    assert_eq!(store.job_for_pod("nope").unwrap(), None);
+    let latest = store.latest_for_pod("train-0").unwrap().unwrap();
+    assert_eq!(
+        (latest.explanation.job.as_str(), latest.time_ms),
+        ("team-a/train", 20)
+    );
+    let times: Vec<u64> = store
+        .pod_history("train-0")
+        .unwrap()
+        .iter()
+        .map(|r| r.time_ms)
+        .collect();
+    assert_eq!(times, vec![10, 20]);
+    assert_eq!(store.pod_history("eval-0").unwrap().len(), 1);
+    assert!(store.latest_for_pod("nope").unwrap().is_none());
+    assert!(store.pod_history("nope").unwrap().is_empty());
+    // A pod name reused by a later job moves to it; recording the same pair again is a no-op.
+    store
+        .record_pods(&pods(&[
+            ("eval-0", "team-a/train"),
+            ("train-0", "team-a/train"),
+        ]))
+        .unwrap();
+    assert_eq!(
+        store.job_for_pod("eval-0").unwrap().as_deref(),
+        Some("team-a/train")
+    );
+    // The map survives a reopen.
+    drop(store);
+    let store = open(dir.path());
+    assert_eq!(
+        store.job_for_pod("eval-0").unwrap().as_deref(),
+        Some("team-a/train")
+    );
+    assert_eq!(store.latest_for_pod("eval-1").unwrap().unwrap().time_ms, 15);
+}
+
+#[test]
+fn compaction_drops_the_pods_of_jobs_left_without_history() {
+    let dir = tempfile::tempdir().unwrap();
+    let mut config = StoreConfig::new(dir.path());
+    config.max_age = Duration::from_millis(100);
+    let store = Store::open(config).unwrap();
+    store
+        .record_pods(&pods(&[
+            ("old-0", "old"),
+            ("old-1", "old"),
+            ("live-0", "live"),
+            ("moved-0", "old"),
+            ("unscheduled-0", "unscheduled"),
+        ]))
+        .unwrap();
+    // `moved-0` belongs to `live` now, though `old` had it first.
+    store.record_pods(&pods(&[("moved-0", "live")])).unwrap();
+    // Three cycles (retention deletes whole appends' chunks, so one append per cycle).
+    store
+        .append_decisions(&[decision("old", 10, &["n1"]), decision("old", 20, &[])])
+        .unwrap();
+    store
+        .append_decisions(&[decision("live", 30, &[])])
+        .unwrap();
+    store
+        .append_decisions(&[decision("live", 500, &["n2"])])
+        .unwrap();
+    // Everything before 400 goes: all of `old`, one record of `live`.
+    let report = store.compact(500).unwrap();
+    assert_eq!(report.deleted, 3);
+    assert_eq!(store.job_for_pod("old-0").unwrap(), None);
+    assert_eq!(store.job_for_pod("old-1").unwrap(), None);
+    assert_eq!(store.latest_for_pod("old-0").unwrap(), None);
+    // The job's final outcome stays, found by job name.
+    assert_eq!(store.latest_for_job("old").unwrap().unwrap().time_ms, 20);
+    // Jobs with history left, and jobs never scheduled, keep their pods.
+    assert_eq!(
+        store.job_for_pod("live-0").unwrap().as_deref(),
+        Some("live")
+    );
+    assert_eq!(
+        store.job_for_pod("moved-0").unwrap().as_deref(),
+        Some("live")
+    );
+    assert_eq!(
+        store.job_for_pod("unscheduled-0").unwrap().as_deref(),
+        Some("unscheduled")
+    );
+    assert_eq!(store.pod_history("live-0").unwrap().len(), 1);
+    // Once `live` has no record left either, its pods go too.
+    store.compact(1000).unwrap();
+    assert_eq!(store.job_for_pod("live-0").unwrap(), None);
+    assert_eq!(store.job_for_pod("moved-0").unwrap(), None);
+    assert_eq!(store.latest_for_job("live").unwrap().unwrap().time_ms, 500);
+}
+
 fn wasm(n: u8) -> Vec<u8> {
     let mut v = b"\0asm\x0d\0\x01\0".to_vec();
     v.extend(std::iter::repeat_n(n, 100));
@@ -213,8 +343,10 @@ fn policies_sets_activation_and_audit() {
 #[test]
 fn retention_keeps_bytes_bounded_and_final_outcomes() {
     let dir = tempfile::tempdir().unwrap();
+    // Records here are ~60 accounted bytes: 200k of them are over ten times this bound.
+    const MAX_BYTES: u64 = 1_000_000;
     let mut config = StoreConfig::new(dir.path());
-    config.max_bytes = 2_000_000;
+    config.max_bytes = MAX_BYTES;
     config.max_age = Duration::from_secs(3600);
     let store = Store::open(config).unwrap();
     const N: u64 = 200_000;
@@ -243,11 +375,11 @@ fn retention_keeps_bytes_bounded_and_final_outcomes() {
         }
     }
     let before = store.decision_bytes().unwrap();
-    assert!(before > 2_000_000 * 10, "{before}");
+    assert!(before > MAX_BYTES * 10, "{before}");
     // Nothing is older than an hour yet: only the byte bound applies.
     let report = store.compact(1_000_000 + N).unwrap();
     assert_eq!(report.bytes_before, before);
-    assert!(report.bytes_after <= 2_000_000, "{report:?}");
+    assert!(report.bytes_after <= MAX_BYTES, "{report:?}");
     assert_eq!(report.bytes_after, store.decision_bytes().unwrap());
     assert!(report.deleted > N / 2);
     let left = store.decisions_between(0, u64::MAX, usize::MAX).unwrap();
@@ -384,10 +516,48 @@ fn a_newer_schema_is_refused() {
     assert_eq!(
         open_err(dir.path()),
         format!(
-            "cannot open the Gantry store at {}: its schema version 2 is newer than the newest this build understands (1)",
+            "cannot open the Gantry store at {}: its schema version 3 is newer than the newest this build understands (2)",
             dir.path().display()
         )
     );
+}
+
+/// A version-1 directory (JSON records and sled index trees) is refused with a clear error
+/// rather than misread; it is left as it was.
+#[test]
+fn an_older_schema_is_refused() {
+    let dir = tempfile::tempdir().unwrap();
+    {
+        // What a version-1 build left: its trees, a record, and version 1 in `meta`.
+        let db = sled::open(dir.path()).unwrap();
+        let meta = db.open_tree("meta").unwrap();
+        meta.insert("schema_version", &1u32.to_be_bytes()).unwrap();
+        meta.insert("decision_bytes", &300u64.to_be_bytes())
+            .unwrap();
+        let mut key = 5u64.to_be_bytes().to_vec();
+        key.extend_from_slice(&0u64.to_be_bytes());
+        db.open_tree("decisions")
+            .unwrap()
+            .insert(key, &b"{\"job\":\"a\"}"[..])
+            .unwrap();
+        db.open_tree("by_job").unwrap();
+        db.flush().unwrap();
+    }
+    let expected = format!(
+        "cannot open the Gantry store at {}: the data directory is from an older layout (schema version 1; this build reads only version 2); move it aside or delete it to start an empty store",
+        dir.path().display()
+    );
+    assert_eq!(open_err(dir.path()), expected);
+    // Nothing was written: a second try says the same, and the old trees are all there is.
+    assert_eq!(open_err(dir.path()), expected);
+    let db = sled::open(dir.path()).unwrap();
+    let mut trees: Vec<String> = db
+        .tree_names()
+        .iter()
+        .map(|n| String::from_utf8_lossy(n).into_owned())
+        .collect();
+    trees.sort();
+    assert_eq!(trees, ["__sled__default", "by_job", "decisions", "meta"]);
 }
 
 #[test]
