@@ -6,7 +6,7 @@ use std::time::{Duration, Instant};
 
 use clap::Args;
 use gantry_core::{PodShape, Symbols};
-use gantry_policy::{Limits, Policy, PolicyEngine, PolicyOptions, WasmNodes};
+use gantry_policy::{Limits, Policy, PolicyEngine, PolicyOptions, Role, WasmNodes};
 use serde_json::json;
 
 use crate::{PluginDir, sample};
@@ -22,6 +22,14 @@ pub struct PolicyBenchArgs {
     /// Wall time spent measuring each variant.
     #[arg(long, default_value_t = 700)]
     millis_per_case: u64,
+    /// Measure these components instead of the built-in pair, on the same cluster: the cost per
+    /// node (per call for quota), instantiation and size of each, with ratios to the first one.
+    /// Give the Rust, Python and JS builds of one policy to see what each language costs.
+    #[arg(long = "policy", value_name = "FILE.wasm")]
+    policies: Vec<std::path::PathBuf>,
+    /// Per-call deadline in milliseconds for the measured policies.
+    #[arg(long, default_value_t = 50)]
+    deadline_ms: u64,
     #[command(flatten)]
     plugins: PluginDir,
 }
@@ -61,6 +69,9 @@ struct Measured {
 
 pub fn run_policy(args: PolicyBenchArgs) -> anyhow::Result<()> {
     anyhow::ensure!(args.nodes > 0, "--nodes must be at least 1");
+    if !args.policies.is_empty() {
+        return run_files(&args);
+    }
     let symbols = Symbols::new();
     let engine = PolicyEngine::new(Limits::default(), symbols.clone())?;
     let budget = Duration::from_millis(args.millis_per_case);
@@ -185,6 +196,199 @@ pub fn run_policy(args: PolicyBenchArgs) -> anyhow::Result<()> {
                 m.instantiate_us,
                 m.compile_ms
             );
+        }
+    }
+    Ok(())
+}
+
+/// One `--policy` component, measured.
+struct FileMeasured {
+    file: String,
+    name: String,
+    role: Role,
+    /// ns per node for filter and score; ns per call for quota.
+    ns_per_unit: f64,
+    call_overhead_ns: f64,
+    instantiate_us: f64,
+    compile_ms: f64,
+    component_bytes: usize,
+}
+
+/// What a policy answered for the sample pods, to check every `--policy` of one role agrees.
+#[derive(PartialEq)]
+enum Answers {
+    Codes(Vec<Vec<u16>>),
+    Scores(Vec<Vec<u32>>),
+    Quota(gantry_core::QuotaVerdict),
+}
+
+/// `gantry bench policy --policy A.wasm --policy B.wasm …`: each component on the same synthetic
+/// cluster, with ratios to the first. Components of one role must give the same answers.
+fn run_files(args: &PolicyBenchArgs) -> anyhow::Result<()> {
+    let symbols = Symbols::new();
+    let limits = Limits {
+        deadline: Duration::from_millis(args.deadline_ms),
+        ..Limits::default()
+    };
+    let engine = PolicyEngine::new(limits, symbols.clone())?;
+    let budget = Duration::from_millis(args.millis_per_case);
+    let table = sample::cluster(&symbols, args.nodes);
+    let nodes = WasmNodes::new(&table);
+    let one_table = sample::cluster(&symbols, 1);
+    let one_node = WasmNodes::new(&one_table);
+    let pods: Vec<PodShape> = [1, 4, 8].map(|gpus| sample::pod(&symbols, gpus)).to_vec();
+    let (job, queue, cohort) = sample::quota_case(&symbols);
+    let n = args.nodes as f64;
+
+    let mut measured: Vec<FileMeasured> = Vec::new();
+    let mut role_to_answers: Vec<(Role, String, Answers)> = Vec::new();
+    for path in &args.policies {
+        let file = path.file_name().map_or_else(
+            || path.display().to_string(),
+            |f| f.to_string_lossy().into(),
+        );
+        let bytes = std::fs::read(path)
+            .map_err(|e| anyhow::anyhow!("{}: cannot read the file: {e}", path.display()))?;
+        let t = Instant::now();
+        let policy = engine
+            .load(&bytes, PolicyOptions::default())
+            .map_err(|e| anyhow::anyhow!("{file}: {e}"))?;
+        let compile_ms = t.elapsed().as_secs_f64() * 1e3;
+        let instantiate_us = ns(median_time(budget / 4, || {
+            black_box(
+                engine
+                    .load(&bytes, PolicyOptions::default())
+                    .expect("reload"),
+            );
+        })) / 1e3;
+        let fault = |e: gantry_policy::PolicyFault| anyhow::anyhow!("{file}: {e}");
+        let role = policy.role();
+        let answers = match role {
+            Role::Filter => Answers::Codes(
+                pods.iter()
+                    .map(|pod| policy.filter(pod, &nodes))
+                    .collect::<Result<_, _>>()
+                    .map_err(fault)?,
+            ),
+            Role::Score => Answers::Scores(
+                pods.iter()
+                    .map(|pod| policy.score(pod, &nodes))
+                    .collect::<Result<_, _>>()
+                    .map_err(fault)?,
+            ),
+            Role::Quota => {
+                Answers::Quota(policy.admit(&job, &queue, Some(&cohort)).map_err(fault)?)
+            }
+        };
+        if let Some((_, first, _)) = role_to_answers
+            .iter()
+            .find(|(r, _, a)| *r == role && *a != answers)
+        {
+            anyhow::bail!("{file} and {first} are both {role} policies but answer differently");
+        }
+        role_to_answers.push((role, file.clone(), answers));
+        let mut i = 0usize;
+        let mut next_pod = || {
+            i += 1;
+            &pods[i % pods.len()]
+        };
+        let (ns_per_unit, call_overhead_ns) = match role {
+            Role::Filter => (
+                ns(median_time(budget, || {
+                    black_box(policy.filter(next_pod(), &nodes).expect("filter"));
+                })) / n,
+                ns(median_time(budget / 2, || {
+                    black_box(policy.filter(next_pod(), &one_node).expect("filter"));
+                })),
+            ),
+            Role::Score => (
+                ns(median_time(budget, || {
+                    black_box(policy.score(next_pod(), &nodes).expect("score"));
+                })) / n,
+                ns(median_time(budget / 2, || {
+                    black_box(policy.score(next_pod(), &one_node).expect("score"));
+                })),
+            ),
+            Role::Quota => {
+                let call = ns(median_time(budget, || {
+                    black_box(policy.admit(&job, &queue, Some(&cohort)).expect("admit"));
+                }));
+                (call, call)
+            }
+        };
+        measured.push(FileMeasured {
+            file,
+            name: policy.info().name.clone(),
+            role,
+            ns_per_unit,
+            call_overhead_ns,
+            instantiate_us,
+            compile_ms,
+            component_bytes: policy.size_bytes(),
+        });
+    }
+    let base = &measured[0];
+    let entries: Vec<serde_json::Value> = measured
+        .iter()
+        .map(|m| {
+            let per = if m.role == Role::Quota {
+                "ns_per_call"
+            } else {
+                "ns_per_node"
+            };
+            json!({
+                "file": m.file,
+                "name": m.name,
+                "role": m.role,
+                per: round2(m.ns_per_unit),
+                "call_overhead_ns": m.call_overhead_ns.round(),
+                "instantiate_us": m.instantiate_us.round(),
+                "compile_ms": round2(m.compile_ms),
+                "component_bytes": m.component_bytes,
+                "time_vs_first": round2(m.ns_per_unit / base.ns_per_unit),
+                "instantiate_vs_first": round2(m.instantiate_us / base.instantiate_us),
+                "bytes_vs_first": round2(m.component_bytes as f64 / base.component_bytes as f64),
+            })
+        })
+        .collect();
+    if args.json {
+        println!(
+            "{}",
+            json!({"nodes": args.nodes, "first": base.file, "policies": entries})
+        );
+    } else {
+        println!(
+            "{} nodes, one core, median of repeated calls; ratios against {}",
+            args.nodes, base.file
+        );
+        println!(
+            "{:<24} {:>12} {:>8} {:>12} {:>15} {:>8} {:>11} {:>12} {:>8}",
+            "policy",
+            "ns/node",
+            "ratio",
+            "overhead ns",
+            "instantiate µs",
+            "ratio",
+            "compile ms",
+            "bytes",
+            "ratio"
+        );
+        for m in &measured {
+            println!(
+                "{:<24} {:>12.2} {:>7.2}x {:>12.0} {:>15.0} {:>7.1}x {:>11.1} {:>12} {:>7.1}x",
+                m.file,
+                m.ns_per_unit,
+                m.ns_per_unit / base.ns_per_unit,
+                m.call_overhead_ns,
+                m.instantiate_us,
+                m.instantiate_us / base.instantiate_us,
+                m.compile_ms,
+                m.component_bytes,
+                m.component_bytes as f64 / base.component_bytes as f64
+            );
+        }
+        if measured.iter().any(|m| m.role == Role::Quota) {
+            println!("(quota policies: ns per admit call, not per node)");
         }
     }
     Ok(())

@@ -492,8 +492,8 @@ fn expected_role(expect: &Expect) -> Result<Role, CaseError> {
     }
 }
 
-/// Index of each named node, or a case error naming the unknown one.
-fn node_index<'a>(built: &'a Built) -> HashMap<&'a str, usize> {
+/// Index of each named node.
+fn node_index(built: &Built) -> HashMap<&str, usize> {
     built
         .names
         .iter()

@@ -31,11 +31,16 @@ fn cases(policy: &str) -> PathBuf {
 
 /// Exit code, stdout and stderr of `gantry policy test FILE --cases DIR`.
 fn policy_test(file: &Path, dir: &Path) -> (i32, String, String) {
+    policy_test_with(file, dir, &[])
+}
+
+fn policy_test_with(file: &Path, dir: &Path, extra: &[&str]) -> (i32, String, String) {
     let out = Command::new(env!("CARGO_BIN_EXE_gantry"))
         .args(["policy", "test"])
         .arg(file)
         .arg("--cases")
         .arg(dir)
+        .args(extra)
         .output()
         .expect("run gantry");
     (
@@ -47,6 +52,10 @@ fn policy_test(file: &Path, dir: &Path) -> (i32, String, String) {
 
 /// Every case in `folder` passes for `file`, and the closing line counts all of them.
 fn assert_passes(file: &str, folder: &str) {
+    assert_passes_with(file, folder, &[]);
+}
+
+fn assert_passes_with(file: &str, folder: &str, extra: &[&str]) {
     let dir = cases(folder);
     let count = std::fs::read_dir(&dir)
         .unwrap()
@@ -56,7 +65,7 @@ fn assert_passes(file: &str, folder: &str) {
         })
         .count();
     assert!(count >= 4, "{folder} has only {count} cases");
-    let (code, stdout, stderr) = policy_test(&plugin(file), &dir);
+    let (code, stdout, stderr) = policy_test_with(&plugin(file), &dir, extra);
     assert_eq!(code, 0, "{file} against {folder}:\n{stdout}{stderr}");
     assert!(
         stdout
@@ -71,6 +80,19 @@ fn rust_policies_pass_the_shared_cases() {
     assert_passes("gpu_fit.wasm", "gpu-fit");
     assert_passes("gpu_binpack.wasm", "gpu-binpack");
     assert_passes("team_quota.wasm", "team-quota");
+}
+
+/// The same case folders, the Python and JavaScript builds. Each case loads the policy afresh,
+/// and instantiating a Python or JS component takes about 10 ms of the 50 ms default deadline:
+/// a longer one keeps a loaded two-core test machine from failing a case on time rather than on
+/// its answer (`tests/languages.rs` in gantry-policy checks the 50 ms deadline itself).
+#[test]
+fn python_and_js_policies_pass_the_same_cases() {
+    let patient = ["--deadline-ms", "2000"];
+    assert_passes_with("gpu_fit_py.wasm", "gpu-fit", &patient);
+    assert_passes_with("gpu_fit_js.wasm", "gpu-fit", &patient);
+    assert_passes_with("gpu_binpack_py.wasm", "gpu-binpack", &patient);
+    assert_passes_with("team_quota_js.wasm", "team-quota", &patient);
 }
 
 fn write_case(dir: &Path, name: &str, text: &str) {

@@ -407,6 +407,16 @@ fn check_imports(
 }
 
 impl CompiledPolicy {
+    /// The names of every interface the component imports, as `check_imports` sees them.
+    pub fn imports(&self) -> Vec<String> {
+        let pre = match &self.pre {
+            RolePre::Filter(pre) => pre.instance_pre(),
+            RolePre::Score(pre) => pre.instance_pre(),
+            RolePre::Quota(pre) => pre.instance_pre(),
+        };
+        import_names(pre.engine(), self.component())
+    }
+
     pub(crate) fn component(&self) -> &Component {
         match &self.pre {
             RolePre::Filter(pre) => pre.instance_pre().component(),
