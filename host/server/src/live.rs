@@ -314,8 +314,7 @@ impl Live {
         });
         let started = Instant::now();
         let output = scheduler.cycle(now_s, &mut set.bind(cache));
-        self.metrics
-            .observe_cycle(&output, started.elapsed(), scheduler);
+        self.metrics.observe_cycle(&output, started.elapsed());
         if let (Some(shadow), Some(candidate)) = (shadow, candidate) {
             self.record_shadow(&shadow, &output, &candidate, time_ms, set.version());
         }

@@ -5,7 +5,7 @@ use std::sync::Arc;
 use std::sync::atomic::Ordering;
 use std::time::Duration;
 
-use gantry_core::{CycleOutput, Scheduler};
+use gantry_core::CycleOutput;
 use gantry_policy::Policy;
 use prometheus::{
     Encoder, HistogramOpts, HistogramVec, IntCounter, IntCounterVec, IntGauge, IntGaugeVec, Opts,
@@ -27,7 +27,6 @@ pub struct Metrics {
     /// `scheduler_pending_pods{queue}`: kube-scheduler splits by its internal queues; Gantry has
     /// one, reported as `active`.
     pub pending_pods: IntGauge,
-    pub pending_pods_vec: IntGaugeVec,
     /// `scheduler_queue_incoming_pods_total{event="PodAdd",queue="active"}`: pods submitted.
     pub incoming_pods: IntCounter,
     /// Cycles whose decisions could not be stored.
@@ -132,7 +131,6 @@ impl Metrics {
             attempts,
             attempt_duration,
             pending_pods,
-            pending_pods_vec,
             incoming_pods,
             cycle_failures,
             cycles,
@@ -144,7 +142,7 @@ impl Metrics {
     }
 
     /// Counts a cycle's attempts and their time.
-    pub fn observe_cycle(&self, output: &CycleOutput, elapsed: Duration, _scheduler: &Scheduler) {
+    pub fn observe_cycle(&self, output: &CycleOutput, elapsed: Duration) {
         self.cycles.inc();
         self.preemptions.inc_by(output.evicted.len() as u64);
         if output.decisions.is_empty() {

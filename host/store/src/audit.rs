@@ -73,6 +73,14 @@ impl Store {
         })
     }
 
+    /// Writes one audit entry for a change that lives outside the store (starting or stopping a
+    /// shadow run, for example), so the log covers every mutation an admin makes.
+    pub fn audit(&self, actor: &Actor, action: &str, detail: &str, at_ms: u64) -> Result<()> {
+        let entry = self.pending_audit(actor, at_ms, action, detail.to_string())?;
+        self.audit.insert(&entry.key[..], entry.value)?;
+        Ok(())
+    }
+
     /// Audit entries with `from_ms <= at_ms < to_ms`, oldest first, at most `limit`.
     pub fn audit_between(&self, from_ms: u64, to_ms: u64, limit: usize) -> Result<Vec<AuditEntry>> {
         let mut out = Vec::new();
