@@ -65,6 +65,8 @@ pub fn router(state: Arc<AppState>) -> Router {
         .route("/api/cluster/nodes", get(nodes))
         .route("/api/cluster/nodes/{node}", get(node))
         .route("/api/queues", get(queues))
+        .route("/api/jobs", get(jobs))
+        .fallback(crate::ui::serve)
         .layer(DefaultBodyLimit::max(upload_limit))
         .with_state(state)
 }
@@ -647,6 +649,8 @@ struct NodeColumns {
     levels: Vec<(String, Vec<u32>)>,
     /// Running jobs on each node.
     jobs: Vec<u32>,
+    /// The queues of those jobs, comma-separated (empty when idle), for the UI's queue filter.
+    queues: Vec<String>,
 }
 
 fn health_name(health: u8) -> String {
@@ -690,6 +694,20 @@ async fn nodes(State(state): St, headers: HeaderMap) -> Result<Json<NodeColumns>
             .collect(),
         jobs: (0..n.len() as u32)
             .map(|i| view.node_to_jobs.get(&i).map_or(0, |j| j.len() as u32))
+            .collect(),
+        queues: (0..n.len() as u32)
+            .map(|i| {
+                let mut names: Vec<&str> = view
+                    .node_to_jobs
+                    .get(&i)
+                    .into_iter()
+                    .flatten()
+                    .filter_map(|job| view.job_to_state.get(job).map(|j| j.queue.as_str()))
+                    .collect();
+                names.sort_unstable();
+                names.dedup();
+                names.join(",")
+            })
             .collect(),
     }))
 }
@@ -748,4 +766,73 @@ async fn node(
 async fn queues(State(state): St, headers: HeaderMap) -> Result<Json<Vec<QueueView>>> {
     caller(&state, &headers)?;
     Ok(Json(state.live.view().queues.clone()))
+}
+
+#[derive(Debug, Deserialize)]
+struct JobQuery {
+    /// Part of the job's name, case-insensitive.
+    q: Option<String>,
+    queue: Option<String>,
+    /// `pending` or `running`.
+    state: Option<String>,
+    limit: Option<usize>,
+}
+
+/// A job pending or running now, as the job list shows it.
+#[derive(Debug, Serialize)]
+struct JobRow {
+    name: String,
+    #[serde(flatten)]
+    job: crate::live::JobView,
+}
+
+/// Jobs pending or running now, for search and for each queue's pending list: pending first,
+/// by queue and place in it, then running ones by name. Balloon pods are left out: they hold
+/// idle capacity and are nobody's work.
+async fn jobs(
+    State(state): St,
+    headers: HeaderMap,
+    Query(q): Query<JobQuery>,
+) -> Result<Json<Vec<JobRow>>> {
+    caller(&state, &headers)?;
+    if let Some(s) = q.state.as_deref()
+        && s != "pending"
+        && s != "running"
+    {
+        return Err(ApiError::BadRequest(format!(
+            "state must be pending or running, not {s:?}"
+        )));
+    }
+    let needle = q.q.as_deref().unwrap_or("").to_lowercase();
+    let view = state.live.view();
+    let mut rows: Vec<JobRow> = view
+        .job_to_state
+        .iter()
+        .filter(|(name, job)| {
+            !job.balloon
+                && q.queue.as_deref().is_none_or(|want| job.queue == want)
+                && q.state.as_deref().is_none_or(|want| job.state == want)
+                && (needle.is_empty() || name.to_lowercase().contains(&needle))
+        })
+        .map(|(name, job)| JobRow {
+            name: name.clone(),
+            job: job.clone(),
+        })
+        .collect();
+    rows.sort_by(|a, b| {
+        (
+            a.job.state != "pending",
+            &a.job.queue,
+            a.job.queue_position,
+            &a.name,
+        )
+            .cmp(&(
+                b.job.state != "pending",
+                &b.job.queue,
+                b.job.queue_position,
+                &b.name,
+            ))
+    });
+    rows.truncate(limit_of(q.limit));
+    Ok(Json(rows))
 }

@@ -14,6 +14,7 @@ mod error;
 mod live;
 mod metrics;
 mod openapi;
+mod ui;
 
 use std::net::SocketAddr;
 use std::sync::Arc;

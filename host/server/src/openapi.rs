@@ -190,9 +190,20 @@ fn document() -> Value {
             "/api/cluster": {"get": {"summary": "cluster totals and GPU use per topology domain", "responses": with(error_responses(&[]), "200", ok("summary", obj.clone()))}},
             "/api/cluster/nodes": {"get": {"summary": "every node, as columns", "responses": with(error_responses(&[]), "200", ok("nodes", obj.clone()))}},
             "/api/cluster/nodes/{node}": {"get": {"summary": "one node, its jobs and its recent placements",
-                "parameters": [path_param("node", json!({"type": "string"}), "node name"), limit],
+                "parameters": [path_param("node", json!({"type": "string"}), "node name"), limit.clone()],
                 "responses": with(error_responses(&[("400", "bad query"), ("404", "no such node")]), "200", ok("node", obj))}},
-            "/api/queues": {"get": {"summary": "quota, usage, borrowing and fair share per queue", "responses": with(error_responses(&[]), "200", ok("queues", arr(r("Queue"))))}}
+            "/api/queues": {"get": {"summary": "quota, usage, borrowing and fair share per queue", "responses": with(error_responses(&[]), "200", ok("queues", arr(r("Queue"))))}},
+            "/api/jobs": {"get": {"summary": "jobs pending or running now (balloons left out): pending first, by queue and place in it",
+                "parameters": [
+                    query_param("q", json!({"type": "string"}), "part of the job's name, case-insensitive"),
+                    query_param("queue", json!({"type": "string"}), "only this queue's jobs"),
+                    query_param("state", json!({"type": "string", "enum": ["pending", "running"]}), "only jobs in this state"),
+                    limit],
+                "responses": with(error_responses(&[("400", "bad state")]), "200", ok("jobs", arr(json!({"type": "object", "required": ["name", "queue", "state"], "properties": {
+                    "name": {"type": "string"}, "queue": {"type": "string"}, "state": {"type": "string"},
+                    "pods": {"type": "integer"}, "gpus_per_pod": {"type": "integer"}, "priority": {"type": "integer"},
+                    "submitted_s": {"type": "number"}, "queue_position": {"type": "integer", "nullable": true},
+                    "balloon": {"type": "boolean"}}}))))}}
         }
     })
 }
@@ -209,6 +220,7 @@ mod tests {
             "/api/shadow",
             "/api/explain/{name}",
             "/api/decisions/stream",
+            "/api/jobs",
             "/metrics",
         ] {
             assert!(paths.contains_key(path), "{path} missing");
