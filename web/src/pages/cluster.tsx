@@ -1,0 +1,244 @@
+// The GPU occupancy heatmap along the topology: one panel per block, one column per rack, one
+// cell per node. Drawn on a canvas (7,500 DOM cells would not update at 1 Hz smoothly), with
+// positions computed once per topology and colours redrawn on every poll.
+import { useEffect, useMemo, useRef, useState } from "preact/hooks";
+import { get, message, type NodeColumns, type Queue, type DecisionRecord } from "../api";
+import { Status, time } from "../ui";
+
+const CELL = 6, GAP = 1, STEP = CELL + GAP, LABEL = 14, PANEL_GAP = 10, WIDTH = 980;
+const PALETTE = ["#f1f6fc", "#c6dbef", "#6baed6", "#2171b5", "#08306b"];
+const UNHEALTHY = "#d62828", FILTERED = "#e4e4e4";
+
+interface Layout { x: Int16Array; y: Int16Array; height: number; labels: [string, number, number][] }
+
+/** Blocks → racks → nodes, from the node columns' topology levels (coarsest first). */
+function layout(cols: NodeColumns): Layout {
+  const n = cols.name.length;
+  const levels = [...cols.levels].sort((a, b) => new Set(a[1]).size - new Set(b[1]).size);
+  const outer = levels[0]?.[1] ?? new Array(n).fill(0);
+  const inner = levels[1]?.[1] ?? outer;
+  const outerName = levels[0]?.[0] ?? "cluster";
+  const groups = new Map<number, Map<number, number[]>>();
+  for (let i = 0; i < n; i++) {
+    let g = groups.get(outer[i]);
+    if (!g) groups.set(outer[i], (g = new Map()));
+    let r = g.get(inner[i]);
+    if (!r) g.set(inner[i], (r = []));
+    r.push(i);
+  }
+  const x = new Int16Array(n), y = new Int16Array(n);
+  const labels: [string, number, number][] = [];
+  let px = 0, py = 0, rowH = 0;
+  for (const b of [...groups.keys()].sort((a, c) => a - c)) {
+    const racks = groups.get(b)!;
+    const w = racks.size * STEP, h = LABEL + Math.max(...[...racks.values()].map((r) => r.length)) * STEP;
+    if (px > 0 && px + w > WIDTH) { px = 0; py += rowH + PANEL_GAP; rowH = 0; }
+    labels.push([`${outerName} ${b}`, px, py + 11]);
+    let c = 0;
+    for (const r of [...racks.keys()].sort((a, d) => a - d)) {
+      racks.get(r)!.forEach((i, k) => { x[i] = px + c * STEP; y[i] = py + LABEL + k * STEP; });
+      c++;
+    }
+    px += w + PANEL_GAP;
+    rowH = Math.max(rowH, h);
+  }
+  return { x, y, height: py + rowH + 2, labels };
+}
+
+export interface Filters { gpu: string; health: string; queue: string }
+
+function passes(cols: NodeColumns, i: number, f: Filters) {
+  if (f.gpu && cols.gpu_type[i] !== f.gpu) return false;
+  if (f.health && cols.health[i] !== f.health) return false;
+  if (f.queue && !cols.queues[i].split(",").includes(f.queue)) return false;
+  return true;
+}
+
+function draw(canvas: HTMLCanvasElement, cols: NodeColumns, lay: Layout, f: Filters) {
+  const ctx = canvas.getContext("2d", { alpha: false })!;
+  ctx.fillStyle = "#fff";
+  ctx.fillRect(0, 0, canvas.width, canvas.height);
+  ctx.fillStyle = "#222";
+  ctx.font = "11px system-ui, sans-serif";
+  for (const [text, lx, ly] of lay.labels) ctx.fillText(text, lx, ly);
+  // One fillStyle per colour bucket: switching styles per cell is what costs on a canvas.
+  const buckets: number[][] = PALETTE.map(() => []);
+  const red: number[] = [], grey: number[] = [];
+  for (let i = 0; i < cols.name.length; i++) {
+    if (!passes(cols, i, f)) grey.push(i);
+    else if (cols.health[i] !== "healthy") red.push(i);
+    else {
+      const used = cols.gpu_total[i] ? 1 - cols.gpu_free[i] / cols.gpu_total[i] : 0;
+      buckets[Math.min(PALETTE.length - 1, Math.round(used * (PALETTE.length - 1)))].push(i);
+    }
+  }
+  const paint = (color: string, idx: number[]) => {
+    ctx.fillStyle = color;
+    for (const i of idx) ctx.fillRect(lay.x[i], lay.y[i], CELL, CELL);
+  };
+  buckets.forEach((idx, b) => paint(PALETTE[b], idx));
+  paint(UNHEALTHY, red);
+  paint(FILTERED, grey);
+}
+
+interface NodeDetail {
+  name: string; gpu_type: string; gpu_total: number; gpu_free: number; health: string;
+  domains: string[]; jobs: string[]; recent_decisions: DecisionRecord[];
+}
+
+declare global {
+  interface Window { __gantryCluster?: { updates: number[]; draws: number[] } }
+}
+
+export function ClusterPage() {
+  const canvas = useRef<HTMLCanvasElement>(null);
+  const [cols, setCols] = useState<NodeColumns | null>(null);
+  const [queues, setQueues] = useState<Queue[]>([]);
+  const [filters, setFilters] = useState<Filters>({ gpu: "", health: "", queue: "" });
+  const [error, setError] = useState<string | null>(null);
+  const [selected, setSelected] = useState<string | null>(null);
+  const lay = useMemo(() => (cols ? layout(cols) : null), [cols?.name.length, cols?.levels.length]);
+
+  useEffect(() => {
+    let stop = false, timer = 0;
+    const perf: { updates: number[]; draws: number[] } = { updates: [], draws: [] };
+    window.__gantryCluster = perf;
+    const poll = async () => {
+      const started = performance.now();
+      try {
+        const [c, q] = await Promise.all([get<NodeColumns>("/api/cluster/nodes"), get<Queue[]>("/api/queues")]);
+        if (stop) return;
+        setCols(c);
+        setQueues(q);
+        setError(null);
+        perf.updates.push(performance.now());
+      } catch (e) {
+        if (!stop) setError(message(e));
+      }
+      // One update a second, counting the fetch itself.
+      if (!stop) timer = window.setTimeout(poll, Math.max(0, 1000 - (performance.now() - started)));
+    };
+    poll();
+    return () => { stop = true; clearTimeout(timer); };
+  }, []);
+
+  useEffect(() => {
+    if (!cols || !lay || !canvas.current) return;
+    const t = performance.now();
+    draw(canvas.current, cols, lay, filters);
+    window.__gantryCluster?.draws.push(performance.now() - t);
+  }, [cols, lay, filters]);
+
+  const gpuTypes = useMemo(() => [...new Set(cols?.gpu_type ?? [])].sort(), [cols]);
+  const healths = useMemo(() => [...new Set(["healthy", ...(cols?.health ?? [])])].sort(), [cols]);
+  const totals = useMemo(() => {
+    if (!cols) return null;
+    let total = 0, free = 0, shown = 0;
+    for (let i = 0; i < cols.name.length; i++) {
+      total += cols.gpu_total[i]; free += cols.gpu_free[i];
+      if (passes(cols, i, filters)) shown++;
+    }
+    return { total, free, shown };
+  }, [cols, filters]);
+
+  const onClick = (e: MouseEvent) => {
+    if (!cols || !lay) return;
+    const r = (e.target as HTMLCanvasElement).getBoundingClientRect();
+    const mx = e.clientX - r.left, my = e.clientY - r.top;
+    for (let i = 0; i < cols.name.length; i++) {
+      if (mx >= lay.x[i] && mx < lay.x[i] + STEP && my >= lay.y[i] && my < lay.y[i] + STEP) {
+        setSelected(cols.name[i]);
+        return;
+      }
+    }
+  };
+  const set = (k: keyof Filters) => (e: Event) => setFilters({ ...filters, [k]: (e.target as HTMLSelectElement).value });
+
+  return (
+    <>
+      <h1>Cluster</h1>
+      <Status error={error} />
+      {totals && cols && (
+        <p aria-live="off">
+          {cols.name.length.toLocaleString()} nodes, {(totals.total - totals.free).toLocaleString()} of{" "}
+          {totals.total.toLocaleString()} GPUs in use; {totals.shown.toLocaleString()} nodes match the filters. Updated {time(cols.at_ms)}.
+        </p>
+      )}
+      <div class="row" role="group" aria-label="Filters">
+        <label for="f-gpu">GPU type</label>
+        <select id="f-gpu" value={filters.gpu} onChange={set("gpu")}>
+          <option value="">all</option>
+          {gpuTypes.map((g) => <option value={g}>{g}</option>)}
+        </select>
+        <label for="f-health">Health</label>
+        <select id="f-health" value={filters.health} onChange={set("health")}>
+          <option value="">all</option>
+          {healths.map((h) => <option value={h}>{h}</option>)}
+        </select>
+        <label for="f-queue">Queue</label>
+        <select id="f-queue" value={filters.queue} onChange={set("queue")}>
+          <option value="">all</option>
+          {queues.map((q) => <option value={q.name}>{q.name}</option>)}
+        </select>
+        <NodeLookup onOpen={setSelected} />
+      </div>
+      <div class="legend" aria-hidden="true">
+        GPUs in use: {PALETTE.map((c, i) => <span><span class="swatch" style={{ background: c }} />{Math.round((i / (PALETTE.length - 1)) * 100)}%</span>)}
+        <span><span class="swatch" style={{ background: UNHEALTHY }} />not healthy</span>
+        <span><span class="swatch" style={{ background: FILTERED }} />filtered out</span>
+      </div>
+      <div class="grid2">
+        <div>
+          <canvas ref={canvas} class="heatmap" width={WIDTH} height={lay?.height ?? 400} onClick={onClick}
+            role="img" aria-label="GPU occupancy per node, by block and rack. Select a node by clicking it or by typing its name." />
+        </div>
+        <div>{selected ? <NodePanel name={selected} /> : <p class="hint">Click a node to see its pods and recent decisions.</p>}</div>
+      </div>
+    </>
+  );
+}
+
+function NodeLookup({ onOpen }: { onOpen: (n: string) => void }) {
+  const [v, setV] = useState("");
+  return (
+    <form class="row" onSubmit={(e) => { e.preventDefault(); if (v.trim()) onOpen(v.trim()); }}>
+      <label for="node-name">Node</label>
+      <input id="node-name" value={v} placeholder="a100-42" onInput={(e) => setV((e.target as HTMLInputElement).value)} />
+      <button type="submit">Open</button>
+    </form>
+  );
+}
+
+function NodePanel({ name }: { name: string }) {
+  const [d, setD] = useState<NodeDetail | null>(null);
+  const [error, setError] = useState<string | null>(null);
+  useEffect(() => {
+    setD(null); setError(null);
+    get<NodeDetail>(`/api/cluster/nodes/${encodeURIComponent(name)}?limit=10`).then(setD).catch((e) => setError(message(e)));
+  }, [name]);
+  return (
+    <section class="card" aria-labelledby="node-title">
+      <h2 id="node-title">Node {name}</h2>
+      <Status error={error} />
+      {d && (
+        <>
+          <p>{d.gpu_type}: {d.gpu_total - d.gpu_free} of {d.gpu_total} GPUs in use, {d.health}. {d.domains.join(", ")}.</p>
+          <h3>Pods running here</h3>
+          {d.jobs.length ? <ul>{d.jobs.map((j) => <li><a href={`#/jobs?name=${encodeURIComponent(j)}`}>{j}</a></li>)}</ul> : <p>None.</p>}
+          <h3>Recent decisions</h3>
+          {d.recent_decisions.length ? (
+            <table>
+              <thead><tr><th>time</th><th>job</th><th>outcome</th><th class="num">set</th></tr></thead>
+              <tbody>
+                {[...d.recent_decisions].reverse().map((r) => (
+                  <tr><td>{time(r.time_ms)}</td><td><a href={`#/jobs?name=${encodeURIComponent(r.explanation.job)}`}>{r.explanation.job}</a></td>
+                    <td>{r.explanation.outcome.kind}</td><td class="num">v{r.explanation.policy_set}</td></tr>
+                ))}
+              </tbody>
+            </table>
+          ) : <p>None on record.</p>}
+        </>
+      )}
+    </section>
+  );
+}

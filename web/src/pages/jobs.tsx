@@ -1,0 +1,122 @@
+// Search, then one job or pod: why it is pending (in words), its attempts, the nodes each policy
+// rejected and why, the top nodes' score breakdown, the quota verdict, domain and policy versions.
+import { useEffect, useState } from "preact/hooks";
+import { get, message, type DecisionRecord, type Explain, type Explanation, type JobRow } from "../api";
+import { Status, time, short } from "../ui";
+
+export function JobsPage({ name }: { name: string }) {
+  const [q, setQ] = useState(name);
+  const [rows, setRows] = useState<JobRow[] | null>(null);
+  const [error, setError] = useState<string | null>(null);
+  const search = async (e?: Event) => {
+    e?.preventDefault();
+    setError(null);
+    try {
+      setRows(await get<JobRow[]>(`/api/jobs?limit=50&q=${encodeURIComponent(q.trim())}`));
+    } catch (err) { setError(message(err)); }
+  };
+  useEffect(() => { setQ(name); }, [name]);
+  return (
+    <>
+      <h1>Jobs and pods</h1>
+      <form class="row" role="search" onSubmit={search}>
+        <label for="job-q">Job or pod name</label>
+        <input id="job-q" value={q} onInput={(e) => setQ((e.target as HTMLInputElement).value)} placeholder="job-000422" />
+        <button type="submit" class="primary">Search</button>
+        <button type="button" onClick={() => { location.hash = `#/jobs?name=${encodeURIComponent(q.trim())}`; }}>Explain this name</button>
+        <button type="button" onClick={async () => { setQ(""); setError(null); try { setRows(await get<JobRow[]>("/api/jobs?state=pending&limit=50")); } catch (err) { setError(message(err)); } }}>Pending jobs</button>
+      </form>
+      <Status error={error} />
+      {rows && (rows.length === 0 ? <p>No pending or running job matches. A finished job can still be explained by its exact name.</p> : (
+        <table aria-label="Matching jobs">
+          <thead><tr><th>job</th><th>queue</th><th>state</th><th class="num">position</th><th class="num">pods × GPUs</th></tr></thead>
+          <tbody>{rows.map((r) => (
+            <tr><td><a href={`#/jobs?name=${encodeURIComponent(r.name)}`}>{r.name}</a></td><td>{r.queue}</td><td>{r.state}</td>
+              <td class="num">{r.queue_position ?? "—"}</td><td class="num">{r.pods} × {r.gpus_per_pod}</td></tr>
+          ))}</tbody>
+        </table>
+      ))}
+      {name && <Detail name={name} />}
+    </>
+  );
+}
+
+function Detail({ name }: { name: string }) {
+  const [ex, setEx] = useState<Explain | null>(null);
+  const [history, setHistory] = useState<DecisionRecord[]>([]);
+  const [error, setError] = useState<string | null>(null);
+  useEffect(() => {
+    setEx(null); setError(null); setHistory([]);
+    (async () => {
+      try {
+        const e = await get<Explain>(`/api/explain/${encodeURIComponent(name)}`);
+        setEx(e);
+        setHistory(await get<DecisionRecord[]>(`/api/decisions/job/${encodeURIComponent(e.job)}?limit=50`));
+      } catch (err) { setError(message(err)); }
+    })();
+  }, [name]);
+  if (error) return <Status error={error} />;
+  if (!ex) return <p>Loading {name}…</p>;
+  const x = ex.latest.explanation;
+  return (
+    <section aria-labelledby="detail-title">
+      <h2 id="detail-title">{ex.kind} {ex.name}{ex.kind === "pod" ? ` (job ${ex.job})` : ""}: {ex.state}</h2>
+      <div class="card">
+        <h3>{ex.state === "pending" ? "Why pending now" : "What happened"}</h3>
+        <p class="why" data-testid="why">{ex.why}</p>
+        {ex.waiting_for && <p class="why"><strong>Waiting for:</strong> <span data-testid="waiting-for">{ex.waiting_for}</span></p>}
+        <p>
+          {x.pods} pods × {x.gpus_per_pod} GPUs, queue {x.queue}, priority {x.priority}
+          {ex.queue_position != null && <>; position {ex.queue_position} in its queue</>}.
+          {ex.queue && <> Queue {ex.queue.name}: {ex.queue.used_gpus} of {ex.queue.nominal_gpus} GPUs used ({ex.queue.borrowed_gpus} borrowed), fair share {ex.queue.fair_share.toFixed(3)}.</>}
+        </p>
+      </div>
+      <Breakdown x={x} />
+      <h3>Attempts ({ex.attempts} on record)</h3>
+      <table>
+        <thead><tr><th>time</th><th>outcome</th><th>domain</th><th class="num">feasible / evaluated</th><th class="num">set</th></tr></thead>
+        <tbody>{history.slice().reverse().map((r) => {
+          const e = r.explanation;
+          return (
+            <tr><td>{time(r.time_ms)}</td>
+              <td>{e.outcome.kind === "placed" ? `placed on ${e.outcome.nodes.map(([n, k]) => (k > 1 ? `${n}×${k}` : n)).join(", ")}` : `pending: ${e.outcome.waiting_for}`}</td>
+              <td>{e.domain ?? "—"}</td><td class="num">{e.nodes_feasible} / {e.nodes_evaluated}</td><td class="num">v{e.policy_set}</td></tr>
+          );
+        })}</tbody>
+      </table>
+    </section>
+  );
+}
+
+function verdict(b: Explanation["quota"]["builtin"]) {
+  if (b.verdict === "within") return "admitted within the queue's quota";
+  if (b.verdict === "borrowing") return `admitted, borrowing ${b.gpus} GPUs of idle capacity`;
+  return `denied: ${b.reason}`;
+}
+
+export function Breakdown({ x }: { x: Explanation }) {
+  return (
+    <div class="card">
+      <h3>Latest decision (policy set v{x.policy_set})</h3>
+      <p><strong>Quota:</strong> {verdict(x.quota.builtin)}
+        {x.quota.policies.map(([p, v]) => <>; {p}: {v}</>)}. <strong>Topology domain:</strong> {x.domain ?? "none chosen"}.</p>
+      <p><strong>Policies:</strong> {x.policies.map((p) => `${p.name} ${p.version} (${p.role}, weight ${p.weight}, ${short(p.sha256)})`).join("; ") || "built-ins only"}</p>
+      <p>{x.nodes_feasible} of {x.nodes_evaluated} evaluated nodes (of {x.nodes_total}) passed every filter.</p>
+      <h4>Nodes rejected, per policy and reason</h4>
+      {x.filters.some((f) => f.rejected.length) ? (
+        <table>
+          <thead><tr><th>policy</th><th>reason</th><th class="num">nodes</th></tr></thead>
+          <tbody>{x.filters.flatMap((f) => f.rejected.map(([reason, n]) => <tr><td>{f.policy}</td><td>{reason}</td><td class="num">{n}</td></tr>))}</tbody>
+        </table>
+      ) : <p>No node was rejected.</p>}
+      <h4>Top nodes by score</h4>
+      {x.top_nodes.length ? (
+        <table>
+          <thead><tr><th>node</th><th class="num">total</th><th>parts</th></tr></thead>
+          <tbody>{x.top_nodes.map((n) => <tr><td>{n.node}</td><td class="num">{n.total}</td><td>{n.parts.map(([p, s]) => `${p} ${s}`).join(", ")}</td></tr>)}</tbody>
+        </table>
+      ) : <p>No node was scored.</p>}
+      {x.faults.length > 0 && <p class="error">Policy faults: {x.faults.join("; ")}</p>}
+    </div>
+  );
+}

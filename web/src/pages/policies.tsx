@@ -1,0 +1,167 @@
+// Policies, set versions and the audit trail for everyone; for admins also upload (validate
+// first), shadow mode, activate and roll back, each behind a confirmation. A viewer's page has
+// none of those controls in it at all.
+import { useEffect, useState } from "preact/hooks";
+import { call, get, message, post, type AuditEntry, type Manifest, type PolicySet, type SetEntry, type ShadowReport, type Validation } from "../api";
+import { Confirm, Status, dateTime, short, time } from "../ui";
+
+interface SetList { active: number; sets: PolicySet[] }
+interface Pending { title: string; text: string; run: () => Promise<string> }
+
+export function PoliciesPage({ admin }: { admin: boolean }) {
+  const [policies, setPolicies] = useState<Manifest[]>([]);
+  const [sets, setSets] = useState<SetList | null>(null);
+  const [shadow, setShadow] = useState<ShadowReport | null>(null);
+  const [audit, setAudit] = useState<AuditEntry[]>([]);
+  const [error, setError] = useState<string | null>(null);
+  const [ok, setOk] = useState<string | null>(null);
+  const [confirm, setConfirm] = useState<Pending | null>(null);
+
+  const load = async () => {
+    try {
+      const [p, s, a] = await Promise.all([get<Manifest[]>("/api/policies"), get<SetList>("/api/sets"), get<AuditEntry[]>("/api/audit?limit=50")]);
+      setPolicies(p); setSets(s); setAudit(a);
+      try { setShadow(await get<ShadowReport>("/api/shadow")); } catch { setShadow(null); }
+    } catch (e) { setError(message(e)); }
+  };
+  useEffect(() => { load(); const t = setInterval(load, 3000); return () => clearInterval(t); }, []);
+
+  const ask = (p: Pending) => { setError(null); setOk(null); setConfirm(p); };
+  const run = async () => {
+    const p = confirm!;
+    setConfirm(null);
+    try { setOk(await p.run()); } catch (e) { setError(message(e)); }
+    load();
+  };
+  const byHash = new Map(policies.map((p) => [p.sha256, p]));
+  const describe = (e: SetEntry) => { const m = byHash.get(e.sha256); return `${m ? `${m.name} ${m.version}` : short(e.sha256)} (weight ${e.weight}, config ${e.config})`; };
+
+  return (
+    <>
+      <h1>Policies</h1>
+      <Status error={error} ok={ok} />
+      {admin && <Upload sets={sets} byHash={byHash} ask={ask} />}
+      <h2>Policy set versions</h2>
+      {sets && (
+        <table>
+          <thead><tr><th class="num">version</th><th>policies, in order</th><th>created</th><th>note</th>{admin && <th>actions</th>}</tr></thead>
+          <tbody>{[...sets.sets].reverse().map((s) => (
+            <tr>
+              <td class="num">v{s.version}{s.version === sets.active && <strong> (active)</strong>}</td>
+              <td>{s.entries.map(describe).join("; ")}</td>
+              <td>{s.created_by}, {dateTime(s.created_at_ms)}</td><td>{s.note}</td>
+              {admin && <td>
+                {s.version !== sets.active && (s.version > sets.active
+                  ? <button type="button" class="primary" onClick={() => ask({ title: `Activate v${s.version}?`, text: `New cycles will run policy set v${s.version} instead of v${sets.active}.`,
+                      run: async () => { await post(`/api/sets/${s.version}/activate`); return `Policy set v${s.version} is active.`; } })}>Activate v{s.version}</button>
+                  : <button type="button" class="danger" onClick={() => ask({ title: `Roll back to v${s.version}?`, text: `New cycles will run policy set v${s.version} instead of v${sets.active}.`,
+                      run: async () => { await post(`/api/sets/${s.version}/rollback`); return `Rolled back to policy set v${s.version}.`; } })}>Roll back to v{s.version}</button>)}
+                {s.version !== sets.active && !shadow && <button type="button" onClick={() => ask({ title: `Shadow v${s.version}?`, text: `Every cycle will also run v${s.version} and record where it would decide differently. Nothing it decides takes effect.`,
+                  run: async () => { await post("/api/shadow", { version: s.version }); return `Shadow mode started for v${s.version}.`; } })}>Shadow v{s.version}</button>}
+              </td>}
+            </tr>
+          ))}</tbody>
+        </table>
+      )}
+      <h2>Shadow mode</h2>
+      {shadow ? (
+        <div class="card" data-testid="shadow-report">
+          <p>Candidate v{shadow.candidate_version}, started by {shadow.started_by} at {time(shadow.started_ms)}: {shadow.cycles} cycles, {shadow.decisions_compared} decisions compared,{" "}
+            {Object.values(shadow.counts).reduce((a, b) => a + b, 0)} disagreements
+            {Object.keys(shadow.counts).length > 0 && <> ({Object.entries(shadow.counts).map(([k, v]) => `${k}: ${v}`).join(", ")})</>}.</p>
+          {admin && <button type="button" onClick={() => ask({ title: "Stop shadow mode?", text: `The report for v${shadow.candidate_version} is dropped.`,
+            run: async () => { await call("/api/shadow", { method: "DELETE" }); return "Shadow mode stopped."; } })}>Stop shadow mode</button>}
+          {shadow.recent.length > 0 && (
+            <table aria-label="Recent disagreements">
+              <thead><tr><th>time</th><th>job</th><th>kind</th><th>active decided</th><th>candidate would</th></tr></thead>
+              <tbody>{shadow.recent.slice(-15).reverse().map((d) => (
+                <tr><td>{time(d.time_ms)}</td><td>{d.job}</td><td>{d.kind}</td><td>{outcome(d.active)}</td><td>{outcome(d.candidate)}</td></tr>
+              ))}</tbody>
+            </table>
+          )}
+        </div>
+      ) : <p>No shadow run is active.</p>}
+      <h2>Stored policies</h2>
+      <table>
+        <thead><tr><th>name</th><th>version</th><th>role</th><th>sha256</th><th class="num">size</th><th>uploaded</th></tr></thead>
+        <tbody>{policies.map((p) => (
+          <tr><td>{p.name}</td><td>{p.version}</td><td>{p.role}</td><td class="mono">{short(p.sha256)}</td>
+            <td class="num">{Math.round(p.size / 1024)} KiB</td><td>{p.uploaded_by}, {dateTime(p.uploaded_at_ms)}</td></tr>
+        ))}</tbody>
+      </table>
+      <h2>Audit trail</h2>
+      <table>
+        <thead><tr><th>when</th><th>who</th><th>from</th><th>action</th><th>detail</th></tr></thead>
+        <tbody>{audit.map((a) => <tr><td>{dateTime(a.at_ms)}</td><td>{a.who}</td><td>{a.from}</td><td>{a.action}</td><td>{a.detail}</td></tr>)}</tbody>
+      </table>
+      {admin && <Confirm open={!!confirm} title={confirm?.title ?? ""} onConfirm={run} onCancel={() => setConfirm(null)}><p>{confirm?.text}</p></Confirm>}
+    </>
+  );
+}
+
+function outcome(x: { outcome: { kind: string; nodes?: [string, number][] }; domain: string | null }) {
+  return x.outcome.kind === "placed" ? `placed on ${x.outcome.nodes!.map(([n]) => n).slice(0, 3).join(", ")}${x.domain ? ` (${x.domain})` : ""}` : "pending";
+}
+
+function Upload({ sets, byHash, ask }: { sets: SetList | null; byHash: Map<string, Manifest>; ask: (p: Pending) => void }) {
+  const [file, setFile] = useState<File | null>(null);
+  const [config, setConfig] = useState("{}");
+  const [weight, setWeight] = useState(1);
+  const [validation, setValidation] = useState<Validation | null>(null);
+  const [error, setError] = useState<string | null>(null);
+  const query = () => `config=${encodeURIComponent(config.trim() || "{}")}`;
+  const checkConfig = () => {
+    try { JSON.parse(config.trim() || "{}"); return true; } catch (e) { setError(`The config is not valid JSON: ${(e as Error).message}`); return false; }
+  };
+  const validate = async () => {
+    setError(null); setValidation(null);
+    if (!file) return setError("Choose a .wasm file first.");
+    if (!checkConfig()) return;
+    try { setValidation(await call<Validation>(`/api/policies/validate?${query()}`, { method: "POST", body: file })); } catch (e) { setError(message(e)); }
+  };
+  const upload = () => {
+    setError(null);
+    if (!file) return setError("Choose a .wasm file first.");
+    if (!checkConfig() || !sets) return;
+    const active = sets.sets.find((s) => s.version === sets.active);
+    ask({
+      title: `Upload ${file.name}?`,
+      text: `The policy is validated and stored, and a new set version is created from the active set v${sets.active} with it (replacing the policy of the same name). Nothing changes until you activate that version.`,
+      run: async () => {
+        const up = await call<{ manifest: Manifest; validation: Validation }>(`/api/policies?${query()}`, { method: "POST", body: file });
+        setValidation(up.validation);
+        const entry: SetEntry = { sha256: up.manifest.sha256, weight, config: config.trim() || "{}" };
+        const entries = (active?.entries ?? []).map((e) => ({ ...e }));
+        const same = entries.findIndex((e) => byHash.get(e.sha256)?.name === up.manifest.name);
+        if (same >= 0) entries[same] = entry; else entries.push(entry);
+        const set = await post<PolicySet>("/api/sets", { entries, note: `upload of ${file.name} from the web UI` });
+        return `Uploaded ${up.manifest.name} ${up.manifest.version} (${short(up.manifest.sha256)}) and created policy set v${set.version}.`;
+      },
+    });
+  };
+  return (
+    <section class="card" aria-labelledby="upload-title">
+      <h2 id="upload-title">Upload a policy</h2>
+      <div class="row">
+        <label for="wasm">.wasm file</label>
+        <input id="wasm" type="file" accept=".wasm,application/wasm" onChange={(e) => { setFile((e.target as HTMLInputElement).files?.[0] ?? null); setValidation(null); }} />
+        <label for="weight">Weight</label>
+        <input id="weight" type="number" min={1} max={1000} value={weight} onInput={(e) => setWeight(Number((e.target as HTMLInputElement).value) || 1)} />
+      </div>
+      <label for="config">Config (JSON)</label>
+      <textarea id="config" rows={3} value={config} onInput={(e) => setConfig((e.target as HTMLTextAreaElement).value)} />
+      <div class="row">
+        <button type="button" onClick={validate}>Validate</button>
+        <button type="button" class="primary" onClick={upload}>Upload and create a set version</button>
+      </div>
+      <Status error={error} />
+      {validation && (
+        <div class="ok" role="status" data-testid="validation">
+          Valid: {validation.name} {validation.version}, a {validation.role} policy, {Math.round(validation.size / 1024)} KiB, sha256 {short(validation.sha256)}.
+          Self-test: {validation.self_test}
+          {validation.reasons.length > 0 && <> Reasons: {validation.reasons.map(([c, t]) => `${c} ${t}`).join("; ")}.</>}
+        </div>
+      )}
+    </section>
+  );
+}
