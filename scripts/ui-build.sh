@@ -5,9 +5,11 @@
 set -euo pipefail
 cd "$(dirname "$0")/../web"
 cache="${XDG_CACHE_HOME:-$HOME/.cache}/gantry/npm"
-# A copy of the lock file beside the installed packages says they match it.
+# A copy of the lock file beside the installed packages says they match it. `npm install
+# --no-save` installs the locked versions: this npm writes lock files that its own `npm ci`
+# refuses (it lists only this platform's optional rollup/esbuild packages).
 if ! cmp -s package-lock.json node_modules/.gantry-installed-lock.json 2>/dev/null; then
-    npm ci --cache "$cache" --no-audit --no-fund --loglevel=error
+    npm install --no-save --cache "$cache" --no-audit --no-fund --loglevel=error
     cp package-lock.json node_modules/.gantry-installed-lock.json
 fi
 npm run --silent build
