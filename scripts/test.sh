@@ -24,6 +24,14 @@ if scripts/api-fuzz.sh; then
 else
     echo "test result: FAILED. 0 passed; 1 failed (schemathesis)" >>"$CARGO_TARGET_DIR/test.log"
 fi
+
+step "web UI in a browser (playwright-core, Debian's Chromium; screenshots in \$CARGO_TARGET_DIR/ui-artifacts)"
+if scripts/ui-test.sh 2>&1 | tee "$CARGO_TARGET_DIR/ui-test.log"; then
+    n="$(sed -n 's/^ui tests: \([0-9]*\) passed.*/\1/p' "$CARGO_TARGET_DIR/ui-test.log")"
+    echo "test result: ok. ${n:-1} passed; 0 failed (browser UI tests)" >>"$CARGO_TARGET_DIR/test.log"
+else
+    echo "test result: FAILED. 0 passed; 1 failed (browser UI tests)" >>"$CARGO_TARGET_DIR/test.log"
+fi
 # One closing line for the whole run, in the form CI reads.
 awk '/^test result:/ { p += $4; f += $6 } END { printf "\n%d passed, %d failed\n", p, f; exit (f > 0) }' \
     "$CARGO_TARGET_DIR/test.log"
