@@ -62,8 +62,13 @@ impl std::fmt::Display for Role {
 /// Bounds on every policy call. Defaults follow DESIGN.md: 50 ms, 64 MiB.
 #[derive(Debug, Clone)]
 pub struct Limits {
-    /// Wall time for one call (and for instantiate + init), enforced by epoch interruption.
+    /// Wall time for one call, enforced by epoch interruption.
     pub deadline: Duration,
+    /// Wall time for instantiate + init. Apart from the call deadline because interpreted guests
+    /// (Python, JavaScript) copy in a runtime heap of megabytes before init runs: ~12 ms alone
+    /// for componentize-py's, which a busy host stretches past 50 ms. Init runs once per
+    /// instance, off the hot path; a policy that loops in init is still stopped.
+    pub init_deadline: Duration,
     pub memory_bytes: usize,
     pub table_elements: usize,
     /// Core instances, tables and memories a component may create in its store.
@@ -80,6 +85,7 @@ impl Default for Limits {
     fn default() -> Self {
         Self {
             deadline: Duration::from_millis(50),
+            init_deadline: Duration::from_millis(1000),
             memory_bytes: 64 << 20,
             table_elements: 100_000,
             instances: 64,
@@ -275,15 +281,20 @@ impl Drop for PolicyEngine {
 }
 
 impl EngineShared {
-    /// Epoch ticks that cover the deadline, plus one for the tick already under way.
+    /// Epoch ticks that cover the call deadline, plus one for the tick already under way.
     pub(crate) fn deadline_ticks(&self) -> u64 {
-        let ticks = self
-            .limits
-            .deadline
-            .as_nanos()
-            .div_ceil(EPOCH_TICK.as_nanos());
-        u64::try_from(ticks).unwrap_or(u64::MAX / 2) + 1
+        ticks_for(self.limits.deadline)
     }
+
+    /// Epoch ticks that cover the init deadline.
+    pub(crate) fn init_deadline_ticks(&self) -> u64 {
+        ticks_for(self.limits.init_deadline)
+    }
+}
+
+fn ticks_for(deadline: Duration) -> u64 {
+    let ticks = deadline.as_nanos().div_ceil(EPOCH_TICK.as_nanos());
+    u64::try_from(ticks).unwrap_or(u64::MAX / 2) + 1
 }
 
 fn engine_error(e: wasmtime::Error) -> PolicyError {

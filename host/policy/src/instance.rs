@@ -165,7 +165,7 @@ impl Instance {
         let mut store = Store::new(&shared.engine, state);
         store.limiter(|state| &mut state.limiter);
         store.epoch_deadline_trap();
-        store.set_epoch_deadline(shared.deadline_ticks());
+        store.set_epoch_deadline(shared.init_deadline_ticks());
         let exports = match &compiled.pre {
             RolePre::Filter(pre) => Exports::Filter(pre.instantiate(&mut store)?),
             RolePre::Score(pre) => Exports::Score(pre.instantiate(&mut store)?),

@@ -378,7 +378,7 @@ impl Policy {
             &self.options.capabilities,
             name,
         )
-        .map_err(|e| self.classify_error(None, &e))?;
+        .map_err(|e| self.classify_error(None, &e, true))?;
         let config = self.options.config.as_str();
         let init = match &instance.exports {
             Exports::Filter(f) => f
@@ -394,7 +394,7 @@ impl Policy {
         let info = match init {
             Ok(Ok(info)) => info,
             Ok(Err(message)) => return Err(PolicyFault::BadConfig { message }),
-            Err(error) => return Err(self.classify(&instance, &error)),
+            Err(error) => return Err(self.classify_error(Some(&instance), &error, true)),
         };
         let mut reasons: Vec<(u16, String)> = info
             .reasons
@@ -423,15 +423,26 @@ impl Policy {
     }
 
     fn classify(&self, instance: &Instance, error: &wasmtime::Error) -> PolicyFault {
-        self.classify_error(Some(instance), error)
+        self.classify_error(Some(instance), error, false)
     }
 
-    fn classify_error(&self, instance: Option<&Instance>, error: &wasmtime::Error) -> PolicyFault {
+    /// `in_init`: the error came from instantiate + init, which run under the init deadline.
+    fn classify_error(
+        &self,
+        instance: Option<&Instance>,
+        error: &wasmtime::Error,
+        in_init: bool,
+    ) -> PolicyFault {
         let limits = &self.shared.limits;
         let trap = error.downcast_ref::<Trap>().copied();
         if trap == Some(Trap::Interrupt) {
+            let deadline = if in_init {
+                limits.init_deadline
+            } else {
+                limits.deadline
+            };
             return PolicyFault::Timeout {
-                deadline_ms: u64::try_from(limits.deadline.as_millis()).unwrap_or(u64::MAX),
+                deadline_ms: u64::try_from(deadline.as_millis()).unwrap_or(u64::MAX),
             };
         }
         let out_of_memory = PolicyFault::OutOfMemory {
