@@ -34,9 +34,10 @@ type St = State<Arc<AppState>>;
 
 /// The whole HTTP surface.
 pub fn router(state: Arc<AppState>) -> Router {
-    // Uploads get a little room above the configured limit, so an oversized body is refused
-    // with our own message (413, naming both sizes) rather than cut off mid-read.
-    let upload_limit = state.live.config.max_upload_bytes + 64 * 1024;
+    // Bodies up to twice the configured limit are read whole and refused with our own message
+    // (413, naming both sizes): cutting a client off mid-upload makes it see a reset connection
+    // instead of the reason. Anything larger is cut off.
+    let upload_limit = state.live.config.max_upload_bytes * 2 + 64 * 1024;
     Router::new()
         .route("/healthz", get(|| async { "ok" }))
         .route("/readyz", get(readyz))
