@@ -1,13 +1,16 @@
 #!/usr/bin/env bash
 # Every test Gantry has, from a fresh machine: installs the toolchain and the wasm32-wasip2
-# target, builds the policies from plugins/, checks formatting and lints, runs the tests.
+# target, builds the policies from plugins/ and the web UI, checks formatting and lints, runs the
+# tests, fuzzes the API and drives the UI in a browser.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 source scripts/env.sh
 step() { printf '\n==> %s\n' "$*"; }
 
-step "toolchain and policies"
+step "toolchain, policies and the web UI"
 scripts/build-plugins.sh
+# Before any cargo build, so the one build of gantry embeds the UI.
+scripts/ui-build.sh
 
 step "format"
 cargo fmt --all --check
