@@ -88,7 +88,8 @@ wait_for() { # what, command...
 }
 wait_for etcd curl -sf "http://127.0.0.1:$etcd_port/health"
 
-# ServiceAccount admission is off: no controller manager runs to create default accounts.
+# No controller manager runs: ServiceAccount admission would wait for default accounts it
+# creates, and TaintNodesByCondition would leave a not-ready taint only it removes.
 setsid "$bin/kube-apiserver" \
     --bind-address=127.0.0.1 --advertise-address=127.0.0.1 --secure-port="$api_port" \
     --etcd-servers="http://127.0.0.1:$etcd_port" \
@@ -98,7 +99,7 @@ setsid "$bin/kube-apiserver" \
     --service-account-issuer=https://kubernetes.default.svc \
     --service-account-key-file="$dir/sa.pub" --service-account-signing-key-file="$dir/sa.key" \
     --service-cluster-ip-range=10.96.0.0/16 \
-    --disable-admission-plugins=ServiceAccount \
+    --disable-admission-plugins=ServiceAccount,TaintNodesByCondition \
     --profiling=false --v=1 >"$dir/kube-apiserver.log" 2>&1 </dev/null &
 echo $! >"$dir/kube-apiserver.pid"
 wait_for kube-apiserver curl -sf --cacert "$dir/ca.crt" -H "Authorization: Bearer $token" \

@@ -4,6 +4,7 @@
 mod bench;
 mod bench_activate;
 mod client;
+mod kube;
 mod policy_test;
 mod sample;
 mod serve;
@@ -43,6 +44,15 @@ enum Command {
     Simulate(simulate::SimulateArgs),
     /// Ask a running server why a pod or job is pending, or where it went.
     Explain(client::ExplainArgs),
+    /// Work with a live cluster's objects.
+    #[command(subcommand)]
+    Kube(KubeCommand),
+}
+
+#[derive(Subcommand)]
+enum KubeCommand {
+    /// Create fake GPU nodes (for kwok) from a cluster spec, with topology labels.
+    CreateNodes(kube::CreateNodesArgs),
 }
 
 #[derive(Subcommand)]
@@ -135,6 +145,9 @@ fn main() -> ExitCode {
         }
         Command::Simulate(args) => simulate::run(args).map(|()| ExitCode::SUCCESS),
         Command::Serve(args) => serve::run(args).map(|()| ExitCode::SUCCESS),
+        Command::Kube(KubeCommand::CreateNodes(args)) => {
+            kube::create_nodes(args).map(|()| ExitCode::SUCCESS)
+        }
     };
     match result {
         Ok(code) => code,

@@ -45,6 +45,14 @@ pub struct ServeArgs {
     /// Where the API listens.
     #[arg(long, default_value = "127.0.0.1:7070")]
     listen: SocketAddr,
+    /// Schedule the live cluster of this kubeconfig (pods with schedulerName gantry) instead
+    /// of simulating one; --cluster and the synthetic load are then unused.
+    #[arg(long)]
+    kubeconfig: Option<PathBuf>,
+    /// With --kubeconfig: the node label of a topology level, as LEVEL=LABEL-KEY, innermost
+    /// first (repeatable; default nvlink, rack and block under topology.gantry.dev/, then zone).
+    #[arg(long = "topology-label", requires = "kubeconfig")]
+    topology_labels: Vec<String>,
     #[command(flatten)]
     server: ServerArgs,
     #[command(flatten)]
@@ -285,6 +293,17 @@ pub struct LoopSummary {
 }
 
 pub fn run(args: ServeArgs) -> anyhow::Result<()> {
+    if let Some(kubeconfig) = args.kubeconfig {
+        return crate::kube::serve(crate::kube::KubeServe {
+            kubeconfig,
+            topology_labels: args.topology_labels,
+            duration_s: args.duration_s,
+            no_policies: args.no_policies,
+            listen: args.listen,
+            server: args.server,
+            plugins: args.plugins,
+        });
+    }
     let symbols = Symbols::new();
     let sim = SimCluster::load(&args.cluster, &symbols)?;
     println!(

@@ -1,0 +1,261 @@
+//! Gantry on a live cluster: `gantry serve --kubeconfig FILE` (the simulated serve's API and
+//! store, with `gantry-kube` as the cluster source and binder) and `gantry kube create-nodes`
+//! (fake GPU nodes from a cluster spec, for the test control plane in `tests/cluster/`).
+
+use std::collections::HashSet;
+use std::net::SocketAddr;
+use std::path::PathBuf;
+use std::sync::Arc;
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::time::{Duration, Instant};
+
+use clap::Args;
+use gantry_core::{SchedulerConfig, Symbols};
+use gantry_kube::nodes::NodeDef;
+use gantry_kube::{KubeCluster, KubeConfig, TopologyLabel};
+use gantry_sim::ClusterSpec;
+
+use crate::serve::{ServerArgs, start_api, start_live};
+
+/// How long to wait for the watch caches' first full list.
+const SYNC_TIMEOUT: Duration = Duration::from_secs(60);
+/// Pending pods are tried again this often even when nothing in the cluster changed.
+const RETRY_PENDING: Duration = Duration::from_secs(1);
+
+/// What `gantry serve --kubeconfig` needs from the serve arguments.
+pub struct KubeServe {
+    pub kubeconfig: PathBuf,
+    pub topology_labels: Vec<String>,
+    pub duration_s: Option<f64>,
+    pub no_policies: bool,
+    pub listen: SocketAddr,
+    pub server: ServerArgs,
+    pub plugins: crate::PluginDir,
+}
+
+fn kube_config(topology_labels: &[String]) -> anyhow::Result<KubeConfig> {
+    let mut config = KubeConfig::default();
+    if !topology_labels.is_empty() {
+        config.topology = topology_labels
+            .iter()
+            .map(|t| TopologyLabel::parse(t).map_err(anyhow::Error::msg))
+            .collect::<anyhow::Result<_>>()?;
+    }
+    Ok(config)
+}
+
+/// Schedules the cluster of `opts.kubeconfig` until interrupted (or `duration_s`).
+pub fn serve(opts: KubeServe) -> anyhow::Result<()> {
+    let symbols = Symbols::new();
+    let config = kube_config(&opts.topology_labels)?;
+    let scheduler_name = config.scheduler_name.clone();
+    let mut cluster = KubeCluster::connect(&opts.kubeconfig, config)?;
+    println!(
+        "gantry serve: scheduling pods with schedulerName {scheduler_name} in the cluster of {}; Ctrl-C stops",
+        opts.kubeconfig.display()
+    );
+    cluster.wait_synced(SYNC_TIMEOUT)?;
+    println!("  watch caches synced: {} nodes", cluster.node_count());
+    let (live, tokens) = start_live(
+        &opts.server,
+        symbols.clone(),
+        (!opts.no_policies).then_some(&opts.plugins),
+    )?;
+    let stop = Arc::new(AtomicBool::new(false));
+    let (bound, api) = start_api(live.clone(), tokens, opts.listen, stop.clone())?;
+    println!(
+        "  API on http://{bound}/api (OpenAPI at /api/openapi.json), data in {}",
+        opts.server.data_dir.display()
+    );
+    let started = Instant::now();
+    let mut seen_generation = None;
+    let mut last_cycle = Instant::now();
+    let mut waiting = false;
+    let (mut cycles, mut bound_pods) = (0u64, 0u64);
+    // Gang members already recorded in the store, so each is written once.
+    let mut recorded: HashSet<String> = HashSet::new();
+    loop {
+        if stop.load(Ordering::Relaxed)
+            || opts
+                .duration_s
+                .is_some_and(|d| started.elapsed().as_secs_f64() >= d)
+        {
+            break;
+        }
+        let generation = cluster.generation();
+        let changed = seen_generation != Some(generation);
+        if changed || (waiting && last_cycle.elapsed() >= RETRY_PENDING) {
+            seen_generation = Some(generation);
+            last_cycle = Instant::now();
+            let config = SchedulerConfig {
+                max_attempts: 200,
+                // Preemption needs the Eviction API, which the binder does not use yet.
+                preemption: false,
+                ..SchedulerConfig::default()
+            };
+            let mut snap = cluster.snapshot(&symbols, config);
+            let new_members: Vec<(String, String)> = snap
+                .pod_to_job()
+                .into_iter()
+                .filter(|(pod, _)| !recorded.contains(pod))
+                .collect();
+            if !new_members.is_empty() {
+                live.record_pods(&new_members);
+                recorded.extend(new_members.into_iter().map(|(pod, _)| pod));
+            }
+            let now_s = gantry_server::now_ms() as f64 / 1000.0;
+            let mut cache = gantry_policy::NodeCache::default();
+            let output = live.run_cycle(
+                &mut snap.scheduler,
+                &mut cache,
+                now_s,
+                gantry_server::now_ms(),
+            );
+            let report = cluster.apply(&snap, &output);
+            for error in &report.errors {
+                tracing::warn!(%error, "binder");
+            }
+            live.publish(&snap.scheduler, "kube");
+            waiting = report.bound < output.decisions.iter().filter(|d| d.placed).count()
+                || output.decisions.iter().any(|d| !d.placed)
+                || !snap.waiting.is_empty();
+            cycles += 1;
+            bound_pods += report.bound as u64;
+        }
+        live.idle(Duration::from_millis(50));
+    }
+    stop.store(true, Ordering::Relaxed);
+    live.store.flush()?;
+    let deadline = Instant::now() + Duration::from_secs(3);
+    while !api.is_finished() && Instant::now() < deadline {
+        std::thread::sleep(Duration::from_millis(20));
+    }
+    println!("gantry serve: stopped after {cycles} cycles; {bound_pods} pods bound");
+    Ok(())
+}
+
+#[derive(Args, Debug)]
+pub struct CreateNodesArgs {
+    /// Cluster spec (the simulator's YAML) whose nodes to create.
+    #[arg(long)]
+    spec: PathBuf,
+    /// The cluster to create them in.
+    #[arg(long, env = "KUBECONFIG")]
+    kubeconfig: PathBuf,
+    /// A taint on every node, as KEY=VALUE:EFFECT (repeatable).
+    #[arg(long = "taint")]
+    taints: Vec<String>,
+    /// Node label for a topology level, as LEVEL=LABEL-KEY (repeatable; default
+    /// topology.gantry.dev/LEVEL).
+    #[arg(long = "topology-label")]
+    topology_labels: Vec<String>,
+}
+
+fn parse_taint(text: &str) -> anyhow::Result<(String, String, String)> {
+    let parsed = text.split_once(':').and_then(|(kv, effect)| {
+        let (key, value) = kv.split_once('=').unwrap_or((kv, ""));
+        ["NoSchedule", "PreferNoSchedule", "NoExecute"]
+            .contains(&effect)
+            .then(|| (key.to_string(), value.to_string(), effect.to_string()))
+    });
+    parsed.ok_or_else(|| {
+        anyhow::anyhow!(
+            "taint {text:?}: expected KEY=VALUE:EFFECT with EFFECT NoSchedule, PreferNoSchedule or NoExecute"
+        )
+    })
+}
+
+/// The nodes of `spec`, named and labelled as the simulator names them (`h100-0`, rack `rack-0`).
+pub fn spec_nodes(spec: &ClusterSpec, taints: &[(String, String, String)]) -> Vec<NodeDef> {
+    let symbols = Symbols::new();
+    let cluster = spec.build(&symbols);
+    let t = &cluster.nodes;
+    (0..t.len())
+        .map(|i| NodeDef {
+            name: symbols.resolve(t.name[i]).to_string(),
+            gpus: t.gpu_total[i],
+            gpu_type: Some(symbols.resolve(t.gpu_type[i]).to_string()).filter(|s| !s.is_empty()),
+            cpu_milli: t.cpu_free_milli[i],
+            memory_mib: t.memory_free_mib[i],
+            topology: t
+                .levels
+                .iter()
+                .filter(|level| level.node_domain[i] != u32::MAX)
+                .map(|level| {
+                    let name = symbols.resolve(level.name).to_string();
+                    let domain = format!("{name}-{}", level.node_domain[i]);
+                    (name, domain)
+                })
+                .collect(),
+            taints: taints.to_vec(),
+        })
+        .collect()
+}
+
+pub fn create_nodes(args: CreateNodesArgs) -> anyhow::Result<()> {
+    let spec = ClusterSpec::load(&args.spec)?;
+    let taints = args
+        .taints
+        .iter()
+        .map(|t| parse_taint(t))
+        .collect::<anyhow::Result<Vec<_>>>()?;
+    let config = kube_config(&args.topology_labels)?;
+    let nodes: Vec<_> = spec_nodes(&spec, &taints)
+        .iter()
+        .map(|def| gantry_kube::nodes::node_object(def, &config))
+        .collect();
+    let total = nodes.len();
+    let created = gantry_kube::nodes::create_nodes(&args.kubeconfig, nodes)?;
+    println!(
+        "{}: {total} nodes ({created} created, {} existed already)",
+        spec.name,
+        total - created
+    );
+    Ok(())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn spec_nodes_carry_gpus_type_and_topology() {
+        let path = concat!(
+            env!("CARGO_MANIFEST_DIR"),
+            "/../../../shared/clusters/small-64.yaml"
+        );
+        let spec = ClusterSpec::load(std::path::Path::new(path)).unwrap();
+        let nodes = spec_nodes(&spec, &[]);
+        assert_eq!(nodes.len(), 64);
+        let first = &nodes[0];
+        assert_eq!(first.name, "h100-0");
+        assert_eq!(first.gpus, 8);
+        assert_eq!(first.gpu_type.as_deref(), Some("H100-SXM5-80GB"));
+        assert_eq!(
+            first.topology,
+            [
+                ("rack".to_string(), "rack-0".to_string()),
+                ("block".to_string(), "block-0".to_string())
+            ]
+        );
+        let last = nodes.last().unwrap();
+        assert_eq!((last.name.as_str(), last.gpus), ("l4-15", 4));
+        assert_eq!(
+            last.topology.len(),
+            1,
+            "the L4 pool has racks but no blocks"
+        );
+    }
+
+    #[test]
+    fn taints_parse_or_say_what_is_wrong() {
+        assert_eq!(
+            parse_taint("team=rl:NoSchedule").unwrap(),
+            ("team".into(), "rl".into(), "NoSchedule".into())
+        );
+        assert_eq!(
+            parse_taint("team=rl").unwrap_err().to_string(),
+            "taint \"team=rl\": expected KEY=VALUE:EFFECT with EFFECT NoSchedule, PreferNoSchedule or NoExecute"
+        );
+    }
+}

@@ -1,0 +1,512 @@
+//! The live cluster: watch caches in, bindings, Events and conditions out.
+//!
+//! The scheduling loop is synchronous (it shares [`gantry_core::Scheduler`] with nothing and
+//! runs Wasm policies), so this type owns a small tokio runtime for the reflectors and blocks
+//! on it only to bind and report.
+
+use std::collections::HashMap;
+use std::path::Path;
+use std::sync::Arc;
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::time::{Duration, Instant};
+
+use futures::StreamExt;
+use gantry_core::{CycleOutput, SchedulerConfig, Symbols};
+use k8s_openapi::api::core::v1::{Binding, Node, ObjectReference, Pod};
+use k8s_openapi::api::events::v1::Event;
+use k8s_openapi::apimachinery::pkg::apis::meta::v1::{MicroTime, ObjectMeta};
+use kube::api::{ApiResource, DynamicObject, GroupVersionKind, Patch, PatchParams, PostParams};
+use kube::runtime::reflector::{self, ObjectRef, Store};
+use kube::runtime::{WatchStreamExt, watcher};
+use kube::{Api, Client, Resource, ResourceExt};
+
+use crate::config::KubeConfig;
+use crate::snapshot::{self, Inputs, PendingPod, Snapshot};
+use crate::{Error, Result};
+
+/// The name Gantry reports Events and bindings under.
+const COMPONENT: &str = "gantry";
+/// How long a pod we bound counts as running before the bound-pod cache confirms it.
+const ASSUME_TTL: Duration = Duration::from_secs(60);
+/// Bindings and status patches in flight at once.
+const CONCURRENCY: usize = 16;
+
+/// What one [`KubeCluster::apply`] did.
+#[derive(Debug, Default, Clone, PartialEq, Eq)]
+pub struct ApplyReport {
+    pub bound: usize,
+    pub unschedulable: usize,
+    /// One line per failed binding or report.
+    pub errors: Vec<String>,
+}
+
+/// The cluster source and binder for a live cluster.
+pub struct KubeCluster {
+    runtime: tokio::runtime::Runtime,
+    client: Client,
+    config: KubeConfig,
+    nodes: Store<Node>,
+    /// Our pods with no node yet.
+    pending: Store<Pod>,
+    /// Every pod bound to a node and not finished.
+    bound: Store<Pod>,
+    /// scheduler-plugins' PodGroups; `None` when the cluster has no such CRD.
+    pod_groups: Option<Store<DynamicObject>>,
+    /// Bumped by every watch event (any cache); a loop rebuilds its snapshot when it moved.
+    generation: Arc<AtomicU64>,
+    /// Pods this process bound, by uid, with their node and when: kube-scheduler's assume
+    /// cache, so the next cycle does not hand their room out again before the watch confirms.
+    assumed: HashMap<String, (Arc<Pod>, String, Instant)>,
+    /// The last FailedScheduling message posted per pod uid: the same reason is not posted
+    /// again every cycle.
+    last_failed: HashMap<String, String>,
+}
+
+/// A small runtime for the caches and calls; the scheduling loop blocks on it.
+pub(crate) fn runtime() -> Result<tokio::runtime::Runtime> {
+    tokio::runtime::Builder::new_multi_thread()
+        .worker_threads(2)
+        .thread_name("gantry-kube")
+        .enable_all()
+        .build()
+        .map_err(|e| Error::Runtime(e.to_string()))
+}
+
+/// A client from the kubeconfig at `path` (its current context).
+pub(crate) fn client(runtime: &tokio::runtime::Runtime, path: &Path) -> Result<Client> {
+    let unreadable = |message: String| Error::Kubeconfig {
+        path: path.display().to_string(),
+        message,
+    };
+    let kubeconfig =
+        kube::config::Kubeconfig::read_from(path).map_err(|e| unreadable(e.to_string()))?;
+    runtime.block_on(async {
+        let options = kube::config::KubeConfigOptions::default();
+        let cfg = kube::Config::from_custom_kubeconfig(kubeconfig, &options)
+            .await
+            .map_err(|e| unreadable(e.to_string()))?;
+        Client::try_from(cfg).map_err(|e| Error::Connect(e.to_string()))
+    })
+}
+
+/// Starts a reflector over `api` and returns its cache.
+fn reflect<K>(
+    runtime: &tokio::runtime::Runtime,
+    api: Api<K>,
+    config: watcher::Config,
+    generation: Arc<AtomicU64>,
+    what: &'static str,
+    dyntype: K::DynamicType,
+) -> Store<K>
+where
+    K: Resource + Clone + std::fmt::Debug + serde::de::DeserializeOwned + Send + Sync + 'static,
+    K::DynamicType: Eq + std::hash::Hash + Clone + Send + Sync,
+{
+    let writer = reflector::store::Writer::new(dyntype);
+    let reader = writer.as_reader();
+    let stream = watcher(api, config)
+        .default_backoff()
+        // Nobody reads managedFields, and they are often the largest part of an object.
+        .modify(|object: &mut K| object.managed_fields_mut().clear())
+        .reflect(writer);
+    runtime.spawn(async move {
+        let mut stream = std::pin::pin!(stream);
+        while let Some(event) = stream.next().await {
+            generation.fetch_add(1, Ordering::Relaxed);
+            if let Err(error) = event {
+                tracing::warn!(%error, cache = what, "watch failed; retrying with backoff");
+            }
+        }
+    });
+    reader
+}
+
+impl KubeCluster {
+    /// Connects with the kubeconfig at `path` and starts the watch caches.
+    pub fn connect(path: &Path, config: KubeConfig) -> Result<Self> {
+        let runtime = runtime()?;
+        let client = client(&runtime, path)?;
+        // One discovery call at start: watching a kind the cluster does not serve would keep
+        // the caches from ever syncing.
+        let has_pod_groups = runtime.block_on(async {
+            client
+                .list_api_group_resources("scheduling.x-k8s.io/v1alpha1")
+                .await
+                .is_ok_and(|list| list.resources.iter().any(|r| r.name == "podgroups"))
+        });
+        let generation = Arc::new(AtomicU64::new(0));
+        let nodes = reflect(
+            &runtime,
+            Api::<Node>::all(client.clone()),
+            watcher::Config::default(),
+            generation.clone(),
+            "nodes",
+            (),
+        );
+        let pending = reflect(
+            &runtime,
+            Api::<Pod>::all(client.clone()),
+            watcher::Config::default().fields(&format!(
+                "spec.schedulerName={},spec.nodeName=",
+                config.scheduler_name
+            )),
+            generation.clone(),
+            "unbound pods",
+            (),
+        );
+        let bound = reflect(
+            &runtime,
+            Api::<Pod>::all(client.clone()),
+            watcher::Config::default()
+                .fields("spec.nodeName!=,status.phase!=Succeeded,status.phase!=Failed"),
+            generation.clone(),
+            "bound pods",
+            (),
+        );
+        let pod_groups = has_pod_groups.then(|| {
+            let resource = ApiResource::from_gvk_with_plural(
+                &GroupVersionKind::gvk("scheduling.x-k8s.io", "v1alpha1", "PodGroup"),
+                "podgroups",
+            );
+            reflect(
+                &runtime,
+                Api::<DynamicObject>::all_with(client.clone(), &resource),
+                watcher::Config::default(),
+                generation.clone(),
+                "pod groups",
+                resource,
+            )
+        });
+        if !has_pod_groups {
+            tracing::info!(
+                "no scheduling.x-k8s.io/v1alpha1 PodGroup in this cluster: gangs come from Gantry's labels"
+            );
+        }
+        Ok(Self {
+            runtime,
+            client,
+            config,
+            nodes,
+            pending,
+            bound,
+            pod_groups,
+            generation,
+            assumed: HashMap::new(),
+            last_failed: HashMap::new(),
+        })
+    }
+
+    /// Waits until every cache holds a full list. Schedule nothing before: a half-filled
+    /// bound-pod cache would make used GPUs look free.
+    pub fn wait_synced(&self, timeout: Duration) -> Result<()> {
+        self.runtime.block_on(async {
+            let all = async {
+                let _ = self.nodes.wait_until_ready().await;
+                let _ = self.pending.wait_until_ready().await;
+                let _ = self.bound.wait_until_ready().await;
+                if let Some(groups) = &self.pod_groups {
+                    let _ = groups.wait_until_ready().await;
+                }
+            };
+            tokio::time::timeout(timeout, all)
+                .await
+                .map_err(|_| Error::SyncTimeout(timeout.as_secs()))
+        })
+    }
+
+    /// Counts watch events; equal values mean the caches have not changed.
+    pub fn generation(&self) -> u64 {
+        self.generation.load(Ordering::Relaxed)
+    }
+
+    /// Nodes in the cache.
+    pub fn node_count(&self) -> usize {
+        self.nodes.state().len()
+    }
+
+    /// The cycle's input, built from the caches (no API call).
+    pub fn snapshot(&mut self, symbols: &Arc<Symbols>, config: SchedulerConfig) -> Snapshot {
+        let bound = self.bound.state();
+        let bound_uids: std::collections::HashSet<&str> = bound
+            .iter()
+            .filter_map(|p| p.metadata.uid.as_deref())
+            .collect();
+        self.assumed.retain(|uid, (_, _, at)| {
+            !bound_uids.contains(uid.as_str()) && at.elapsed() < ASSUME_TTL
+        });
+        let assumed: Vec<(Arc<Pod>, String)> = self
+            .assumed
+            .values()
+            .map(|(pod, node, _)| (pod.clone(), node.clone()))
+            .collect();
+        let pod_groups: HashMap<(String, String), u32> = self
+            .pod_groups
+            .iter()
+            .flat_map(|store| store.state())
+            .filter_map(|group| {
+                let min = group.data.get("spec")?.get("minMember")?.as_u64()?;
+                Some((
+                    (
+                        group.metadata.namespace.clone()?,
+                        group.metadata.name.clone()?,
+                    ),
+                    u32::try_from(min).ok()?,
+                ))
+            })
+            .collect();
+        snapshot::build(
+            &Inputs {
+                nodes: &self.nodes.state(),
+                bound: &bound,
+                pending: &self.pending.state(),
+                assumed: &assumed,
+                pod_groups: &pod_groups,
+            },
+            &self.config,
+            symbols,
+            config,
+        )
+    }
+
+    /// Acts on a cycle's decisions: binds placed jobs' pods, and reports why the others wait
+    /// (a FailedScheduling Event when the reason changed, and the PodScheduled condition).
+    pub fn apply(&mut self, snap: &Snapshot, output: &CycleOutput) -> ApplyReport {
+        let mut binds: Vec<(PendingPod, String)> = Vec::new();
+        let mut unschedulable: Vec<(PendingPod, String)> = snap.waiting.clone();
+        for decision in &output.decisions {
+            let Some((_, pods)) = snap.jobs.get(decision.job as usize) else {
+                continue;
+            };
+            if decision.placed {
+                let slots = snap.scheduler.slots(decision.job);
+                for (pod, slot) in pods.iter().zip(slots) {
+                    binds.push((pod.clone(), snap.node_names[slot.node as usize].clone()));
+                }
+            } else {
+                let message = decision.explanation.summary();
+                unschedulable.extend(pods.iter().map(|p| (p.clone(), message.clone())));
+            }
+        }
+        // Forget pods that are no longer waiting, so the map stays as small as the queue.
+        let waiting_now: std::collections::HashSet<&str> = unschedulable
+            .iter()
+            .map(|(p, _)| p.uid.as_str())
+            .chain(
+                snap.jobs
+                    .iter()
+                    .flat_map(|(_, p)| p.iter().map(|p| p.uid.as_str())),
+            )
+            .collect();
+        self.last_failed
+            .retain(|uid, _| waiting_now.contains(uid.as_str()));
+        let to_report: Vec<(PendingPod, String, bool)> = unschedulable
+            .into_iter()
+            .filter_map(|(pod, message)| {
+                let event = self.last_failed.get(&pod.uid) != Some(&message);
+                let wanted = Some(("False".into(), "Unschedulable".into(), message.clone()));
+                let condition = pod.scheduled_condition != wanted;
+                (event || condition).then_some((pod, message, event))
+            })
+            .collect();
+        let mut report = ApplyReport {
+            unschedulable: to_report.len(),
+            ..ApplyReport::default()
+        };
+        let client = &self.client;
+        let bind_results: Vec<(PendingPod, String, Result<()>)> = self.runtime.block_on(
+            futures::stream::iter(binds)
+                .map(|(pod, node)| async move {
+                    let result = bind(client, &pod, &node).await;
+                    if result.is_ok() {
+                        let note = format!("Successfully assigned {} to {node}", pod.key());
+                        if let Err(e) = event(client, &pod, "Normal", "Scheduled", "Binding", &note).await {
+                            tracing::warn!(pod = %pod.key(), error = %e, "cannot post the Scheduled event");
+                        }
+                    }
+                    (pod, node, result)
+                })
+                .buffer_unordered(CONCURRENCY)
+                .collect(),
+        );
+        for (pod, node, result) in bind_results {
+            match result {
+                Ok(()) => {
+                    report.bound += 1;
+                    let cached = self
+                        .pending
+                        .get(&ObjectRef::new(&pod.name).within(&pod.namespace));
+                    if let Some(cached) = cached {
+                        self.assumed
+                            .insert(pod.uid.clone(), (cached, node, Instant::now()));
+                    }
+                }
+                Err(error) => report.errors.push(error.to_string()),
+            }
+        }
+        let report_results: Vec<(String, String, std::result::Result<(), String>)> =
+            self.runtime.block_on(
+                futures::stream::iter(to_report)
+                    .map(|(pod, message, post_event)| async move {
+                        let result = report_unschedulable(client, &pod, &message, post_event).await;
+                        (pod.uid, message, result)
+                    })
+                    .buffer_unordered(CONCURRENCY)
+                    .collect(),
+            );
+        for (uid, message, result) in report_results {
+            match result {
+                Ok(()) => {
+                    self.last_failed.insert(uid, message);
+                }
+                Err(error) => report.errors.push(error),
+            }
+        }
+        report
+    }
+}
+
+/// Binds `pod` to `node` through the `pods/binding` subresource. A 409 means the pod is bound
+/// already: fine when to `node` (a retry after a lost answer), an error otherwise.
+async fn bind(client: &Client, pod: &PendingPod, node: &str) -> Result<()> {
+    let api: Api<Pod> = Api::namespaced(client.clone(), &pod.namespace);
+    let binding = Binding {
+        metadata: ObjectMeta {
+            name: Some(pod.name.clone()),
+            namespace: Some(pod.namespace.clone()),
+            // The uid makes the binding fail for a pod deleted and recreated under the name.
+            uid: Some(pod.uid.clone()),
+            ..ObjectMeta::default()
+        },
+        target: ObjectReference {
+            api_version: Some("v1".into()),
+            kind: Some("Node".into()),
+            name: Some(node.into()),
+            ..ObjectReference::default()
+        },
+    };
+    let bind_error = |message: String| Error::Bind {
+        pod: pod.key(),
+        node: node.into(),
+        message,
+    };
+    match api
+        .create_subresource::<_, serde_json::Value>(
+            "binding",
+            &pod.name,
+            &PostParams::default(),
+            &binding,
+        )
+        .await
+    {
+        Ok(_) => Ok(()),
+        Err(kube::Error::Api(status)) if status.code == 409 => {
+            let current = api
+                .get(&pod.name)
+                .await
+                .map_err(|e| bind_error(e.to_string()))?;
+            match current.spec.and_then(|s| s.node_name) {
+                Some(actual) if actual == node => Ok(()),
+                Some(actual) => Err(Error::BoundElsewhere {
+                    pod: pod.key(),
+                    wanted: node.into(),
+                    actual,
+                }),
+                None => Err(bind_error(status.message.clone())),
+            }
+        }
+        Err(error) => Err(bind_error(error.to_string())),
+    }
+}
+
+/// Posts an events.k8s.io/v1 Event about `pod`, as kube-scheduler does.
+async fn event(
+    client: &Client,
+    pod: &PendingPod,
+    type_: &str,
+    reason: &str,
+    action: &str,
+    note: &str,
+) -> std::result::Result<(), kube::Error> {
+    let now = k8s_openapi::jiff::Timestamp::now();
+    let event = Event {
+        metadata: ObjectMeta {
+            name: Some(format!("{}.{:x}", pod.name, now.as_nanosecond())),
+            namespace: Some(pod.namespace.clone()),
+            ..ObjectMeta::default()
+        },
+        event_time: Some(MicroTime(now)),
+        type_: Some(type_.into()),
+        reason: Some(reason.into()),
+        action: Some(action.into()),
+        // The API caps a note at 1 kB.
+        note: Some(truncate(note, 1000)),
+        reporting_controller: Some(format!("{COMPONENT}.dev/scheduler")),
+        reporting_instance: Some(COMPONENT.into()),
+        regarding: Some(ObjectReference {
+            api_version: Some("v1".into()),
+            kind: Some("Pod".into()),
+            name: Some(pod.name.clone()),
+            namespace: Some(pod.namespace.clone()),
+            uid: Some(pod.uid.clone()),
+            ..ObjectReference::default()
+        }),
+        ..Event::default()
+    };
+    Api::<Event>::namespaced(client.clone(), &pod.namespace)
+        .create(&PostParams::default(), &event)
+        .await
+        .map(|_| ())
+}
+
+fn truncate(text: &str, max: usize) -> String {
+    if text.len() <= max {
+        return text.into();
+    }
+    let mut end = max - 3;
+    while !text.is_char_boundary(end) {
+        end -= 1;
+    }
+    format!("{}...", &text[..end])
+}
+
+/// The FailedScheduling Event (when `post_event`) and the PodScheduled=False condition.
+async fn report_unschedulable(
+    client: &Client,
+    pod: &PendingPod,
+    message: &str,
+    post_event: bool,
+) -> std::result::Result<(), String> {
+    if post_event {
+        event(
+            client,
+            pod,
+            "Warning",
+            "FailedScheduling",
+            "Scheduling",
+            message,
+        )
+        .await
+        .map_err(|e| format!("cannot post FailedScheduling for pod {}: {e}", pod.key()))?;
+    }
+    let patch = serde_json::json!({
+        "status": {
+            "conditions": [{
+                "type": "PodScheduled",
+                "status": "False",
+                "reason": "Unschedulable",
+                "message": message,
+                "lastTransitionTime": k8s_openapi::jiff::Timestamp::now().to_string(),
+            }]
+        }
+    });
+    let api: Api<Pod> = Api::namespaced(client.clone(), &pod.namespace);
+    match api
+        .patch_status(&pod.name, &PatchParams::default(), &Patch::Strategic(patch))
+        .await
+    {
+        Ok(_) => Ok(()),
+        // Deleted meanwhile: nothing left to report on.
+        Err(kube::Error::Api(status)) if status.code == 404 => Ok(()),
+        Err(e) => Err(format!("cannot set PodScheduled on pod {}: {e}", pod.key())),
+    }
+}

@@ -1,0 +1,55 @@
+//! Gantry's cluster source and binder for live Kubernetes clusters: the only part, with
+//! `gantry-sim`, that differs between a real cluster and the simulator.
+//!
+//! - **Source** ([`KubeCluster`]): reflectors (watch caches) over nodes, over our unbound pods
+//!   (`spec.schedulerName: gantry`), over every bound pod (for accounting) and over
+//!   scheduler-plugins' `PodGroup`s. Nothing is listed per cycle or per node; nothing is scheduled
+//!   until every cache has synced. [`snapshot::build`] turns the caches into the core's model:
+//!   a node table (topology from labels, GPUs from `nvidia.com/gpu`, health from conditions and
+//!   taints) with bound pods reserved, and one job per single pod or complete gang.
+//! - **Binder** ([`KubeCluster::apply`]): binds through the `pods/binding` subresource,
+//!   idempotently (409 means bound already, and `spec.nodeName` is read back), and posts
+//!   `Scheduled` / `FailedScheduling` Events and the `PodScheduled` condition the way
+//!   kube-scheduler does.
+//!
+//! The core stays pure: kube types stop at this crate's boundary.
+
+pub mod cluster;
+pub mod config;
+pub mod nodes;
+pub mod quantity;
+pub mod snapshot;
+
+pub use cluster::{ApplyReport, KubeCluster};
+pub use config::{KubeConfig, TopologyLabel};
+pub use snapshot::{PendingPod, Snapshot};
+
+/// Why talking to the cluster failed. One line each, naming the object and the problem.
+#[derive(Debug, thiserror::Error)]
+pub enum Error {
+    #[error("cannot read kubeconfig {path}: {message}")]
+    Kubeconfig { path: String, message: String },
+    #[error("cannot connect to the API server: {0}")]
+    Connect(String),
+    #[error("the watch caches did not sync within {0} s (is the API server reachable?)")]
+    SyncTimeout(u64),
+    #[error("cannot bind pod {pod} to node {node}: {message}")]
+    Bind {
+        pod: String,
+        node: String,
+        message: String,
+    },
+    #[error("pod {pod} is already bound to {actual}, not {wanted}")]
+    BoundElsewhere {
+        pod: String,
+        wanted: String,
+        actual: String,
+    },
+    #[error("cannot create node {node}: {message}")]
+    CreateNode { node: String, message: String },
+    #[error("cannot start the kube runtime: {0}")]
+    Runtime(String),
+}
+
+/// This crate's result.
+pub type Result<T, E = Error> = std::result::Result<T, E>;
