@@ -21,6 +21,7 @@ export GOTOOLCHAIN=local GOFLAGS=-mod=readonly
 # The machine is shared: two compile jobs at most, at low priority.
 export GOMAXPROCS="${GOMAXPROCS:-2}"
 
+command -v go >/dev/null || { echo "build.sh: go not found on PATH (the control plane is built from Go modules)" >&2; exit 1; }
 key="$(
     cd "$here/controlplane"
     {
@@ -36,7 +37,6 @@ if [[ -x "$bin/kube-apiserver" && -x "$bin/etcd" && -x "$bin/kwok" ]]; then
     exit 0
 fi
 
-command -v go >/dev/null || { echo "build.sh: go not found on PATH (the control plane is built from Go modules)" >&2; exit 1; }
 staging="$cache/bin/.staging-$key-$$"
 rm -rf "$staging"
 mkdir -p "$staging"
