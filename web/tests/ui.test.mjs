@@ -131,12 +131,31 @@ await check("queues: quota table, fair-share chart, pending jobs with position",
 await check("researcher (viewer) finds why a pod is pending", async () => {
   const page = await signedIn(VIEWER);
   await go(page, "jobs", "#job-q");
-  // The first pending job; its first pod is `<job>-0`.
-  await page.getByRole("button", { name: "Pending jobs" }).click();
-  const job = await page.locator("table[aria-label='Matching jobs'] tbody tr td a").first().innerText({ timeout: 15000 });
-  await page.getByLabel("Job or pod name").fill(`${job}-0`);
-  await page.getByRole("button", { name: "Explain this name" }).click();
-  await page.getByRole("heading", { name: "Why pending now" }).waitFor();
+  // A pending gang; its first pod is `<job>-0`. A gang listed as pending may be placed, or
+  // not yet have its first decision, by the time it is explained: then the next one is tried.
+  let job = null;
+  for (let attempt = 0; attempt < 10 && job === null; attempt++) {
+    await page.getByRole("button", { name: "Pending jobs" }).click();
+    const rows = page.locator("table[aria-label='Matching jobs'] tbody tr");
+    await rows.first().waitFor({ timeout: 15000 });
+    const gangs = [];
+    for (const row of await rows.all()) {
+      const cells = await row.locator("td").allInnerTexts();
+      if (parseInt(cells[4], 10) > 1) gangs.push(cells[0]);
+      if (gangs.length > attempt) break;
+    }
+    const candidate = gangs[attempt] ?? gangs[0];
+    if (!candidate) { await page.waitForTimeout(1000); continue; }
+    await page.getByLabel("Job or pod name").fill(`${candidate}-0`);
+    await page.getByRole("button", { name: "Explain this name" }).click();
+    try {
+      await page.getByRole("heading", { name: "Why pending now" }).waitFor({ timeout: 5000 });
+      job = candidate;
+    } catch {
+      await go(page, "jobs", "#job-q");
+    }
+  }
+  assert(job !== null, "no pending gang could be explained in 10 tries");
   const why = await page.getByTestId("why").innerText();
   const waiting = await page.getByTestId("waiting-for").innerText();
   assert(why.length > 10 && waiting.length > 5, `why: ${why} / waiting for: ${waiting}`);
@@ -202,8 +221,11 @@ await check("admin uploads, shadows, activates, sees placement change in the fee
   await go(page, "feed", "text=decisions received");
   await page.locator(`li[data-set="1"]`).first().waitFor({ timeout: 30000 });
   await go(page, "policies", "text=Audit trail");
-  const audit = await page.locator("table").last().innerText();
-  assert(/set\.activate/.test(audit) && /set\.rollback/.test(audit), "audit trail lacks the activation or the rollback");
+  // The heading shows before the entries arrive: wait for the rows, then check them.
+  const auditRows = page.locator("table[aria-label='Audit trail'] tbody tr");
+  await auditRows.first().waitFor({ timeout: 15000 });
+  const audit = await page.locator("table[aria-label='Audit trail']").innerText();
+  assert(/set\.activate/.test(audit) && /set\.rollback/.test(audit), `audit trail lacks the activation or the rollback: ${audit.slice(0, 400)}`);
   await page.context().close();
 });
 

@@ -90,7 +90,7 @@ export function PoliciesPage({ admin }: { admin: boolean }) {
         ))}</tbody>
       </table>
       <h2>Audit trail</h2>
-      <table>
+      <table aria-label="Audit trail">
         <thead><tr><th>when</th><th>who</th><th>from</th><th>action</th><th>detail</th></tr></thead>
         <tbody>{audit.map((a) => <tr><td>{dateTime(a.at_ms)}</td><td>{a.who}</td><td>{a.from}</td><td>{a.action}</td><td>{a.detail}</td></tr>)}</tbody>
       </table>
