@@ -16,7 +16,7 @@ use k8s_openapi::api::core::v1::{Binding, Node, ObjectReference, Pod};
 use k8s_openapi::api::events::v1::Event;
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::{MicroTime, ObjectMeta};
 use kube::api::{ApiResource, DynamicObject, GroupVersionKind, Patch, PatchParams, PostParams};
-use kube::runtime::reflector::{self, ObjectRef, Store};
+use kube::runtime::reflector::{self, Store};
 use kube::runtime::{WatchStreamExt, watcher};
 use kube::{Api, Client, Resource, ResourceExt};
 
@@ -332,13 +332,8 @@ impl KubeCluster {
             match result {
                 Ok(()) => {
                     report.bound += 1;
-                    let cached = self
-                        .pending
-                        .get(&ObjectRef::new(&pod.name).within(&pod.namespace));
-                    if let Some(cached) = cached {
-                        self.assumed
-                            .insert(pod.uid.clone(), (cached, node, Instant::now()));
-                    }
+                    self.assumed
+                        .insert(pod.uid.clone(), (pod.pod.clone(), node, Instant::now()));
                 }
                 Err(error) => report.errors.push(error.to_string()),
             }

@@ -15,8 +15,10 @@ use crate::config::KubeConfig;
 use crate::quantity;
 
 /// A pod Gantry is deciding about, with what the binder needs to act on it.
-#[derive(Debug, Clone, PartialEq, Eq)]
+#[derive(Debug, Clone, PartialEq)]
 pub struct PendingPod {
+    /// The cached object: once bound, it counts as running until the bound-pod cache has it.
+    pub pod: Arc<Pod>,
     pub namespace: String,
     pub name: String,
     pub uid: String,
@@ -26,7 +28,7 @@ pub struct PendingPod {
 }
 
 impl PendingPod {
-    fn of(pod: &Pod) -> Self {
+    fn of(pod: &Arc<Pod>) -> Self {
         let condition = pod
             .status
             .as_ref()
@@ -40,6 +42,7 @@ impl PendingPod {
                 )
             });
         Self {
+            pod: pod.clone(),
             namespace: pod.metadata.namespace.clone().unwrap_or_default(),
             name: pod.metadata.name.clone().unwrap_or_default(),
             uid: pod.metadata.uid.clone().unwrap_or_default(),
