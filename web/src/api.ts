@@ -113,7 +113,8 @@ export interface Explanation {
 export interface DecisionRecord { time_ms: number; seq: number; explanation: Explanation }
 export interface Explain {
   name: string; kind: string; job: string; state: string; queue_position: number | null;
-  queue: Queue | null; why: string; waiting_for: string | null; latest: DecisionRecord; attempts: number;
+  queue_name: string; pods: number; gpus_per_pod: number; priority: number;
+  queue: Queue | null; why: string; waiting_for: string | null; latest: DecisionRecord | null; attempts: number;
 }
 export interface DecisionEvent {
   time_ms: number; job: string; queue: string; placed: boolean; pods: number; gpus_per_pod: number;

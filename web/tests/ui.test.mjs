@@ -131,8 +131,8 @@ await check("queues: quota table, fair-share chart, pending jobs with position",
 await check("researcher (viewer) finds why a pod is pending", async () => {
   const page = await signedIn(VIEWER);
   await go(page, "jobs", "#job-q");
-  // A pending gang; its first pod is `<job>-0`. A gang listed as pending may be placed, or
-  // not yet have its first decision, by the time it is explained: then the next one is tried.
+  // A pending gang that was attempted; its first pod is `<job>-0`. A gang listed as pending may
+  // be placed, or not yet attempted, by the time it is explained: then the next one is tried.
   let job = null;
   for (let attempt = 0; attempt < 10 && job === null; attempt++) {
     await page.getByRole("button", { name: "Pending jobs" }).click();
@@ -149,7 +149,9 @@ await check("researcher (viewer) finds why a pod is pending", async () => {
     await page.getByLabel("Job or pod name").fill(`${candidate}-0`);
     await page.getByRole("button", { name: "Explain this name" }).click();
     try {
+      // Pending, and attempted at least once (a job far back in a long queue may not have been).
       await page.getByRole("heading", { name: "Why pending now" }).waitFor({ timeout: 5000 });
+      await page.getByText("Nodes rejected, per policy and reason").waitFor({ timeout: 2000 });
       job = candidate;
     } catch {
       await go(page, "jobs", "#job-q");
@@ -210,7 +212,8 @@ await check("admin uploads, shadows, activates, sees placement change in the fee
   await confirm();
   await page.getByText(`Policy set v${v} is active.`).waitFor({ timeout: 15000 });
   await go(page, "feed", "text=decisions received");
-  await page.locator(`li[data-set="${v}"][data-placed="yes"]`).first().waitFor({ timeout: 30000 });
+  // A full cluster places work only as jobs end: allow time for a placement under v${v}.
+  await page.locator(`li[data-set="${v}"][data-placed="yes"]`).first().waitFor({ timeout: 90000 });
   figures.feed_after_activation = await page.locator(`li[data-set="${v}"][data-placed="yes"]`).first().innerText();
   await axe(page, "feed");
   await shot(page, "feed");
@@ -219,7 +222,7 @@ await check("admin uploads, shadows, activates, sees placement change in the fee
   await confirm();
   await page.getByText("Rolled back to policy set v1.").waitFor({ timeout: 15000 });
   await go(page, "feed", "text=decisions received");
-  await page.locator(`li[data-set="1"]`).first().waitFor({ timeout: 30000 });
+  await page.locator(`li[data-set="1"]`).first().waitFor({ timeout: 90000 });
   await go(page, "policies", "text=Audit trail");
   // The heading shows before the entries arrive: wait for the rows, then check them.
   const auditRows = page.locator("table[aria-label='Audit trail'] tbody tr");

@@ -508,6 +508,7 @@ pub fn explain(args: ExplainArgs) -> anyhow::Result<ExitCode> {
             return Ok(Ok(()));
         }
         let x = &e["latest"]["explanation"];
+        let attempted = x.is_object();
         let of_job = if e["kind"] == "pod" {
             format!(" (pod of job {})", e["job"].as_str().unwrap_or("?"))
         } else {
@@ -517,10 +518,10 @@ pub fn explain(args: ExplainArgs) -> anyhow::Result<ExitCode> {
             "{}{of_job}: {} — {} pods × {} GPUs, queue {}, priority {}",
             e["name"].as_str().unwrap_or("?"),
             e["state"].as_str().unwrap_or("?"),
-            x["pods"],
-            x["gpus_per_pod"],
-            x["queue"].as_str().unwrap_or("?"),
-            x["priority"]
+            e["pods"],
+            e["gpus_per_pod"],
+            e["queue_name"].as_str().unwrap_or("?"),
+            e["priority"]
         );
         println!("  {}", e["why"].as_str().unwrap_or(""));
         if let Some(waiting) = e["waiting_for"].as_str()
@@ -541,6 +542,9 @@ pub fn explain(args: ExplainArgs) -> anyhow::Result<ExitCode> {
                 q["borrowed_gpus"],
                 q["fair_share"].as_f64().unwrap_or(0.0)
             );
+        }
+        if !attempted {
+            return Ok(Ok(()));
         }
         let quota = &x["quota"]["builtin"];
         println!(

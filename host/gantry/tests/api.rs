@@ -271,7 +271,7 @@ fn shadow_activate_rollback_explain_and_lookups() {
     assert_eq!(status, 404);
     assert_eq!(
         missing["error"],
-        "no job or pod named no-such-job has a decision yet"
+        "no job or pod named no-such-job is known"
     );
 
     // A pending job's "why": quota, fair share, per-reason node counts, what it waits for.

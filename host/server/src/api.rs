@@ -503,14 +503,19 @@ struct Explain {
     job: String,
     /// `pending`, `running`, or `done` (neither pending nor running now, with a history).
     state: &'static str,
+    queue_name: String,
+    pods: u32,
+    gpus_per_pod: u32,
+    priority: i32,
     /// Its place among its queue's pending jobs (1 = next).
     queue_position: Option<u32>,
     queue: Option<QueueView>,
-    /// One paragraph in plain words, from the latest decision.
+    /// One paragraph in plain words, from the latest decision (or on why there is none yet).
     why: String,
     /// What would change the outcome, when pending.
     waiting_for: Option<String>,
-    latest: DecisionRecord,
+    /// The latest decision; none for a job that waits for its first attempt.
+    latest: Option<DecisionRecord>,
     attempts: usize,
 }
 
@@ -521,43 +526,72 @@ async fn explain(
 ) -> Result<Json<Explain>> {
     caller(&state, &headers)?;
     let store = &state.live.store;
-    let (kind, job) = match store.latest_for_job(&name)? {
-        Some(_) => ("job", name.clone()),
-        None => match store.job_for_pod(&name)? {
-            Some(job) => ("pod", job),
-            None => {
-                return Err(ApiError::NotFound(format!(
-                    "no job or pod named {name} has a decision yet"
-                )));
-            }
-        },
-    };
-    let history = store.job_history(&job)?;
-    let Some(latest) = store.latest_for_job(&job)? else {
-        return Err(ApiError::NotFound(format!(
-            "job {job} of pod {name} has no decision yet"
-        )));
-    };
     let view = state.live.view();
+    let (kind, job) =
+        if view.job_to_state.contains_key(&name) || store.latest_for_job(&name)?.is_some() {
+            ("job", name.clone())
+        } else {
+            match store.job_for_pod(&name)? {
+                Some(job) => ("pod", job),
+                None => {
+                    return Err(ApiError::NotFound(format!(
+                        "no job or pod named {name} is known"
+                    )));
+                }
+            }
+        };
+    let history = store.job_history(&job)?;
+    let latest = store.latest_for_job(&job)?;
     let now = view.job_to_state.get(&job);
     let state_name = now.map(|j| j.state).unwrap_or("done");
-    let queue = view
-        .queues
-        .iter()
-        .find(|q| q.name == latest.explanation.queue)
-        .cloned();
-    let waiting_for = match &latest.explanation.outcome {
-        Outcome::Pending { waiting_for } if state_name == "pending" => Some(waiting_for.clone()),
-        _ => None,
+    let (queue_name, pods, gpus_per_pod, priority) = match (&latest, now) {
+        (_, Some(j)) => (j.queue.clone(), j.pods, j.gpus_per_pod, j.priority),
+        (Some(r), None) => {
+            let e = &r.explanation;
+            (e.queue.clone(), e.pods, e.gpus_per_pod, e.priority)
+        }
+        (None, None) => {
+            return Err(ApiError::NotFound(format!(
+                "job {job} of pod {name} has no decision yet"
+            )));
+        }
+    };
+    let queue = view.queues.iter().find(|q| q.name == queue_name).cloned();
+    let queue_position = now.and_then(|j| j.queue_position);
+    let (why, waiting_for) = match &latest {
+        Some(r) => (
+            r.explanation.summary(),
+            match &r.explanation.outcome {
+                Outcome::Pending { waiting_for } if state_name == "pending" => {
+                    Some(waiting_for.clone())
+                }
+                _ => None,
+            },
+        ),
+        None => {
+            // Each cycle attempts a bounded number of pending jobs, in fair-share order: a job
+            // far back in a long queue can wait for its first attempt.
+            let position = queue_position.map_or_else(String::new, |p| format!(" number {p} of"));
+            (
+                format!(
+                    "Not attempted yet: it is{position} the pending jobs of queue {queue_name}, and each cycle tries a bounded number of pending jobs in fair-share order."
+                ),
+                Some(format!("its turn in queue {queue_name}")),
+            )
+        }
     };
     Ok(Json(Explain {
         name,
         kind,
         job,
         state: state_name,
-        queue_position: now.and_then(|j| j.queue_position),
+        queue_name,
+        pods,
+        gpus_per_pod,
+        priority,
+        queue_position,
         queue,
-        why: latest.explanation.summary(),
+        why,
         waiting_for,
         attempts: history.len(),
         latest,

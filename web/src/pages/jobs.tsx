@@ -57,7 +57,7 @@ function Detail({ name }: { name: string }) {
   }, [name]);
   if (error) return <Status error={error} />;
   if (!ex) return <p>Loading {name}…</p>;
-  const x = ex.latest.explanation;
+  const x = ex.latest?.explanation;
   return (
     <section aria-labelledby="detail-title">
       <h2 id="detail-title">{ex.kind} {ex.name}{ex.kind === "pod" ? ` (job ${ex.job})` : ""}: {ex.state}</h2>
@@ -66,12 +66,12 @@ function Detail({ name }: { name: string }) {
         <p class="why" data-testid="why">{ex.why}</p>
         {ex.waiting_for && <p class="why"><strong>Waiting for:</strong> <span data-testid="waiting-for">{ex.waiting_for}</span></p>}
         <p>
-          {x.pods} pods × {x.gpus_per_pod} GPUs, queue {x.queue}, priority {x.priority}
+          {ex.pods} pods × {ex.gpus_per_pod} GPUs, queue {ex.queue_name}, priority {ex.priority}
           {ex.queue_position != null && <>; position {ex.queue_position} in its queue</>}.
           {ex.queue && <> Queue {ex.queue.name}: {ex.queue.used_gpus} of {ex.queue.nominal_gpus} GPUs used ({ex.queue.borrowed_gpus} borrowed), fair share {ex.queue.fair_share.toFixed(3)}.</>}
         </p>
       </div>
-      <Breakdown x={x} />
+      {x ? <Breakdown x={x} /> : <p>No attempt yet, so no nodes were evaluated.</p>}
       <h3>Attempts ({ex.attempts} on record)</h3>
       <table>
         <thead><tr><th>time</th><th>outcome</th><th>domain</th><th class="num">feasible / evaluated</th><th class="num">set</th></tr></thead>
