@@ -269,10 +269,7 @@ fn shadow_activate_rollback_explain_and_lookups() {
     assert!(explain["why"].as_str().is_some_and(|w| !w.is_empty()));
     let (status, missing) = server.get("/api/explain/no-such-job");
     assert_eq!(status, 404);
-    assert_eq!(
-        missing["error"],
-        "no job or pod named no-such-job is known"
-    );
+    assert_eq!(missing["error"], "no job or pod named no-such-job is known");
 
     // A pending job's "why": quota, fair share, per-reason node counts, what it waits for.
     let pending = eventually(60, || {
