@@ -1,6 +1,5 @@
 //! `gantry policy validate`: what an admin runs before shipping a policy.
 
-use std::collections::BTreeMap;
 use std::path::PathBuf;
 use std::process::ExitCode;
 
@@ -81,24 +80,9 @@ pub fn run(args: ValidateArgs) -> anyhow::Result<ExitCode> {
             let pod = sample::pod(&symbols, 4);
             if info.role == Role::Filter {
                 policy.filter(&pod, &nodes).map(|codes| {
-                    let mut code_to_count: BTreeMap<u16, usize> = BTreeMap::new();
-                    for code in codes {
-                        *code_to_count.entry(code).or_default() += 1;
-                    }
-                    let fits = code_to_count.remove(&0).unwrap_or(0);
-                    let rejected: Vec<String> = code_to_count
-                        .iter()
-                        .map(|(code, count)| {
-                            format!("{count} {}", policy.reason_text(*code).unwrap_or("?"))
-                        })
-                        .collect();
                     format!(
-                        "a pod asking 4 GPUs on 64 sample nodes: {fits} fit{}",
-                        if rejected.is_empty() {
-                            String::new()
-                        } else {
-                            format!("; {}", rejected.join(", "))
-                        }
+                        "a pod asking 4 GPUs on 64 sample nodes: {}",
+                        policy.describe_verdicts(&codes)
                     )
                 })
             } else {

@@ -182,6 +182,26 @@ impl Policy {
             .map(|i| self.info.reasons[i].1.as_str())
     }
 
+    /// A filter's verdicts in words: "N fit; M <reason>, …", most-declared code first. What
+    /// `gantry policy validate` and the API's upload self-test print.
+    pub fn describe_verdicts(&self, codes: &[u16]) -> String {
+        let mut code_to_count: std::collections::BTreeMap<u16, usize> =
+            std::collections::BTreeMap::new();
+        for &code in codes {
+            *code_to_count.entry(code).or_default() += 1;
+        }
+        let fits = code_to_count.remove(&0).unwrap_or(0);
+        let rejected: Vec<String> = code_to_count
+            .iter()
+            .map(|(code, count)| format!("{count} {}", self.reason_text(*code).unwrap_or("?")))
+            .collect();
+        if rejected.is_empty() {
+            format!("{fits} fit")
+        } else {
+            format!("{fits} fit; {}", rejected.join(", "))
+        }
+    }
+
     /// Apply this policy's failure policy to a call's result.
     pub fn guard<T>(&self, result: std::result::Result<T, PolicyFault>) -> Guarded<T> {
         match result {

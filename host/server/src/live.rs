@@ -579,24 +579,9 @@ impl Live {
                 let codes = policy
                     .filter(&pod, &nodes)
                     .map_err(|f| ApiError::SelfTest(f.to_string()))?;
-                let mut code_to_count: BTreeMap<u16, usize> = BTreeMap::new();
-                for code in codes {
-                    *code_to_count.entry(code).or_default() += 1;
-                }
-                let fits = code_to_count.remove(&0).unwrap_or(0);
-                let rejected: Vec<String> = code_to_count
-                    .iter()
-                    .map(|(code, count)| {
-                        format!("{count} {}", policy.reason_text(*code).unwrap_or("?"))
-                    })
-                    .collect();
                 Ok(format!(
-                    "an 8-GPU pod on the {n} current nodes: {fits} fit{}",
-                    if rejected.is_empty() {
-                        String::new()
-                    } else {
-                        format!("; {}", rejected.join(", "))
-                    }
+                    "an 8-GPU pod on the {n} current nodes: {}",
+                    policy.describe_verdicts(&codes)
                 ))
             }
             Role::Score => {
