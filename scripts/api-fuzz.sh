@@ -11,27 +11,10 @@ if ! "$venv/bin/schemathesis" --version 2>/dev/null | grep -q "version $version\
     python3 -m venv "$venv"
     "$venv/bin/pip" install --quiet --disable-pip-version-check "schemathesis==$version"
 fi
-gantry="$CARGO_TARGET_DIR/release/gantry"
-work="$(mktemp -d)"
-pid=""
-cleanup() {
-    if [ -n "$pid" ]; then kill -TERM "$pid" 2>/dev/null || true; wait "$pid" 2>/dev/null || true; fi
-    rm -rf "$work"
-}
-trap cleanup EXIT
-token="schemathesis-$(od -An -tx1 -N16 /dev/urandom | tr -d ' \n')"
-printf 'tokens:\n  - {name: schemathesis, role: admin, token: %s}\n' "$token" >"$work/tokens.yaml"
-"$gantry" serve --listen 127.0.0.1:0 --data-dir "$work/data" --tokens "$work/tokens.yaml" \
-    --log-every-s 3600 --jobs-per-s 20 >"$work/serve.log" 2>&1 &
-pid=$!
-url=""
-for _ in $(seq 600); do
-    url="$(sed -n 's|.*API on \(http://[^ ]*\)/api .*|\1|p' "$work/serve.log")"
-    if [ -n "$url" ] && curl -fs "$url/readyz" >/dev/null; then break; fi
-    kill -0 "$pid" 2>/dev/null || { cat "$work/serve.log"; exit 1; }
-    sleep 0.1
-done
-[ -n "$url" ] || { echo "gantry serve did not start:"; cat "$work/serve.log"; exit 1; }
+source scripts/test-server.sh
+token="schemathesis-$(random_token)"
+start_test_server "$(printf 'tokens:\n  - {name: schemathesis, role: admin, token: %s}\n' "$token")" \
+    --jobs-per-s 20
 # The SSE stream never ends by design, so it is left out; everything else is fuzzed. Run from
 # the scratch folder: schemathesis keeps its example database in the working directory.
 (cd "$work" && "$venv/bin/schemathesis" run "$url/api/openapi.json" \

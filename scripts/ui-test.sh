@@ -12,33 +12,14 @@ fi
 scripts/ui-build.sh
 # Rebuild so the binary embeds the UI just built (build.rs watches web/dist/).
 cargo build --release --quiet -p gantry
-gantry="$CARGO_TARGET_DIR/release/gantry"
 artifacts="$CARGO_TARGET_DIR/ui-artifacts"
 rm -rf "$artifacts"
-work="$(mktemp -d)"
-pid=""
-cleanup() {
-    if [ -n "$pid" ]; then kill -TERM "$pid" 2>/dev/null || true; wait "$pid" 2>/dev/null || true; fi
-    rm -rf "$work"
-}
-trap cleanup EXIT
-admin="ui-admin-$(od -An -tx1 -N16 /dev/urandom | tr -d ' \n')"
-viewer="ui-viewer-$(od -An -tx1 -N16 /dev/urandom | tr -d ' \n')"
-printf 'tokens:\n  - {name: alice, role: admin, token: %s}\n  - {name: bob, role: viewer, token: %s}\n' \
-    "$admin" "$viewer" >"$work/tokens.yaml"
+source scripts/test-server.sh
+admin="ui-admin-$(random_token)"
+viewer="ui-viewer-$(random_token)"
 # A heavy load fills the cluster within seconds, so there are pending jobs to explain.
-GANTRY_PLUGIN_DIR="$CARGO_TARGET_DIR/wasm32-wasip2/plugin" \
-    "$gantry" serve --listen 127.0.0.1:0 --data-dir "$work/data" --tokens "$work/tokens.yaml" \
-    --log-every-s 3600 --jobs-per-s 200 >"$work/serve.log" 2>&1 &
-pid=$!
-url=""
-for _ in $(seq 600); do
-    url="$(sed -n 's|.*API on \(http://[^ ]*\)/api .*|\1|p' "$work/serve.log")"
-    if [ -n "$url" ] && curl -fs "$url/readyz" >/dev/null; then break; fi
-    kill -0 "$pid" 2>/dev/null || { cat "$work/serve.log"; exit 1; }
-    sleep 0.1
-done
-[ -n "$url" ] || { echo "gantry serve did not start:"; cat "$work/serve.log"; exit 1; }
+start_test_server "$(printf 'tokens:\n  - {name: alice, role: admin, token: %s}\n  - {name: bob, role: viewer, token: %s}\n' "$admin" "$viewer")" \
+    --jobs-per-s 200
 GANTRY_URL="$url" ADMIN_TOKEN="$admin" VIEWER_TOKEN="$viewer" UI_ARTIFACTS="$artifacts" \
     PLUGIN_DIR="$CARGO_TARGET_DIR/wasm32-wasip2/plugin" CHROMIUM="$(command -v chromium)" \
     node web/tests/ui.test.mjs
