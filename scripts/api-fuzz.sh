@@ -17,10 +17,12 @@ start_test_server "$(printf 'tokens:\n  - {name: schemathesis, role: admin, toke
     --jobs-per-s 20
 # The SSE stream never ends by design, so it is left out; everything else is fuzzed. Run from
 # the scratch folder: schemathesis keeps its example database in the working directory.
+# One worker: with two, hypothesis's lambda-description cache raced once ("AST constructor
+# recursion depth mismatch"), an error inside schemathesis, not a server response.
 (cd "$work" && "$venv/bin/schemathesis" run "$url/api/openapi.json" \
     --header "Authorization: Bearer $token" \
     --checks not_a_server_error \
     --exclude-path /api/decisions/stream \
     --max-examples 30 --seed 1 --suppress-health-check all \
-    --request-timeout 30 --workers 2 --no-color)
+    --request-timeout 30 --workers 1 --no-color)
 kill -0 "$pid" 2>/dev/null || { echo "gantry serve died during the run:"; cat "$work/serve.log"; exit 1; }
