@@ -5,175 +5,26 @@
 //! `scripts/test.sh` sets it. Once set, a control plane that does not start fails the test with
 //! the reason; it is never skipped.
 
-use std::path::{Path, PathBuf};
-use std::process::{Child, Command, Stdio};
-use std::time::{Duration, Instant};
+mod common;
 
+use std::process::Stdio;
+use std::time::Instant;
+
+use common::kube::*;
 use k8s_openapi::api::core::v1::Pod;
 use k8s_openapi::api::events::v1::Event;
 use k8s_openapi::apiextensions_apiserver::pkg::apis::apiextensions::v1::CustomResourceDefinition;
-use kube::api::{ApiResource, DynamicObject, GroupVersionKind, ListParams, PostParams};
-use kube::{Api, Client};
+use kube::Api;
+use kube::api::{DynamicObject, ListParams, PostParams};
 use serde_json::json;
-
-/// A failure guard for waits, never a performance bound.
-const PATIENCE: Duration = Duration::from_secs(90);
-
-fn repo() -> PathBuf {
-    Path::new(env!("CARGO_MANIFEST_DIR")).join("../..")
-}
-
-/// The control plane, stopped by PID when dropped.
-struct ControlPlane {
-    dir: String,
-}
-
-impl ControlPlane {
-    fn start(bin: &str) -> Self {
-        let out = Command::new(repo().join("tests/cluster/start.sh"))
-            .env("GANTRY_CLUSTER_BIN", bin)
-            .stderr(Stdio::inherit())
-            .output()
-            .expect("cannot run tests/cluster/start.sh");
-        assert!(
-            out.status.success(),
-            "tests/cluster/start.sh failed (its output above says why)"
-        );
-        let dir = String::from_utf8(out.stdout).unwrap().trim().to_string();
-        Self { dir }
-    }
-
-    fn kubeconfig(&self) -> PathBuf {
-        Path::new(&self.dir).join("kubeconfig")
-    }
-}
-
-impl Drop for ControlPlane {
-    fn drop(&mut self) {
-        let _ = Command::new(repo().join("tests/cluster/stop.sh"))
-            .arg(&self.dir)
-            .status();
-    }
-}
-
-/// A child process killed when dropped.
-struct Running(Child);
-
-impl Drop for Running {
-    fn drop(&mut self) {
-        let _ = self.0.kill();
-        let _ = self.0.wait();
-    }
-}
-
-fn gantry(args: &[&str]) -> Command {
-    let mut command = Command::new(env!("CARGO_BIN_EXE_gantry"));
-    command.args(args);
-    command
-}
-
-fn pod(name: &str, gpus: u32, labels: serde_json::Value) -> Pod {
-    serde_json::from_value(json!({
-        "metadata": {"name": name, "labels": labels},
-        "spec": {
-            "schedulerName": "gantry",
-            "containers": [{
-                "name": "main",
-                "image": "trainer",
-                "resources": {"limits": {"nvidia.com/gpu": gpus.to_string()}}
-            }]
-        }
-    }))
-    .unwrap()
-}
-
-fn pod_group_resource() -> ApiResource {
-    ApiResource::from_gvk_with_plural(
-        &GroupVersionKind::gvk("scheduling.x-k8s.io", "v1alpha1", "PodGroup"),
-        "podgroups",
-    )
-}
-
-/// scheduler-plugins' PodGroup CRD, reduced to what the test uses.
-fn pod_group_crd() -> CustomResourceDefinition {
-    serde_json::from_value(json!({
-        "metadata": {"name": "podgroups.scheduling.x-k8s.io"},
-        "spec": {
-            "group": "scheduling.x-k8s.io",
-            "names": {"kind": "PodGroup", "plural": "podgroups", "singular": "podgroup", "shortNames": ["pg"]},
-            "scope": "Namespaced",
-            "versions": [{
-                "name": "v1alpha1", "served": true, "storage": true,
-                "schema": {"openAPIV3Schema": {"type": "object", "properties": {
-                    "spec": {"type": "object", "properties": {"minMember": {"type": "integer", "format": "int32"}}},
-                    "status": {"type": "object", "x-kubernetes-preserve-unknown-fields": true}
-                }}},
-                "subresources": {"status": {}}
-            }]
-        }
-    }))
-    .unwrap()
-}
-
-async fn until<T, F, Fut>(what: &str, mut check: F) -> T
-where
-    F: FnMut() -> Fut,
-    Fut: std::future::Future<Output = Option<T>>,
-{
-    let deadline = Instant::now() + PATIENCE;
-    loop {
-        if let Some(value) = check().await {
-            return value;
-        }
-        assert!(
-            Instant::now() < deadline,
-            "gave up after {PATIENCE:?} waiting for {what}"
-        );
-        tokio::time::sleep(Duration::from_millis(200)).await;
-    }
-}
-
-fn node_of(pod: &Pod) -> Option<String> {
-    pod.spec.as_ref()?.node_name.clone()
-}
-
-fn scheduled_condition(pod: &Pod) -> Option<(String, String, String)> {
-    let c = pod
-        .status
-        .as_ref()?
-        .conditions
-        .as_ref()?
-        .iter()
-        .find(|c| c.type_ == "PodScheduled")?;
-    Some((
-        c.status.clone(),
-        c.reason.clone().unwrap_or_default(),
-        c.message.clone().unwrap_or_default(),
-    ))
-}
-
-/// Events about `pod` with `reason`, by note.
-fn notes(events: &[Event], pod: &str, reason: &str) -> Vec<String> {
-    events
-        .iter()
-        .filter(|e| {
-            e.reason.as_deref() == Some(reason)
-                && e.regarding.as_ref().and_then(|r| r.name.as_deref()) == Some(pod)
-        })
-        .filter_map(|e| e.note.clone())
-        .collect()
-}
 
 #[test]
 fn pods_and_gangs_bind_on_a_real_control_plane() {
-    let Some(bin) = std::env::var_os("GANTRY_CLUSTER_BIN") else {
-        eprintln!(
-            "kube e2e not run: set GANTRY_CLUSTER_BIN=$(tests/cluster/build.sh) (scripts/test.sh does)"
-        );
+    let Some(bin) = cluster_bin("kube e2e") else {
         return;
     };
     let started = Instant::now();
-    let plane = ControlPlane::start(bin.to_str().unwrap());
+    let plane = ControlPlane::start(&bin);
     let kubeconfig = plane.kubeconfig();
     let spec = repo().join("../shared/clusters/small-64.yaml");
     let created = gantry(&["kube", "create-nodes", "--spec"])
@@ -198,13 +49,7 @@ fn pods_and_gangs_bind_on_a_real_control_plane() {
         .build()
         .unwrap();
     runtime.block_on(async {
-        let config = kube::Config::from_custom_kubeconfig(
-            kube::config::Kubeconfig::read_from(&kubeconfig).unwrap(),
-            &Default::default(),
-        )
-        .await
-        .unwrap();
-        let client = Client::try_from(config).unwrap();
+        let client = client(&kubeconfig).await;
         // The PodGroup CRD first: gantry discovers it once, at start.
         let crds: Api<CustomResourceDefinition> = Api::all(client.clone());
         crds.create(&PostParams::default(), &pod_group_crd())

@@ -2,6 +2,8 @@
 //! data directory and known tokens, stopped (SIGTERM, then kill) when dropped.
 #![allow(dead_code)]
 
+pub mod kube;
+
 use std::io::{BufRead, BufReader};
 use std::path::{Path, PathBuf};
 use std::process::{Child, Command, Stdio};

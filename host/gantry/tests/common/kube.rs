@@ -1,0 +1,187 @@
+//! The test control plane (tests/cluster/: kube-apiserver, etcd, kwok) and what the e2e tests
+//! share to drive it: start and stop by PID, a kube client, pods and PodGroups as a user writes
+//! them, and waits that fail with what they waited for.
+
+use std::path::{Path, PathBuf};
+use std::process::{Child, Command, Stdio};
+use std::time::{Duration, Instant};
+
+use k8s_openapi::api::core::v1::Pod;
+use k8s_openapi::api::events::v1::Event;
+use k8s_openapi::apiextensions_apiserver::pkg::apis::apiextensions::v1::CustomResourceDefinition;
+use kube::Client;
+use kube::api::{ApiResource, GroupVersionKind};
+use serde_json::json;
+
+/// The binaries `tests/cluster/build.sh` printed, or `None` (with how to run the test) when
+/// `GANTRY_CLUSTER_BIN` is unset. `scripts/test.sh` always sets it.
+pub fn cluster_bin(test: &str) -> Option<String> {
+    match std::env::var("GANTRY_CLUSTER_BIN") {
+        Ok(bin) => Some(bin),
+        Err(_) => {
+            eprintln!(
+                "{test} not run: set GANTRY_CLUSTER_BIN=$(tests/cluster/build.sh) (scripts/test.sh does)"
+            );
+            None
+        }
+    }
+}
+
+/// A client for the control plane's admin kubeconfig.
+pub async fn client(kubeconfig: &Path) -> Client {
+    let config = kube::Config::from_custom_kubeconfig(
+        kube::config::Kubeconfig::read_from(kubeconfig).unwrap(),
+        &Default::default(),
+    )
+    .await
+    .unwrap();
+    Client::try_from(config).unwrap()
+}
+
+/// A failure guard for waits, never a performance bound.
+pub const PATIENCE: Duration = Duration::from_secs(90);
+
+pub fn repo() -> PathBuf {
+    Path::new(env!("CARGO_MANIFEST_DIR")).join("../..")
+}
+
+/// The control plane, stopped by PID when dropped.
+pub struct ControlPlane {
+    pub dir: String,
+}
+
+impl ControlPlane {
+    pub fn start(bin: &str) -> Self {
+        let out = Command::new(repo().join("tests/cluster/start.sh"))
+            .env("GANTRY_CLUSTER_BIN", bin)
+            .stderr(Stdio::inherit())
+            .output()
+            .expect("cannot run tests/cluster/start.sh");
+        assert!(
+            out.status.success(),
+            "tests/cluster/start.sh failed (its output above says why)"
+        );
+        let dir = String::from_utf8(out.stdout).unwrap().trim().to_string();
+        Self { dir }
+    }
+
+    pub fn kubeconfig(&self) -> PathBuf {
+        Path::new(&self.dir).join("kubeconfig")
+    }
+}
+
+impl Drop for ControlPlane {
+    fn drop(&mut self) {
+        let _ = Command::new(repo().join("tests/cluster/stop.sh"))
+            .arg(&self.dir)
+            .status();
+    }
+}
+
+/// A child process killed when dropped.
+pub struct Running(pub Child);
+
+impl Drop for Running {
+    fn drop(&mut self) {
+        let _ = self.0.kill();
+        let _ = self.0.wait();
+    }
+}
+
+pub fn gantry(args: &[&str]) -> Command {
+    let mut command = Command::new(env!("CARGO_BIN_EXE_gantry"));
+    command.args(args);
+    command
+}
+
+pub fn pod(name: &str, gpus: u32, labels: serde_json::Value) -> Pod {
+    serde_json::from_value(json!({
+        "metadata": {"name": name, "labels": labels},
+        "spec": {
+            "schedulerName": "gantry",
+            "containers": [{
+                "name": "main",
+                "image": "trainer",
+                "resources": {"limits": {"nvidia.com/gpu": gpus.to_string()}}
+            }]
+        }
+    }))
+    .unwrap()
+}
+
+pub fn pod_group_resource() -> ApiResource {
+    ApiResource::from_gvk_with_plural(
+        &GroupVersionKind::gvk("scheduling.x-k8s.io", "v1alpha1", "PodGroup"),
+        "podgroups",
+    )
+}
+
+/// scheduler-plugins' PodGroup CRD, reduced to what the test uses.
+pub fn pod_group_crd() -> CustomResourceDefinition {
+    serde_json::from_value(json!({
+        "metadata": {"name": "podgroups.scheduling.x-k8s.io"},
+        "spec": {
+            "group": "scheduling.x-k8s.io",
+            "names": {"kind": "PodGroup", "plural": "podgroups", "singular": "podgroup", "shortNames": ["pg"]},
+            "scope": "Namespaced",
+            "versions": [{
+                "name": "v1alpha1", "served": true, "storage": true,
+                "schema": {"openAPIV3Schema": {"type": "object", "properties": {
+                    "spec": {"type": "object", "properties": {"minMember": {"type": "integer", "format": "int32"}}},
+                    "status": {"type": "object", "x-kubernetes-preserve-unknown-fields": true}
+                }}},
+                "subresources": {"status": {}}
+            }]
+        }
+    }))
+    .unwrap()
+}
+
+pub async fn until<T, F, Fut>(what: &str, mut check: F) -> T
+where
+    F: FnMut() -> Fut,
+    Fut: std::future::Future<Output = Option<T>>,
+{
+    let deadline = Instant::now() + PATIENCE;
+    loop {
+        if let Some(value) = check().await {
+            return value;
+        }
+        assert!(
+            Instant::now() < deadline,
+            "gave up after {PATIENCE:?} waiting for {what}"
+        );
+        tokio::time::sleep(Duration::from_millis(200)).await;
+    }
+}
+
+pub fn node_of(pod: &Pod) -> Option<String> {
+    pod.spec.as_ref()?.node_name.clone()
+}
+
+pub fn scheduled_condition(pod: &Pod) -> Option<(String, String, String)> {
+    let c = pod
+        .status
+        .as_ref()?
+        .conditions
+        .as_ref()?
+        .iter()
+        .find(|c| c.type_ == "PodScheduled")?;
+    Some((
+        c.status.clone(),
+        c.reason.clone().unwrap_or_default(),
+        c.message.clone().unwrap_or_default(),
+    ))
+}
+
+/// Events about `pod` with `reason`, by note.
+pub fn notes(events: &[Event], pod: &str, reason: &str) -> Vec<String> {
+    events
+        .iter()
+        .filter(|e| {
+            e.reason.as_deref() == Some(reason)
+                && e.regarding.as_ref().and_then(|r| r.name.as_deref()) == Some(pod)
+        })
+        .filter_map(|e| e.note.clone())
+        .collect()
+}
