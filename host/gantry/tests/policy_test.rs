@@ -80,6 +80,7 @@ fn rust_policies_pass_the_shared_cases() {
     assert_passes("gpu_fit.wasm", "gpu-fit");
     assert_passes("gpu_binpack.wasm", "gpu-binpack");
     assert_passes("team_quota.wasm", "team-quota");
+    assert_passes("keep_off.wasm", "keep-off");
 }
 
 /// The same case folders, the Python and JavaScript builds. Each case loads the policy afresh,
