@@ -90,7 +90,10 @@ wait_for etcd curl -sf "http://127.0.0.1:$etcd_port/health"
 
 # No controller manager runs: ServiceAccount admission would wait for default accounts it
 # creates, and TaintNodesByCondition would leave a not-ready taint only it removes.
-setsid "$bin/kube-apiserver" \
+# The command goes into a script of its own, so restart-apiserver.sh can run the same server
+# again on the same port and etcd (the e2e tests restart it mid-run).
+cat >"$dir/kube-apiserver.run" <<RUN
+exec "$bin/kube-apiserver" \\
     --bind-address=127.0.0.1 --advertise-address=127.0.0.1 --secure-port="$api_port" \
     --etcd-servers="http://127.0.0.1:$etcd_port" \
     --tls-cert-file="$dir/apiserver.crt" --tls-private-key-file="$dir/apiserver.key" \
@@ -100,7 +103,11 @@ setsid "$bin/kube-apiserver" \
     --service-account-key-file="$dir/sa.pub" --service-account-signing-key-file="$dir/sa.key" \
     --service-cluster-ip-range=10.96.0.0/16 \
     --disable-admission-plugins=ServiceAccount,TaintNodesByCondition \
-    --profiling=false --v=1 >"$dir/kube-apiserver.log" 2>&1 </dev/null &
+    --profiling=false --v=1
+RUN
+echo "$token" >"$dir/admin.token"
+echo "$api_port" >"$dir/api.port"
+setsid bash "$dir/kube-apiserver.run" >"$dir/kube-apiserver.log" 2>&1 </dev/null &
 echo $! >"$dir/kube-apiserver.pid"
 wait_for kube-apiserver curl -sf --cacert "$dir/ca.crt" -H "Authorization: Bearer $token" \
     "https://127.0.0.1:$api_port/readyz"

@@ -7,11 +7,14 @@
 
 mod common;
 
-use std::process::Stdio;
+use std::collections::{BTreeMap, BTreeSet};
+use std::process::{Command, Stdio};
 use std::time::Instant;
 
 use common::kube::*;
-use k8s_openapi::api::core::v1::Pod;
+use common::{Server, plugin};
+use gantry_core::Outcome;
+use k8s_openapi::api::core::v1::{ConfigMap, Node, Pod};
 use k8s_openapi::api::events::v1::Event;
 use k8s_openapi::apiextensions_apiserver::pkg::apis::apiextensions::v1::CustomResourceDefinition;
 use kube::Api;
@@ -238,5 +241,344 @@ fn pods_and_gangs_bind_on_a_real_control_plane() {
     eprintln!(
         "kube e2e: passed in {:.1} s",
         started.elapsed().as_secs_f64()
+    );
+}
+
+/// Creates a one-GPU pod, waits until it is bound, and returns its node.
+async fn bind_one(pods: &Api<Pod>, name: &str) -> String {
+    pods.create(&PostParams::default(), &pod(name, 1, json!({})))
+        .await
+        .unwrap();
+    until(&format!("{name} to bind"), || async {
+        node_of(&pods.get(name).await.ok()?)
+    })
+    .await
+}
+
+/// The set version the server runs, once it is `want`.
+fn wait_active(server: &Server, want: u64) {
+    let deadline = Instant::now() + PATIENCE;
+    while server.get("/api/sets").1["active"] != want {
+        assert!(Instant::now() < deadline, "set {want} never became active");
+        std::thread::sleep(std::time::Duration::from_millis(100));
+    }
+}
+
+/// An admin drains nodes by policy: pushing `keep-off` naming the nodes v1's binpacking chose,
+/// and activating the new set, sends later pods elsewhere; rolling back sends them there again.
+#[test]
+fn hot_swapping_a_policy_moves_later_pods() {
+    let Some(bin) = cluster_bin("kube hot-swap e2e") else {
+        return;
+    };
+    let plane = ControlPlane::start(&bin);
+    let kubeconfig = plane.kubeconfig();
+    create_nodes(&kubeconfig, "small-64.yaml");
+    let mut server = Server::start(&["--kubeconfig", kubeconfig.to_str().unwrap()]);
+    assert_eq!(server.get("/api/sets").1["active"], 1);
+    let runtime = test_runtime();
+    let pods: Api<Pod> =
+        runtime.block_on(async { Api::namespaced(client(&kubeconfig).await, "default") });
+
+    // Set 1 (gpu-fit, gpu-binpack, team-quota) packs one-GPU pods onto the fullest node.
+    let chosen: BTreeSet<String> = runtime.block_on(async {
+        let mut chosen = BTreeSet::new();
+        // Three, so the node keeps room for the one pod placed after the rollback.
+        for i in 0..3 {
+            chosen.insert(bind_one(&pods, &format!("before-{i}")).await);
+        }
+        chosen
+    });
+    let config = json!({"nodes": chosen}).to_string();
+    let pushed = server.cli(&[
+        "policy",
+        "push",
+        plugin("keep_off.wasm").to_str().unwrap(),
+        "--config",
+        &config,
+    ]);
+    assert!(
+        pushed.status.success(),
+        "gantry policy push: {}{}",
+        String::from_utf8_lossy(&pushed.stdout),
+        String::from_utf8_lossy(&pushed.stderr)
+    );
+    let activated = server.cli(&["policy", "activate", "2"]);
+    assert!(
+        activated.status.success(),
+        "{}",
+        String::from_utf8_lossy(&activated.stderr)
+    );
+    wait_active(&server, 2);
+    let moved: Vec<String> = runtime.block_on(async {
+        let mut nodes = vec![];
+        for i in 0..2 {
+            nodes.push(bind_one(&pods, &format!("after-{i}")).await);
+        }
+        nodes
+    });
+    for node in &moved {
+        assert!(
+            !chosen.contains(node),
+            "a pod landed on {node}, which set 2 keeps off ({chosen:?})"
+        );
+    }
+
+    let rolled = server.cli(&["policy", "rollback", "1"]);
+    assert!(
+        rolled.status.success(),
+        "{}",
+        String::from_utf8_lossy(&rolled.stderr)
+    );
+    wait_active(&server, 1);
+    let back = runtime.block_on(bind_one(&pods, "again-0"));
+    assert!(
+        chosen.contains(&back),
+        "after the rollback, binpacking should fill {chosen:?} again, not {back}"
+    );
+
+    assert!(server.stop(), "gantry serve did not exit cleanly");
+    let store = gantry_store::Store::open(gantry_store::StoreConfig::new(server.store_dir()))
+        .expect("open the store");
+    let latest = store
+        .latest_for_job("default/after-0")
+        .expect("read")
+        .expect("a decision for default/after-0");
+    assert_eq!(latest.explanation.policy_set, 2);
+    let kept_off = latest
+        .explanation
+        .filters
+        .iter()
+        .find(|f| f.policy == "keep-off")
+        .expect("keep-off in the explanation");
+    assert_eq!(
+        kept_off.rejected,
+        [(
+            "node is kept off by policy config".to_string(),
+            chosen.len() as u32
+        )]
+    );
+    eprintln!(
+        "hot swap e2e: set 1 chose {chosen:?}; set 2 placed on {moved:?}; after rollback {back}"
+    );
+}
+
+/// The API server goes away mid-run and comes back. Pods created before, during and after are
+/// each bound once: no node overfilled, every gang whole, one placement decision per job, at
+/// most one Scheduled Event per pod; and the watch caches relist, since the restarted server
+/// no longer holds the resource versions they had reached.
+#[test]
+fn an_api_server_restart_leaves_every_pod_bound_once() {
+    let Some(bin) = cluster_bin("kube API-server restart e2e") else {
+        return;
+    };
+    let plane = ControlPlane::start(&bin);
+    let kubeconfig = plane.kubeconfig();
+    create_nodes(&kubeconfig, "small-64.yaml");
+    let mut server = Server::start_with_env(
+        &["--kubeconfig", kubeconfig.to_str().unwrap()],
+        &[("GANTRY_LOG", "warn,gantry_kube=info")],
+    );
+    let runtime = test_runtime();
+    let client = runtime.block_on(client(&kubeconfig));
+    let pods: Api<Pod> = Api::namespaced(client.clone(), "default");
+    // 40 single pods of 1 or 2 GPUs and 8 gangs of 4 one-GPU pods by Gantry's labels, in three
+    // waves: before, across and after the restart.
+    let mut wanted: Vec<Pod> = Vec::new();
+    for i in 0..40 {
+        wanted.push(pod(&format!("solo-{i}"), 1 + i % 2, json!({})));
+    }
+    for g in 0..8 {
+        for i in 0..4 {
+            let labels =
+                json!({"gantry.dev/gang": format!("gang-{g}"), "gantry.dev/gang-size": "4"});
+            wanted.push(pod(&format!("gang-{g}-{i}"), 1, labels));
+        }
+    }
+    // Interleave singles and gangs, so every wave has both.
+    wanted.sort_by_key(|p| {
+        let name = p.metadata.name.clone().unwrap();
+        let n: u32 = name.rsplit('-').next().unwrap().parse().unwrap();
+        (n % 3, name)
+    });
+    let (first, rest) = wanted.split_at(wanted.len() / 3);
+    let (second, third) = rest.split_at(rest.len() / 2);
+    runtime.block_on(async {
+        for p in first {
+            create_retrying(&pods, p).await;
+        }
+        // A write after the last pod change moves etcd's revision past every position the
+        // watch caches hold, so the restarted server cannot resume them.
+        let maps: Api<ConfigMap> = Api::namespaced(client.clone(), "default");
+        let mut bump = ConfigMap::default();
+        bump.metadata.name = Some("revision-bump".into());
+        maps.create(&PostParams::default(), &bump).await.unwrap();
+    });
+    let restart = std::thread::spawn({
+        let dir = plane.dir.clone();
+        move || {
+            Command::new(repo().join("tests/cluster/restart-apiserver.sh"))
+                .arg(&dir)
+                .args(["2", "KILL"])
+                .status()
+                .expect("run restart-apiserver.sh")
+        }
+    });
+    runtime.block_on(async {
+        for p in second {
+            create_retrying(&pods, p).await;
+        }
+    });
+    assert!(
+        restart.join().unwrap().success(),
+        "restart-apiserver.sh failed"
+    );
+    runtime.block_on(async {
+        for p in third {
+            create_retrying(&pods, p).await;
+        }
+    });
+
+    let names: BTreeSet<String> = wanted
+        .iter()
+        .map(|p| p.metadata.name.clone().unwrap())
+        .collect();
+    let (bound, nodes, events) = runtime.block_on(async {
+        let bound: Vec<Pod> = until("every pod to bind after the restart", || async {
+            let list = pods.list(&ListParams::default()).await.ok()?.items;
+            let mine: Vec<Pod> = list
+                .into_iter()
+                .filter(|p| names.contains(p.metadata.name.as_ref().unwrap()))
+                .collect();
+            (mine.len() == names.len() && mine.iter().all(|p| node_of(p).is_some())).then_some(mine)
+        })
+        .await;
+        let nodes = Api::<Node>::all(client.clone())
+            .list(&ListParams::default())
+            .await
+            .unwrap()
+            .items;
+        // Events are posted after binding; give the last ones a moment to land.
+        let events_api: Api<Event> = Api::namespaced(client.clone(), "default");
+        let events = until("a Scheduled event for the last wave", || async {
+            let events = events_api.list(&ListParams::default()).await.ok()?.items;
+            third
+                .iter()
+                .all(|p| !notes(&events, p.metadata.name.as_ref().unwrap(), "Scheduled").is_empty())
+                .then_some(events)
+        })
+        .await;
+        (bound, nodes, events)
+    });
+
+    let capacity: BTreeMap<String, u32> = nodes
+        .iter()
+        .map(|n| {
+            let gpus = n
+                .status
+                .as_ref()
+                .and_then(|s| s.allocatable.as_ref())
+                .and_then(|a| a.get("nvidia.com/gpu"))
+                .and_then(|q| q.0.parse().ok())
+                .unwrap_or(0);
+            (n.metadata.name.clone().unwrap(), gpus)
+        })
+        .collect();
+    let gpus_of = |p: &Pod| -> u32 {
+        p.spec.as_ref().unwrap().containers[0]
+            .resources
+            .as_ref()
+            .and_then(|r| r.limits.as_ref())
+            .and_then(|l| l.get("nvidia.com/gpu"))
+            .and_then(|q| q.0.parse().ok())
+            .unwrap()
+    };
+    let mut node_to_used: BTreeMap<String, u32> = BTreeMap::new();
+    for p in &bound {
+        *node_to_used.entry(node_of(p).unwrap()).or_default() += gpus_of(p);
+    }
+    for (node, used) in &node_to_used {
+        assert!(
+            *used <= capacity[node],
+            "{node} holds {used} GPUs of {}",
+            capacity[node]
+        );
+    }
+    for p in &bound {
+        let name = p.metadata.name.as_ref().unwrap();
+        let scheduled = notes(&events, name, "Scheduled");
+        // An Event posted while the server was away is lost (so at most one); none is doubled.
+        assert!(scheduled.len() <= 1, "{name}: {scheduled:?}");
+    }
+
+    // The crashed server sent its watchers no final bookmark, and the revision moved on past
+    // the nodes cache's position (nothing changes nodes after they are made), so that cache
+    // cannot resume and must start over from a fresh list. The pod caches relist too when
+    // their last event predates the bump; when gantry's own binds moved them past it, they
+    // resume. Either way a pod created afterwards still binds.
+    let relisted = |cache: &str| {
+        server
+            .stderr
+            .lock()
+            .unwrap()
+            .lines()
+            .any(|l| l.contains("watch expired; relisting") && l.contains(cache))
+    };
+    let deadline = Instant::now() + PATIENCE;
+    while !relisted("\"nodes\"") {
+        assert!(
+            Instant::now() < deadline,
+            "the nodes cache did not relist after the restart; gantry logged:\n{}",
+            server.stderr.lock().unwrap()
+        );
+        std::thread::sleep(std::time::Duration::from_millis(100));
+    }
+    runtime.block_on(bind_one(&pods, "after-relist"));
+    assert!(server.stop(), "gantry serve did not exit cleanly");
+    let log = server.stderr.lock().unwrap().clone();
+    assert!(
+        !log.contains("is already bound to"),
+        "gantry tried to bind a bound pod elsewhere:\n{log}"
+    );
+    // Each job's latest stored decision places it exactly where its pods are bound: nothing
+    // was placed again after binding, and no cache forgot a binding across the relist.
+    let store = gantry_store::Store::open(gantry_store::StoreConfig::new(server.store_dir()))
+        .expect("open the store");
+    let mut job_to_nodes: BTreeMap<String, BTreeMap<String, u32>> = BTreeMap::new();
+    for p in &bound {
+        let name = p.metadata.name.clone().unwrap();
+        let job = match name.strip_prefix("gang-") {
+            Some(rest) => format!("default/gang-{}", rest.split('-').next().unwrap()),
+            None => format!("default/{name}"),
+        };
+        *job_to_nodes
+            .entry(job)
+            .or_default()
+            .entry(node_of(p).unwrap())
+            .or_default() += 1;
+    }
+    let jobs = job_to_nodes.len();
+    assert_eq!(jobs, 40 + 8);
+    for (job, nodes) in &job_to_nodes {
+        let latest = store
+            .latest_for_job(job)
+            .expect("read")
+            .unwrap_or_else(|| panic!("no decision stored for {job}"));
+        match &latest.explanation.outcome {
+            Outcome::Placed { nodes: placed } => {
+                let placed: BTreeMap<String, u32> = placed.iter().cloned().collect();
+                assert_eq!(
+                    &placed, nodes,
+                    "{job}: stored placement vs where its pods are"
+                );
+            }
+            other => panic!("{job}: latest decision is {other:?}, yet its pods are bound"),
+        }
+    }
+    let relists = log.matches("watch expired; relisting").count();
+    eprintln!(
+        "API-server restart e2e: {} pods on {} nodes, {jobs} jobs each bound once where stored; {relists} relists logged",
+        bound.len(),
+        node_to_used.len()
     );
 }

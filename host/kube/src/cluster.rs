@@ -111,10 +111,27 @@ where
         .reflect(writer);
     runtime.spawn(async move {
         let mut stream = std::pin::pin!(stream);
+        // Full lists so far: the first fills the cache; any later one means the watch could
+        // not resume (the API server answered 410 Gone: it no longer had the resource version
+        // the cache had reached), so the cache was rebuilt from a fresh list.
+        let mut lists = 0u64;
         while let Some(event) = stream.next().await {
             generation.fetch_add(1, Ordering::Relaxed);
-            if let Err(error) = event {
-                tracing::warn!(%error, cache = what, "watch failed; retrying with backoff");
+            match event {
+                Ok(watcher::Event::Init) => {
+                    lists += 1;
+                    if lists > 1 {
+                        tracing::info!(
+                            cache = what,
+                            relists = lists - 1,
+                            "watch expired; relisting"
+                        );
+                    }
+                }
+                Ok(_) => {}
+                Err(error) => {
+                    tracing::warn!(%error, cache = what, "watch failed; retrying with backoff");
+                }
             }
         }
     });

@@ -185,3 +185,41 @@ pub fn notes(events: &[Event], pod: &str, reason: &str) -> Vec<String> {
         .filter_map(|e| e.note.clone())
         .collect()
 }
+
+/// Creates the GPU nodes of `../shared/clusters/{spec}` with `gantry kube create-nodes`.
+pub fn create_nodes(kubeconfig: &Path, spec: &str) {
+    let created = gantry(&["kube", "create-nodes", "--spec"])
+        .arg(repo().join("../shared/clusters").join(spec))
+        .arg("--kubeconfig")
+        .arg(kubeconfig)
+        .output()
+        .expect("run gantry kube create-nodes");
+    assert!(
+        created.status.success(),
+        "gantry kube create-nodes failed: {}",
+        String::from_utf8_lossy(&created.stderr)
+    );
+}
+
+/// A two-thread runtime for a test's kube calls.
+pub fn test_runtime() -> tokio::runtime::Runtime {
+    tokio::runtime::Builder::new_multi_thread()
+        .worker_threads(2)
+        .enable_all()
+        .build()
+        .expect("tokio runtime")
+}
+
+/// Creates `pod`, retrying while the API server is away; "already exists" counts as created
+/// (an earlier try may have landed with its answer lost).
+pub async fn create_retrying(pods: &kube::Api<Pod>, pod: &Pod) {
+    let name = pod.metadata.name.clone().unwrap_or_default();
+    until(&format!("the API server to accept pod {name}"), || async {
+        match pods.create(&kube::api::PostParams::default(), pod).await {
+            Ok(_) => Some(()),
+            Err(kube::Error::Api(status)) if status.code == 409 => Some(()),
+            Err(_) => None,
+        }
+    })
+    .await
+}

@@ -30,6 +30,8 @@ pub struct Server {
     pub data: tempfile::TempDir,
     /// Everything the server printed so far.
     pub stdout: Arc<Mutex<String>>,
+    /// Everything it logged so far (also passed on to the test's stderr).
+    pub stderr: Arc<Mutex<String>>,
 }
 
 /// Writes the tokens file the tests use.
@@ -48,6 +50,11 @@ pub fn write_tokens(dir: &Path) -> PathBuf {
 impl Server {
     /// Starts `gantry serve` with `extra` arguments and waits until it is ready.
     pub fn start(extra: &[&str]) -> Server {
+        Self::start_with_env(extra, &[])
+    }
+
+    /// [`Server::start`] with environment variables set for the server (`GANTRY_LOG`, say).
+    pub fn start_with_env(extra: &[&str], env: &[(&str, &str)]) -> Server {
         let data = tempfile::tempdir().expect("tempdir");
         let tokens = write_tokens(data.path());
         let mut child = Command::new(env!("CARGO_BIN_EXE_gantry"))
@@ -59,10 +66,22 @@ impl Server {
             .arg(&tokens)
             .args(extra)
             .env("GANTRY_PLUGIN_DIR", plugin_dir())
+            .envs(env.iter().copied())
             .stdout(Stdio::piped())
-            .stderr(Stdio::inherit())
+            .stderr(Stdio::piped())
             .spawn()
             .expect("spawn gantry serve");
+        let stderr = Arc::new(Mutex::new(String::new()));
+        let log_pipe = child.stderr.take().expect("stderr");
+        let log_sink = stderr.clone();
+        std::thread::spawn(move || {
+            for line in BufReader::new(log_pipe).lines().map_while(Result::ok) {
+                eprintln!("{line}");
+                let mut s = log_sink.lock().unwrap_or_else(|e| e.into_inner());
+                s.push_str(&line);
+                s.push('\n');
+            }
+        });
         let stdout = Arc::new(Mutex::new(String::new()));
         let (tx, rx) = std::sync::mpsc::channel();
         let pipe = child.stdout.take().expect("stdout");
@@ -86,6 +105,7 @@ impl Server {
             base,
             data,
             stdout,
+            stderr,
         };
         let deadline = Instant::now() + Duration::from_secs(60);
         loop {
