@@ -66,6 +66,7 @@ pub fn router(state: Arc<AppState>) -> Router {
         .route("/api/cluster/nodes", get(nodes))
         .route("/api/cluster/nodes/{node}", get(node))
         .route("/api/queues", get(queues))
+        .route("/api/queues/history", get(queue_history))
         .route("/api/jobs", get(jobs))
         .fallback(crate::ui::serve)
         .layer(DefaultBodyLimit::max(upload_limit))
@@ -801,6 +802,23 @@ async fn node(
 async fn queues(State(state): St, headers: HeaderMap) -> Result<Json<Vec<QueueView>>> {
     caller(&state, &headers)?;
     Ok(Json(state.live.view().queues.clone()))
+}
+
+#[derive(Debug, Deserialize)]
+struct HistoryQuery {
+    /// Only samples taken after this time, ms since the epoch (all kept ones when absent).
+    since: Option<u64>,
+}
+
+/// Each queue's usage, quota, lending, fair share and pending jobs over the last hour, sampled
+/// by the scheduling loop every few seconds; `since` fetches only what is new.
+async fn queue_history(
+    State(state): St,
+    headers: HeaderMap,
+    Query(q): Query<HistoryQuery>,
+) -> Result<Json<crate::live::QueueHistoryView>> {
+    caller(&state, &headers)?;
+    Ok(Json(state.live.queue_history(q.since.unwrap_or(0))))
 }
 
 #[derive(Debug, Deserialize)]

@@ -23,8 +23,9 @@ pub use api::{AppState, router};
 pub use auth::{Caller, Role, TokenFileError, Tokens};
 pub use error::{ApiError, Result};
 pub use live::{
-    ClusterView, DecisionEvent, JobView, Live, LiveConfig, QueueView, ShadowDisagreement,
-    ShadowReport, Upload, Validation, now_ms,
+    ClusterView, DecisionEvent, HISTORY_EVERY, HISTORY_KEEP, JobView, Live, LiveConfig,
+    QueueHistoryView, QueueSeries, QueueView, ShadowDisagreement, ShadowReport, Upload, Validation,
+    lent_gpus, now_ms,
 };
 pub use metrics::Metrics;
 

@@ -12,7 +12,7 @@ use std::time::{Duration, Instant};
 use arc_swap::{ArcSwap, ArcSwapOption};
 use gantry_core::{
     CohortUsage, CycleOutput, Decision, Explanation, JobRequest, NodeTable, Outcome, PodShape,
-    QueueUsage, QuotaVerdict, Resources, Scheduler, Symbols,
+    QueueId, QueueUsage, Queues, QuotaVerdict, Resources, Scheduler, Symbols,
 };
 use gantry_policy::{
     ActiveSet, NodeCache, Policy, PolicyEngine, PolicyOptions, PolicySet, Role, SetEntry, WasmNodes,
@@ -88,6 +88,8 @@ pub struct QueueView {
     pub borrowed_gpus: u64,
     /// Of the nominal quota, what is idle and may be lent to siblings.
     pub lendable_gpus: u64,
+    /// Of the nominal quota, what other queues use now by borrowing it (see [`lent_gpus`]).
+    pub lent_gpus: u64,
     pub borrowing_limit_gpus: Option<u64>,
     pub lending_limit_gpus: Option<u64>,
     pub weight: u32,
@@ -183,6 +185,132 @@ pub struct DecisionEvent {
     pub summary: String,
 }
 
+/// How often the queues are sampled for their history.
+pub const HISTORY_EVERY: Duration = Duration::from_secs(5);
+/// How long a queue's samples are kept: an hour, 720 samples per queue.
+pub const HISTORY_KEEP: Duration = Duration::from_secs(3600);
+/// Queues with a history, at most: each ring is bounded, and so is their number, should a live
+/// cluster's queue labels keep inventing names.
+const HISTORY_MAX_QUEUES: usize = 256;
+
+/// One queue at one instant.
+#[derive(Debug, Clone, Copy)]
+struct QueueSample {
+    at_ms: u64,
+    used_gpus: u64,
+    nominal_gpus: u64,
+    borrowed_gpus: u64,
+    lent_gpus: u64,
+    fair_share: f64,
+    fair_share_key: f64,
+    pending_jobs: u32,
+}
+
+/// The queues' recent past, sampled by the loop.
+#[derive(Debug, Default)]
+struct QueueHistory {
+    /// When the last sample was taken (ms since the epoch; 0 = never).
+    last_ms: u64,
+    /// Per queue name, its samples oldest first: a ring of at most an hour's worth. Ordered so
+    /// the route lists the queues in a stable order.
+    queue_to_samples: BTreeMap<String, VecDeque<QueueSample>>,
+}
+
+/// One queue's history as columns of equal length, oldest first: what the queues page charts.
+#[derive(Debug, Clone, Default, Serialize)]
+pub struct QueueSeries {
+    pub name: String,
+    pub at_ms: Vec<u64>,
+    pub used_gpus: Vec<u64>,
+    pub nominal_gpus: Vec<u64>,
+    pub borrowed_gpus: Vec<u64>,
+    pub lent_gpus: Vec<u64>,
+    pub fair_share: Vec<f64>,
+    pub fair_share_key: Vec<f64>,
+    pub pending_jobs: Vec<u32>,
+}
+
+/// The queues' history, as the history route serves it.
+#[derive(Debug, Clone, Serialize)]
+pub struct QueueHistoryView {
+    /// Time between samples.
+    pub interval_ms: u64,
+    /// How far back samples are kept.
+    pub keep_ms: u64,
+    pub queues: Vec<QueueSeries>,
+}
+
+/// GPUs of each queue's nominal quota that other queues use now by borrowing them.
+///
+/// The core records what each queue borrows beyond its quota, not from whom: a borrower draws
+/// on its siblings' idle quota as one pool (see `Queues::admission`). So, level by level from
+/// the top, what a group of siblings borrows from each other (their borrowing less what their
+/// parent borrows from its own siblings) is split over the group's lenders in proportion to
+/// what each may lend. What a cohort lends to its siblings is, in turn, its children's idle
+/// quota: it is split over them in proportion to what they may still lend.
+pub fn lent_gpus(queues: &Queues) -> Vec<u64> {
+    let mut lent = vec![0u64; queues.len()];
+    let roots: Vec<QueueId> = queues
+        .ids()
+        .filter(|&id| queues.parent(id).is_none())
+        .collect();
+    lend_within(queues, &roots, None, &mut lent);
+    lent
+}
+
+/// Splits the borrowing inside one group of siblings over its lenders, then recurses.
+fn lend_within(queues: &Queues, group: &[QueueId], parent: Option<QueueId>, lent: &mut [u64]) {
+    let from_above = parent.map_or(0, |p| queues.borrowed(p));
+    let borrowed: u64 = group.iter().map(|&q| queues.borrowed(q)).sum();
+    let lendable: Vec<u64> = group.iter().map(|&q| queues.lendable(q)).collect();
+    let within = split(borrowed.saturating_sub(from_above), &lendable);
+    // What the parent lends outwards comes from its children's idle quota that is left.
+    let left: Vec<u64> = lendable
+        .iter()
+        .zip(&within)
+        .map(|(l, w)| l.saturating_sub(*w))
+        .collect();
+    let outwards = split(parent.map_or(0, |p| lent[p]), &left);
+    for (i, &q) in group.iter().enumerate() {
+        lent[q] = within[i] + outwards[i];
+    }
+    for &q in group {
+        let children = queues.children(q);
+        if !children.is_empty() {
+            lend_within(queues, children, Some(q), lent);
+        }
+    }
+}
+
+/// `total` (at most the weights' sum) split in proportion to `weights`, each share at most its
+/// weight; the remainder of the rounding goes to the largest fractions.
+fn split(total: u64, weights: &[u64]) -> Vec<u64> {
+    let sum: u128 = weights.iter().map(|&w| u128::from(w)).sum();
+    if sum == 0 {
+        return vec![0; weights.len()];
+    }
+    let total = u128::from(total).min(sum);
+    let mut shares: Vec<u64> = Vec::with_capacity(weights.len());
+    let mut remainders: Vec<(u128, usize)> = Vec::with_capacity(weights.len());
+    for (i, &w) in weights.iter().enumerate() {
+        let exact = total * u128::from(w);
+        shares.push((exact / sum) as u64);
+        remainders.push((exact % sum, i));
+    }
+    let mut short = (total - shares.iter().map(|&s| u128::from(s)).sum::<u128>()) as usize;
+    remainders.sort_by(|a, b| b.0.cmp(&a.0).then(a.1.cmp(&b.1)));
+    for &(_, i) in &remainders {
+        if short == 0 {
+            break;
+        }
+        if shares[i] < weights[i] {
+            shares[i] += 1;
+            short -= 1;
+        }
+    }
+    shares
+}
+
 /// A loaded policy is keyed by its bytes, its config and its failure policy: the same triple in
 /// two set versions is one instance pool, so rolling back re-initialises nothing.
 type EntryKey = (String, String, FailurePolicy);
@@ -218,6 +346,10 @@ pub struct Live {
     /// Per pending job: when its last stored decision was made and a digest of what it said.
     /// Only the loop touches it (once per cycle); placed jobs leave it.
     job_to_last_stored: Mutex<HashMap<String, (u64, u64)>>,
+    /// Each queue's recent samples, for the fair-share-over-time chart. The loop writes one
+    /// sample per queue every [`HISTORY_EVERY`] (inside `publish`) and the history handler
+    /// copies them out; each holds the lock only for that, so neither waits on the other long.
+    history: Mutex<QueueHistory>,
 }
 
 impl Live {
@@ -247,6 +379,7 @@ impl Live {
             cycle_version: watch::Sender::new((version, Instant::now())),
             ready: AtomicBool::new(false),
             job_to_last_stored: Mutex::new(HashMap::new()),
+            history: Mutex::new(QueueHistory::default()),
         })
     }
 
@@ -494,7 +627,8 @@ impl Live {
             }
             job_to_state.insert(spec.name.clone(), view_of(spec, "running"));
         }
-        let queue_views = queues
+        let lent = lent_gpus(queues);
+        let queue_views: Vec<QueueView> = queues
             .ids()
             .map(|id| {
                 let def = queues.def(id);
@@ -505,6 +639,7 @@ impl Live {
                     used_gpus: queues.used(id).gpus,
                     borrowed_gpus: queues.borrowed(id),
                     lendable_gpus: queues.lendable(id),
+                    lent_gpus: lent[id],
                     borrowing_limit_gpus: def.borrowing_limit_gpus,
                     lending_limit_gpus: def.lending_limit_gpus,
                     weight: def.weight,
@@ -520,9 +655,11 @@ impl Live {
             .find(|&id| queues.children(id).is_empty())
             .map(|id| scheduler.usage(id));
         self.metrics.pending_pods.set(pending_pods as i64);
+        let at_ms = now_ms();
+        self.sample_history(&queue_views, at_ms);
         self.view.store(Arc::new(ClusterView {
             cluster: cluster.to_string(),
-            at_ms: now_ms(),
+            at_ms,
             nodes: Arc::new(scheduler.state.nodes.clone()),
             queues: queue_views,
             job_to_state,
@@ -532,6 +669,80 @@ impl Live {
             running_pods,
         }));
         self.ready.store(true, Ordering::Release);
+    }
+
+    /// Adds a sample of every queue to the history when [`HISTORY_EVERY`] has passed since the
+    /// last one, and drops samples older than [`HISTORY_KEEP`].
+    fn sample_history(&self, queues: &[QueueView], at_ms: u64) {
+        let every = HISTORY_EVERY.as_millis() as u64;
+        let keep = HISTORY_KEEP.as_millis() as u64;
+        let mut history = self.history.lock().unwrap_or_else(|e| e.into_inner());
+        // A clock that stepped back restarts the pacing rather than pausing it.
+        if history.last_ms != 0 && at_ms < history.last_ms + every && at_ms >= history.last_ms {
+            return;
+        }
+        history.last_ms = at_ms;
+        let per_queue = (keep / every) as usize + 1;
+        for q in queues {
+            if history.queue_to_samples.len() >= HISTORY_MAX_QUEUES
+                && !history.queue_to_samples.contains_key(&q.name)
+            {
+                continue;
+            }
+            let ring = history.queue_to_samples.entry(q.name.clone()).or_default();
+            ring.push_back(QueueSample {
+                at_ms,
+                used_gpus: q.used_gpus,
+                nominal_gpus: q.nominal_gpus,
+                borrowed_gpus: q.borrowed_gpus,
+                lent_gpus: q.lent_gpus,
+                fair_share: q.fair_share,
+                fair_share_key: q.fair_share_key,
+                pending_jobs: q.pending_jobs,
+            });
+            while ring.len() > per_queue {
+                ring.pop_front();
+            }
+        }
+        // Old samples leave every ring, including those of queues that no longer exist.
+        let oldest = at_ms.saturating_sub(keep);
+        history.queue_to_samples.retain(|_, ring| {
+            while ring.front().is_some_and(|s| s.at_ms < oldest) {
+                ring.pop_front();
+            }
+            !ring.is_empty()
+        });
+    }
+
+    /// Each queue's samples taken after `since_ms`, oldest first.
+    pub fn queue_history(&self, since_ms: u64) -> QueueHistoryView {
+        let history = self.history.lock().unwrap_or_else(|e| e.into_inner());
+        let queues = history
+            .queue_to_samples
+            .iter()
+            .map(|(name, ring)| {
+                let mut series = QueueSeries {
+                    name: name.clone(),
+                    ..QueueSeries::default()
+                };
+                for s in ring.iter().filter(|s| s.at_ms > since_ms) {
+                    series.at_ms.push(s.at_ms);
+                    series.used_gpus.push(s.used_gpus);
+                    series.nominal_gpus.push(s.nominal_gpus);
+                    series.borrowed_gpus.push(s.borrowed_gpus);
+                    series.lent_gpus.push(s.lent_gpus);
+                    series.fair_share.push(s.fair_share);
+                    series.fair_share_key.push(s.fair_share_key);
+                    series.pending_jobs.push(s.pending_jobs);
+                }
+                series
+            })
+            .collect();
+        QueueHistoryView {
+            interval_ms: HISTORY_EVERY.as_millis() as u64,
+            keep_ms: HISTORY_KEEP.as_millis() as u64,
+            queues,
+        }
     }
 
     /// Compiles `bytes`, initialises it with `config` and runs it once against the current
@@ -875,6 +1086,100 @@ mod tests {
             .iter()
             .map(|d| d.explanation.job.clone())
             .collect()
+    }
+
+    fn queue(name: &str, parent: Option<&str>, nominal: u64) -> gantry_core::QueueDef {
+        gantry_core::QueueDef {
+            name: name.into(),
+            parent: parent.map(str::to_string),
+            nominal_gpus: nominal,
+            weight: 1,
+            borrowing_limit_gpus: None,
+            lending_limit_gpus: None,
+        }
+    }
+
+    #[test]
+    fn lent_capacity_is_what_borrowers_use_of_each_lenders_idle_quota() {
+        // The queues of openai-like-7500.yaml.
+        let defs = [
+            queue("research", None, 36_000),
+            queue("pretraining", Some("research"), 20_000),
+            queue("rl", Some("research"), 16_000),
+            queue("applied", None, 18_000),
+            queue("safety", None, 6_000),
+        ];
+        let mut queues = Queues::new(&defs, Resources::gpus(60_000), 3600.0).expect("queues");
+        let id = |n: &str| queues.id(n).expect("queue");
+        let (research, pretraining, rl, applied, safety) = (
+            id("research"),
+            id("pretraining"),
+            id("rl"),
+            id("applied"),
+            id("safety"),
+        );
+        assert_eq!(lent_gpus(&queues), vec![0; 5]);
+        // rl borrows 4,000 of pretraining's idle 10,000, inside the research cohort.
+        queues.charge(pretraining, Resources::gpus(10_000), true);
+        queues.charge(rl, Resources::gpus(20_000), true);
+        let lent = lent_gpus(&queues);
+        assert_eq!(lent[pretraining], 4_000);
+        assert_eq!((lent[rl], lent[research]), (0, 0));
+        // applied borrows 2,000 at the top: research (6,000 idle) and safety (6,000 idle) lend
+        // half each, and research's share comes from pretraining, the child with idle quota.
+        queues.charge(applied, Resources::gpus(20_000), true);
+        let lent = lent_gpus(&queues);
+        assert_eq!((lent[research], lent[safety]), (1_000, 1_000));
+        assert_eq!(lent[pretraining], 5_000);
+        assert_eq!((lent[rl], lent[applied]), (0, 0));
+        // The shares add up to what is borrowed, and none exceeds what its queue may lend.
+        assert_eq!(split(7, &[3, 3, 3]), vec![3, 2, 2]);
+        assert_eq!(split(7, &[1, 1, 1]), vec![1, 1, 1]);
+        assert_eq!(split(10, &[2, 0, 3]), vec![2, 0, 3]);
+        assert_eq!(split(5, &[0, 0]), vec![0, 0]);
+    }
+
+    #[test]
+    fn the_queue_history_is_sampled_every_few_seconds_and_bounded() {
+        let dir = tempfile::tempdir().expect("tempdir");
+        let live = live(dir.path());
+        let view = |used: u64| QueueView {
+            name: "a".into(),
+            parent: None,
+            nominal_gpus: 8,
+            used_gpus: used,
+            borrowed_gpus: 0,
+            lendable_gpus: 8 - used,
+            lent_gpus: 0,
+            borrowing_limit_gpus: None,
+            lending_limit_gpus: None,
+            weight: 1,
+            fair_share: 1.0,
+            fair_share_key: 0.5,
+            pending_jobs: 3,
+            running_jobs: 1,
+        };
+        let every = HISTORY_EVERY.as_millis() as u64;
+        let t0 = 1_000_000_000;
+        live.sample_history(&[view(1)], t0);
+        live.sample_history(&[view(2)], t0 + 1);
+        live.sample_history(&[view(3)], t0 + every);
+        let h = live.queue_history(0);
+        assert_eq!(h.queues.len(), 1);
+        assert_eq!(h.queues[0].at_ms, vec![t0, t0 + every]);
+        assert_eq!(h.queues[0].used_gpus, vec![1, 3]);
+        assert_eq!(live.queue_history(t0).queues[0].at_ms, vec![t0 + every]);
+        // Two hours of samples keep one hour's.
+        for i in 2..(2 * 3600 * 1000 / every) {
+            live.sample_history(&[view(4)], t0 + i * every);
+        }
+        let h = live.queue_history(0);
+        let kept = h.queues[0].at_ms.len() as u64;
+        assert!(
+            kept <= HISTORY_KEEP.as_millis() as u64 / every + 1,
+            "{kept}"
+        );
+        assert!(kept >= HISTORY_KEEP.as_millis() as u64 / every, "{kept}");
     }
 
     #[test]

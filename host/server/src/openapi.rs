@@ -117,11 +117,21 @@ fn document() -> Value {
                     "action": {"type": "string"}, "detail": {"type": "string"}}},
                 "Decision": {"type": "object", "required": ["time_ms", "seq", "explanation"], "properties": {
                     "time_ms": {"type": "integer"}, "seq": {"type": "integer"}, "explanation": {"type": "object"}}},
-                "Queue": {"type": "object", "required": ["name", "nominal_gpus", "used_gpus", "borrowed_gpus", "fair_share"], "properties": {
+                "Queue": {"type": "object", "required": ["name", "nominal_gpus", "used_gpus", "borrowed_gpus", "lendable_gpus", "lent_gpus", "fair_share"], "properties": {
                     "name": {"type": "string"}, "parent": {"type": "string", "nullable": true}, "nominal_gpus": {"type": "integer"},
-                    "used_gpus": {"type": "integer"}, "borrowed_gpus": {"type": "integer"}, "lendable_gpus": {"type": "integer"},
+                    "used_gpus": {"type": "integer"}, "borrowed_gpus": {"type": "integer", "description": "GPUs used beyond the nominal quota"},
+                    "lendable_gpus": {"type": "integer", "description": "idle nominal GPUs others may borrow, within the lending limit"},
+                    "lent_gpus": {"type": "integer", "description": "nominal GPUs other queues use now by borrowing them (the borrowers' total split over the lenders in proportion to what each may lend)"},
+                    "borrowing_limit_gpus": {"type": "integer", "nullable": true}, "lending_limit_gpus": {"type": "integer", "nullable": true},
                     "weight": {"type": "integer"}, "fair_share": {"type": "number"}, "fair_share_key": {"type": "number"},
-                    "pending_jobs": {"type": "integer"}, "running_jobs": {"type": "integer"}}}
+                    "pending_jobs": {"type": "integer"}, "running_jobs": {"type": "integer"}}},
+                "QueueSeries": {"type": "object", "description": "one queue's samples as columns of equal length, oldest first",
+                    "required": ["name", "at_ms", "used_gpus", "nominal_gpus", "borrowed_gpus", "lent_gpus", "fair_share", "fair_share_key", "pending_jobs"], "properties": {
+                    "name": {"type": "string"}, "at_ms": arr(json!({"type": "integer"})), "used_gpus": arr(json!({"type": "integer"})),
+                    "nominal_gpus": arr(json!({"type": "integer"})), "borrowed_gpus": arr(json!({"type": "integer"})), "lent_gpus": arr(json!({"type": "integer"})),
+                    "fair_share": arr(json!({"type": "number"})), "fair_share_key": arr(json!({"type": "number"})), "pending_jobs": arr(json!({"type": "integer"}))}},
+                "QueueHistory": {"type": "object", "required": ["interval_ms", "keep_ms", "queues"], "properties": {
+                    "interval_ms": {"type": "integer"}, "keep_ms": {"type": "integer"}, "queues": arr(r("QueueSeries"))}}
             }
         },
         "security": [{"bearer": []}],
@@ -194,6 +204,9 @@ fn document() -> Value {
                 "parameters": [path_param("node", json!({"type": "string"}), "node name"), limit.clone()],
                 "responses": with(error_responses(&[("400", "bad query"), ("404", "no such node")]), "200", ok("node", obj))}},
             "/api/queues": {"get": {"summary": "quota, usage, borrowing and fair share per queue", "responses": with(error_responses(&[]), "200", ok("queues", arr(r("Queue"))))}},
+            "/api/queues/history": {"get": {"summary": "each queue's usage, quota, lending, fair share and pending jobs over the last hour, sampled every 5 s",
+                "parameters": [query_param("since", json!({"type": "integer", "minimum": 0}), "only samples taken after this time, ms since the epoch")],
+                "responses": with(error_responses(&[("400", "bad query")]), "200", ok("history", r("QueueHistory")))}},
             "/api/jobs": {"get": {"summary": "jobs pending or running now (balloons left out): pending first, by queue and place in it",
                 "parameters": [
                     query_param("q", json!({"type": "string"}), "part of the job's name, case-insensitive"),
@@ -222,6 +235,7 @@ mod tests {
             "/api/explain/{name}",
             "/api/decisions/stream",
             "/api/jobs",
+            "/api/queues/history",
             "/metrics",
         ] {
             assert!(paths.contains_key(path), "{path} missing");
