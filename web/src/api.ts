@@ -93,9 +93,14 @@ export interface NodeColumns {
 }
 export interface Queue {
   name: string; parent: string | null; nominal_gpus: number; used_gpus: number; borrowed_gpus: number;
-  lendable_gpus: number; borrowing_limit_gpus: number | null; lending_limit_gpus: number | null;
+  lendable_gpus: number; lent_gpus: number; borrowing_limit_gpus: number | null; lending_limit_gpus: number | null;
   weight: number; fair_share: number; fair_share_key: number; pending_jobs: number; running_jobs: number;
 }
+export interface QueueSeries {
+  name: string; at_ms: number[]; used_gpus: number[]; nominal_gpus: number[]; borrowed_gpus: number[];
+  lent_gpus: number[]; fair_share: number[]; fair_share_key: number[]; pending_jobs: number[];
+}
+export interface QueueHistory { interval_ms: number; keep_ms: number; queues: QueueSeries[] }
 export interface JobRow {
   name: string; queue: string; pods: number; gpus_per_pod: number; priority: number;
   submitted_s: number; state: string; queue_position: number | null;

@@ -106,6 +106,34 @@ await check("cluster: first load with 7,500 nodes, live updates, frame times", a
   figures.update_hz = Math.round(((m.updates - 1) / m.span) * 100) / 100;
   figures.draw_max_ms = Math.round(Math.max(...m.draws) * 10) / 10;
   assert(m.updates >= 3, `only ${m.updates} updates in 6 s`);
+  // Keyboard: Tab reaches the heatmap from the node lookup, the arrows move a visible focus
+  // cell named in a live region, and Enter opens the focused node.
+  await page.locator("#node-name").focus();
+  await page.keyboard.press("Tab");
+  await page.keyboard.press("Tab");
+  assert(await page.evaluate(() => document.activeElement?.classList.contains("heatmap")), "Tab does not reach the heatmap");
+  const focusName = () => page.getByTestId("heat-focus").getAttribute("data-node");
+  const start = await focusName();
+  assert(start, "no focused node after Tab");
+  await page.locator(".focus-cell").waitFor();
+  await page.keyboard.press("ArrowDown");
+  const down = await focusName();
+  await page.keyboard.press("ArrowRight");
+  const right = await focusName();
+  assert(down !== start && right !== down, `arrows did not move: ${start} → ${down} → ${right}`);
+  const said = await page.getByTestId("heat-focus").innerText();
+  assert(said.startsWith(`Node ${right}:`) && /GPUs in use/.test(said), `live region: ${said}`);
+  // One arrow press, from keydown to the next frame, on 7,500 nodes.
+  figures.key_move_ms = await page.evaluate(() => new Promise((done) => {
+    const canvas = document.querySelector("canvas.heatmap");
+    const t = performance.now();
+    canvas.dispatchEvent(new KeyboardEvent("keydown", { key: "ArrowRight", bubbles: true }));
+    requestAnimationFrame(() => done(Math.round((performance.now() - t) * 10) / 10));
+  }));
+  const opened = await focusName();
+  await page.keyboard.press("Enter");
+  await page.getByRole("heading", { name: `Node ${opened}`, exact: true }).waitFor();
+  figures.keyboard = `Tab → ${start}, ↓ → ${down}, → → ${right}, Enter opened ${opened}`;
   await page.selectOption("#f-health", "healthy");
   await page.locator("canvas.heatmap").click({ position: { x: 3, y: 17 } });
   await page.getByRole("heading", { name: /^Node / }).waitFor();
@@ -118,6 +146,32 @@ await check("cluster: first load with 7,500 nodes, live updates, frame times", a
 await check("queues: quota table, fair-share chart, pending jobs with position", async () => {
   const page = await signedIn(VIEWER);
   await go(page, "queues", "td");
+  await page.locator(".uplot").waitFor();
+  await page.getByRole("columnheader", { name: "lent", exact: true }).waitFor();
+  // Lent capacity, from one answer of the API: at the top level, what the queues lend adds up
+  // to what they borrow from each other (at most what they may lend); no queue lends more
+  // than its quota.
+  const api = async (path) => (await fetch(`${BASE}${path}`, { headers: { Authorization: `Bearer ${VIEWER}` } })).json();
+  const queues = await api("/api/queues");
+  const roots = queues.filter((q) => q.parent === null);
+  const sum = (xs, k) => xs.reduce((a, q) => a + q[k], 0);
+  assert(sum(roots, "lent_gpus") === Math.min(sum(roots, "borrowed_gpus"), sum(roots, "lendable_gpus")),
+    `top-level lent ${sum(roots, "lent_gpus")} vs borrowed ${sum(roots, "borrowed_gpus")}, lendable ${sum(roots, "lendable_gpus")}`);
+  assert(queues.every((q) => q.lent_gpus <= q.nominal_gpus), JSON.stringify(queues));
+  figures.lent = queues.map((q) => `${q.name} lent ${q.lent_gpus}, borrowed ${q.borrowed_gpus}`).join("; ");
+  // The chart comes from the server's history, and grows with the next sample (every 5 s).
+  const history = await api("/api/queues/history");
+  assert(history.queues.length === queues.length && history.queues.every((q) => q.at_ms.length >= 1 && q.fair_share_key.length === q.at_ms.length),
+    `history: ${JSON.stringify(history).slice(0, 300)}`);
+  const last = Math.max(...history.queues.map((q) => q.at_ms.at(-1)));
+  const newer = await api(`/api/queues/history?since=${last}`);
+  assert(newer.queues.every((q) => q.at_ms.every((t) => t > last)), "since= returned older samples");
+  const samples = async () => Number(await page.getByTestId("history-summary").getAttribute("data-samples"));
+  const s0 = await samples();
+  assert(s0 >= 1, "the chart has no samples");
+  await page.waitForFunction((n) => Number(document.querySelector("[data-testid=history-summary]")?.dataset.samples) > n, s0, { timeout: 15000 });
+  figures.history = `${history.queues.length} queues, ${s0} samples each when the page opened, then ${await samples()}`;
+  await page.selectOption("#q-metric", "lent_gpus");
   await page.locator(".uplot").waitFor();
   const first = page.getByRole("button", { name: /Show pending jobs of/ }).first();
   await first.click();
@@ -183,49 +237,101 @@ await check("viewer sees no mutating control anywhere", async () => {
   await page.context().close();
 });
 
-await check("admin uploads, shadows, activates, sees placement change in the feed, rolls back", async () => {
+await check("admin uploads keep-off, shadows it, activates it, sees placements leave the kept-off nodes in the feed, rolls back", async () => {
   const page = await signedIn(ADMIN);
-  await go(page, "policies", "#wasm");
   const confirm = async () => {
     await page.locator("dialog[open]").getByRole("button", { name: "Confirm" }).click();
     await page.locator("dialog[open]").waitFor({ state: "detached", timeout: 5000 }).catch(() => {});
   };
-  await page.setInputFiles("#wasm", join(PLUGINS, "gpu_binpack.wasm"));
-  await page.getByLabel("Config (JSON)").fill('{"node_weight":0,"domain_weight":100}');
+  // The feed's placements (newest first) under one set version, each as its list of nodes.
+  const placements = (set) => page.locator(`li[data-set="${set}"][data-placed="yes"]`)
+    .evaluateAll((els) => els.map((e) => (e.dataset.nodes ?? "").split(" ").filter(Boolean)));
+  const feed = async () => {
+    await go(page, "feed", "text=decisions received");
+    await page.getByLabel("Placements only").check();
+  };
+  const waitPlacements = async (set, n, timeout) => {
+    await page.waitForFunction(([set, n]) => document.querySelectorAll(`li[data-set="${set}"][data-placed="yes"]`).length >= n, [set, n], { timeout });
+  };
+
+  // 1. Under v1, the feed shows where placements go. Keep-off is configured with the name
+  //    prefix (e.g. `a100-3`: a100-3, a100-30…39, a100-300…399, a100-3000…3999) that the
+  //    most of them used, and two more exact names.
+  await feed();
+  await waitPlacements(1, 20, 90000);
+  const before = await placements(1);
+  const prefixOf = (node) => node.replace(/^(.*-\d).*$/, "$1");
+  const counts = new Map();
+  for (const node of before.flat()) counts.set(prefixOf(node), (counts.get(prefixOf(node)) ?? 0) + 1);
+  const prefix = [...counts.entries()].sort((a, b) => b[1] - a[1])[0][0];
+  const exact = [...new Set(before.flat())].filter((n) => !n.startsWith(prefix)).slice(0, 2);
+  const keptOff = (node) => node.startsWith(prefix) || exact.includes(node);
+  const onKeptOff = (list) => list.filter((nodes) => nodes.some(keptOff)).length;
+  const config = JSON.stringify({ nodes: exact, prefixes: [prefix] });
+  figures.keep_off_config = config;
+  figures.v1_placements_on_kept_off = `${onKeptOff(before)} of ${before.length}`;
+  assert(onKeptOff(before) > 0, "no placement under v1 on the chosen nodes");
+
+  // 2. Upload keep-off with that config (validated first): the UI makes a new set version of
+  //    the active set's policies plus keep-off.
+  await go(page, "policies", "#wasm");
+  const activeBefore = await page.locator("td", { hasText: "(active)" }).innerText();
+  await page.setInputFiles("#wasm", join(PLUGINS, "keep_off.wasm"));
+  await page.getByLabel("Config (JSON)").fill(config);
   await page.getByRole("button", { name: "Validate" }).click();
-  await page.getByTestId("validation").waitFor();
+  const validation = await page.getByTestId("validation").innerText({ timeout: 30000 });
+  assert(/keep-off/.test(validation) && /node is kept off by policy config/.test(validation), `validation: ${validation}`);
+  figures.keep_off_self_test = validation.replace(/.*Self-test: /s, "").trim();
   await page.getByRole("button", { name: "Upload and create a set version" }).click();
   await confirm();
   const created = await page.locator("p.ok").innerText({ timeout: 30000 });
   const v = Number(/policy set v(\d+)/.exec(created)?.[1]);
   assert(v >= 2, `upload result: ${created}`);
+  const setRow = await page.locator("tr", { has: page.locator("td", { hasText: new RegExp(`^v${v}$`) }) }).innerText();
+  assert(/keep-off/.test(setRow), `set v${v}: ${setRow}`);
+  figures.sets = `${activeBefore.trim()} → v${v}: ${setRow.split("\t")[1] ?? setRow}`;
+
+  // 3. Shadow: the candidate would put pods elsewhere; the report shows disagreements.
   await page.getByRole("button", { name: `Shadow v${v}` }).click();
   await confirm();
-  await page.getByTestId("shadow-report").waitFor({ timeout: 15000 });
-  await page.waitForFunction(() => /[1-9]\d* cycles/.test(document.querySelector("[data-testid=shadow-report]")?.textContent ?? ""), null, { timeout: 20000 });
+  const report = page.getByTestId("shadow-report");
+  await report.waitFor({ timeout: 15000 });
+  await page.waitForFunction(() => Number(document.querySelector("[data-testid=shadow-report]")?.dataset.disagreements) > 0, null, { timeout: 60000 });
+  figures.shadow = (await report.locator("p").first().innerText()).trim();
+  await page.locator("table[aria-label='Recent disagreements'] tbody tr").first().waitFor();
   await axe(page, "policies-admin");
   await shot(page, "policies-admin");
+
+  // 4. Activate: from now on no placement lands on a kept-off node.
   await page.getByRole("button", { name: `Activate v${v}` }).click();
   await confirm();
   await page.getByText(`Policy set v${v} is active.`).waitFor({ timeout: 15000 });
-  await go(page, "feed", "text=decisions received");
-  // A full cluster places work only as jobs end: allow time for a placement under v${v}.
-  await page.locator(`li[data-set="${v}"][data-placed="yes"]`).first().waitFor({ timeout: 90000 });
+  await feed();
+  await waitPlacements(v, 10, 120000);
+  const after = await placements(v);
+  figures.v_placements_on_kept_off = `${onKeptOff(after)} of ${after.length} (set v${v})`;
+  assert(onKeptOff(after) === 0, `placements under v${v} on kept-off nodes: ${JSON.stringify(after.filter((n) => n.some(keptOff)).slice(0, 3))}`);
   figures.feed_after_activation = await page.locator(`li[data-set="${v}"][data-placed="yes"]`).first().innerText();
   await axe(page, "feed");
   await shot(page, "feed");
+
+  // 5. Roll back to v1: placements return to the kept-off nodes.
   await go(page, "policies", "text=Policy set versions");
   await page.getByRole("button", { name: /^Roll back to v1$/ }).click();
   await confirm();
   await page.getByText("Rolled back to policy set v1.").waitFor({ timeout: 15000 });
-  await go(page, "feed", "text=decisions received");
-  await page.locator(`li[data-set="1"]`).first().waitFor({ timeout: 90000 });
+  await feed();
+  await page.waitForFunction((prefix) => [...document.querySelectorAll(`li[data-set="1"][data-placed="yes"]`)]
+    .some((li) => (li.dataset.nodes ?? "").split(" ").some((n) => n.startsWith(prefix))), prefix, { timeout: 120000 });
+  const resumed = await placements(1);
+  figures.v1_after_rollback_on_kept_off = `${onKeptOff(resumed)} of ${resumed.length}`;
   await go(page, "policies", "text=Audit trail");
   // The heading shows before the entries arrive: wait for the rows, then check them.
   const auditRows = page.locator("table[aria-label='Audit trail'] tbody tr");
   await auditRows.first().waitFor({ timeout: 15000 });
   const audit = await page.locator("table[aria-label='Audit trail']").innerText();
-  assert(/set\.activate/.test(audit) && /set\.rollback/.test(audit), `audit trail lacks the activation or the rollback: ${audit.slice(0, 400)}`);
+  assert(/set\.activate/.test(audit) && /set\.rollback/.test(audit) && /shadow\.start/.test(audit),
+    `audit trail lacks the shadow run, the activation or the rollback: ${audit.slice(0, 400)}`);
   await page.context().close();
 });
 
@@ -236,6 +342,12 @@ console.log("\nfigures (measured, not asserted):");
 console.log(`  first load of the cluster page with 7,500 nodes: ${figures.first_load_ms} ms (goal <= 1000)`);
 console.log(`  cluster live updates: ${figures.update_hz} Hz (goal >= 1)`);
 console.log(`  frame time p95 while updating: ${figures.frame_p95_ms} ms (goal <= 50); slowest heatmap draw ${figures.draw_max_ms} ms`);
+console.log(`  heatmap keyboard: ${figures.keyboard}; one arrow press to the next frame ${figures.key_move_ms} ms`);
+console.log(`  queues: ${figures.lent}`);
+console.log(`  queue history: ${figures.history}`);
+console.log(`  keep-off config: ${figures.keep_off_config}; self-test: ${figures.keep_off_self_test}`);
+console.log(`  shadow report: ${figures.shadow}`);
+console.log(`  placements on kept-off nodes: under v1 before ${figures.v1_placements_on_kept_off}; after activation ${figures.v_placements_on_kept_off}; after rollback to v1 ${figures.v1_after_rollback_on_kept_off}`);
 console.log(`  axe-core: ${Object.entries(axeFindings).map(([p, v]) => `${p} ${v.length ? v.map((x) => `${x.id}/${x.impact}`).join(",") : "clean"}`).join("; ")}`);
 console.log(`  screenshots: ${OUT}`);
 for (const f of failed) console.log(`\nFAILED ${f.name}\n${f.error}`);

@@ -1,6 +1,8 @@
 // The GPU occupancy heatmap along the topology: one panel per block, one column per rack, one
 // cell per node. Drawn on a canvas (7,500 DOM cells would not update at 1 Hz smoothly), with
-// positions computed once per topology and colours redrawn on every poll.
+// positions computed once per topology and colours redrawn on every poll. Keyboard users move a
+// focus cell with the arrow keys (a box drawn over the canvas, so moving it redraws nothing),
+// hear the focused node named through a live region, and open it with Enter.
 import { useEffect, useMemo, useRef, useState } from "preact/hooks";
 import { get, message, type NodeColumns, type Queue, type DecisionRecord } from "../api";
 import { Status, time } from "../ui";
@@ -43,6 +45,29 @@ function layout(cols: NodeColumns): Layout {
     rowH = Math.max(rowH, h);
   }
   return { x, y, height: py + rowH + 2, labels };
+}
+
+/** The node nearest to `i` in direction (dx, dy) on the drawn layout: straight on first, then
+ * the closest off the line; `i` itself when there is none. One pass over the nodes per key. */
+function neighbour(lay: Layout, i: number, dx: number, dy: number): number {
+  let best = i, bestScore = Infinity;
+  const x0 = lay.x[i], y0 = lay.y[i];
+  for (let j = 0; j < lay.x.length; j++) {
+    const ex = lay.x[j] - x0, ey = lay.y[j] - y0;
+    const along = dx ? ex * dx : ey * dy;
+    if (along <= 0) continue;
+    const score = along + 4 * Math.abs(dx ? ey : ex);
+    if (score < bestScore) { bestScore = score; best = j; }
+  }
+  return best;
+}
+
+/** The focused node in words, for the live region. */
+function describe(cols: NodeColumns, i: number): string {
+  const used = cols.gpu_total[i] - cols.gpu_free[i];
+  const where = cols.levels.map(([level, domain]) => `${level} ${domain[i]}`).join(", ");
+  const queues = cols.queues[i] ? `; queues ${cols.queues[i].split(",").join(", ")}` : "";
+  return `Node ${cols.name[i]}: ${used} of ${cols.gpu_total[i]} GPUs in use, ${cols.health[i]}, ${where}${queues}. Enter opens it.`;
 }
 
 export interface Filters { gpu: string; health: string; queue: string }
@@ -97,6 +122,8 @@ export function ClusterPage() {
   const [filters, setFilters] = useState<Filters>({ gpu: "", health: "", queue: "" });
   const [error, setError] = useState<string | null>(null);
   const [selected, setSelected] = useState<string | null>(null);
+  const [focus, setFocus] = useState<number | null>(null);
+  const [focused, setFocused] = useState(false);
   const lay = useMemo(() => (cols ? layout(cols) : null), [cols?.name.length, cols?.levels.length]);
 
   useEffect(() => {
@@ -148,10 +175,27 @@ export function ClusterPage() {
     for (let i = 0; i < cols.name.length; i++) {
       if (mx >= lay.x[i] && mx < lay.x[i] + STEP && my >= lay.y[i] && my < lay.y[i] + STEP) {
         setSelected(cols.name[i]);
+        setFocus(i);
         return;
       }
     }
   };
+  const MOVES: Record<string, [number, number]> = { ArrowLeft: [-1, 0], ArrowRight: [1, 0], ArrowUp: [0, -1], ArrowDown: [0, 1] };
+  const onKey = (e: KeyboardEvent) => {
+    if (!cols || !lay || !cols.name.length) return;
+    const at = focus !== null && focus < cols.name.length ? focus : 0;
+    let next: number | null = null;
+    if (e.key in MOVES) next = neighbour(lay, at, ...MOVES[e.key]);
+    else if (e.key === "Home") next = 0;
+    else if (e.key === "End") next = cols.name.length - 1;
+    else if (e.key === "Enter" || e.key === " ") setSelected(cols.name[at]);
+    else return;
+    e.preventDefault();
+    if (next !== null) setFocus(next);
+  };
+  const focusIndex = cols && focus !== null && focus < cols.name.length ? focus : null;
+  // Worded when the focus moves, not on every poll: a live region re-announces each change.
+  const spoken = useMemo(() => (cols && focusIndex !== null ? describe(cols, focusIndex) : null), [focusIndex, cols !== null]);
   const set = (k: keyof Filters) => (e: Event) => setFilters({ ...filters, [k]: (e.target as HTMLSelectElement).value });
 
   return (
@@ -189,8 +233,18 @@ export function ClusterPage() {
       </div>
       <div class="grid2">
         <div>
-          <canvas ref={canvas} class="heatmap" width={WIDTH} height={lay?.height ?? 400} onClick={onClick}
-            role="img" aria-label="GPU occupancy per node, by block and rack. Select a node by clicking it or by typing its name." />
+          <div class="heatwrap">
+            <canvas ref={canvas} class="heatmap" width={WIDTH} height={lay?.height ?? 400} onClick={onClick} tabIndex={0}
+              role="application" aria-roledescription="heatmap" aria-describedby="heat-focus"
+              aria-label="GPU occupancy per node, by block and rack. Arrow keys move between nodes, Home and End go to the first and last, Enter opens the focused node."
+              onKeyDown={onKey} onFocus={() => { setFocused(true); if (focus === null) setFocus(0); }} onBlur={() => setFocused(false)} />
+            {focused && lay && focusIndex !== null && (
+              <div class="focus-cell" aria-hidden="true" style={{ left: `${lay.x[focusIndex] - 2}px`, top: `${lay.y[focusIndex] - 2}px` }} />
+            )}
+          </div>
+          <p id="heat-focus" class="hint" aria-live="polite" data-testid="heat-focus" data-node={cols && focusIndex !== null ? cols.name[focusIndex] : ""}>
+            {spoken ?? "Tab to the heatmap to move between nodes with the arrow keys."}
+          </p>
         </div>
         <div>{selected ? <NodePanel name={selected} /> : <p class="hint">Click a node to see its pods and recent decisions.</p>}</div>
       </div>

@@ -65,9 +65,9 @@ export function PoliciesPage({ admin }: { admin: boolean }) {
       )}
       <h2>Shadow mode</h2>
       {shadow ? (
-        <div class="card" data-testid="shadow-report">
-          <p>Candidate v{shadow.candidate_version}, started by {shadow.started_by} at {time(shadow.started_ms)}: {shadow.cycles} cycles, {shadow.decisions_compared} decisions compared,{" "}
-            {Object.values(shadow.counts).reduce((a, b) => a + b, 0)} disagreements
+        <div class="card" data-testid="shadow-report" data-disagreements={Object.values(shadow.counts).reduce((a, b) => a + b, 0)}>
+          <p>Candidate v{shadow.candidate_version}, started by {shadow.started_by} at {time(shadow.started_ms)}: {plural(shadow.cycles, "cycle")}, {plural(shadow.decisions_compared, "decision")} compared,{" "}
+            {plural(Object.values(shadow.counts).reduce((a, b) => a + b, 0), "disagreement")}
             {Object.keys(shadow.counts).length > 0 && <> ({Object.entries(shadow.counts).map(([k, v]) => `${k}: ${v}`).join(", ")})</>}.</p>
           {admin && <button type="button" onClick={() => ask({ title: "Stop shadow mode?", text: `The report for v${shadow.candidate_version} is dropped.`,
             run: async () => { await call("/api/shadow", { method: "DELETE" }); return "Shadow mode stopped."; } })}>Stop shadow mode</button>}
@@ -98,6 +98,8 @@ export function PoliciesPage({ admin }: { admin: boolean }) {
     </>
   );
 }
+
+const plural = (n: number, word: string) => `${n.toLocaleString()} ${word}${n === 1 ? "" : "s"}`;
 
 function outcome(x: { outcome: { kind: string; nodes?: [string, number][] }; domain: string | null }) {
   return x.outcome.kind === "placed" ? `placed on ${x.outcome.nodes!.map(([n]) => n).slice(0, 3).join(", ")}${x.domain ? ` (${x.domain})` : ""}` : "pending";
