@@ -1,4 +1,5 @@
-//! The web UI's server side: the job list it searches and the page it is served from.
+//! The web UI's server side: the job list it searches, the queues' lending and history it
+//! shows, and the page it is served from.
 
 mod common;
 
@@ -39,6 +40,48 @@ fn jobs_list_needs_a_token_filters_and_the_ui_is_served() {
     let (_, body) = get("/api/cluster/nodes", Some(VIEWER));
     let nodes: serde_json::Value = serde_json::from_str(&body).expect("json");
     assert_eq!(nodes["queues"].as_array().map(Vec::len), Some(7500));
+    // Each queue says what of its quota others borrow; at the top level that adds up to what
+    // the top-level queues borrow (at most what they may lend).
+    let (_, body) = get("/api/queues", Some(VIEWER));
+    let queues: Vec<serde_json::Value> = serde_json::from_str(&body).expect("json");
+    let roots: Vec<&serde_json::Value> = queues.iter().filter(|q| q["parent"].is_null()).collect();
+    let sum = |k: &str| roots.iter().map(|q| q[k].as_u64().expect(k)).sum::<u64>();
+    assert_eq!(
+        sum("lent_gpus"),
+        sum("borrowed_gpus").min(sum("lendable_gpus")),
+        "{body}"
+    );
+    // The history: one series per queue, columns of equal length, sampled since the start;
+    // `since` returns only newer samples, and a bad `since` is a 400.
+    let (code, body) = get("/api/queues/history", Some(VIEWER));
+    assert_eq!(code, 200, "{body}");
+    let history: serde_json::Value = serde_json::from_str(&body).expect("json");
+    let series = history["queues"].as_array().expect("queues");
+    assert_eq!(series.len(), queues.len(), "{body}");
+    let mut last = 0;
+    for s in series {
+        let n = s["at_ms"].as_array().map(Vec::len).expect("at_ms");
+        assert!(n >= 1, "{s}");
+        for column in [
+            "used_gpus",
+            "nominal_gpus",
+            "lent_gpus",
+            "fair_share_key",
+            "pending_jobs",
+        ] {
+            assert_eq!(s[column].as_array().map(Vec::len), Some(n), "{column}: {s}");
+        }
+        last = last.max(s["at_ms"][n - 1].as_u64().expect("time"));
+    }
+    let (_, body) = get(&format!("/api/queues/history?since={last}"), Some(VIEWER));
+    let newer: serde_json::Value = serde_json::from_str(&body).expect("json");
+    for s in newer["queues"].as_array().expect("queues") {
+        for t in s["at_ms"].as_array().expect("at_ms") {
+            assert!(t.as_u64().expect("time") > last, "{body}");
+        }
+    }
+    assert_eq!(get("/api/queues/history?since=soon", Some(VIEWER)).0, 400);
+    assert_eq!(get("/api/queues/history", None).0, 401);
     // The UI (or, on a build without web/dist, the page saying how to build it) at `/`, with no
     // token; an unknown API path stays a JSON 404.
     let (code, page) = get("/", None);
