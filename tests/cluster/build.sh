@@ -1,5 +1,5 @@
 #!/usr/bin/env bash
-# Builds the test control plane (kube-apiserver, etcd, kwok) once and caches it.
+# Builds the test control plane (kube-apiserver, etcd, kwok) and kubectl once, and caches them.
 #
 # Binaries land in ${XDG_CACHE_HOME:-$HOME/.cache}/gantry/cluster/bin/<key>/, where <key> hashes
 # everything that decides their content (the wrapper module's go.mod, go.sum and sources, the
@@ -32,7 +32,7 @@ key="$(
     } | sha256sum | cut -c1-16
 )"
 bin="$cache/bin/$key"
-if [[ -x "$bin/kube-apiserver" && -x "$bin/etcd" && -x "$bin/kwok" ]]; then
+if [[ -x "$bin/kube-apiserver" && -x "$bin/etcd" && -x "$bin/kubectl" && -x "$bin/kwok" ]]; then
     echo "$bin"
     exit 0
 fi
@@ -42,10 +42,10 @@ rm -rf "$staging"
 mkdir -p "$staging"
 trap 'rm -rf "$staging"' EXIT
 start=$(date +%s)
-echo "build.sh: building kube-apiserver and etcd into $bin (first time only; several minutes)" >&2
+echo "build.sh: building kube-apiserver, etcd and kubectl into $bin (first time only; several minutes)" >&2
 (
     cd "$here/controlplane"
-    nice -n 10 go build -p 2 -trimpath -ldflags='-s -w' -o "$staging/" ./cmd/kube-apiserver ./cmd/etcd
+    nice -n 10 go build -p 2 -trimpath -ldflags='-s -w' -o "$staging/" ./cmd/kube-apiserver ./cmd/etcd ./cmd/kubectl
 ) >&2
 echo "build.sh: installing kwok $KWOK_VERSION" >&2
 GOBIN="$staging" GOFLAGS= nice -n 10 go install -p 2 -trimpath -ldflags='-s -w' "sigs.k8s.io/kwok/cmd/kwok@$KWOK_VERSION" >&2
