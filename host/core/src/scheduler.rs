@@ -220,6 +220,26 @@ impl Scheduler {
         id
     }
 
+    /// A job that already runs on `nodes` (one entry per pod), as a live cluster's bound pods
+    /// are found: reserved, charged to its queue, and preemptable like a job the cycle placed.
+    /// The caller checked each node's room with [`ClusterState::capacity_for`].
+    pub fn adopt(&mut self, spec: JobSpec, nodes: &[usize]) -> JobId {
+        let slots = nodes
+            .iter()
+            .map(|&node| self.state.reserve(node, &spec.shape))
+            .collect();
+        if !spec.balloon {
+            self.queues.charge(spec.queue, spec.total(), true);
+        }
+        self.running_gpus += spec.total().gpus;
+        let id = self.jobs.len() as JobId;
+        self.jobs.push(JobEntry {
+            spec,
+            state: JobState::Running { slots },
+        });
+        id
+    }
+
     pub fn job(&self, id: JobId) -> &JobSpec {
         &self.jobs[id as usize].spec
     }

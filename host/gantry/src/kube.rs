@@ -12,7 +12,7 @@ use std::time::{Duration, Instant};
 use clap::Args;
 use gantry_core::{SchedulerConfig, Symbols};
 use gantry_kube::nodes::NodeDef;
-use gantry_kube::{KubeCluster, KubeConfig, TopologyLabel};
+use gantry_kube::{KubeCluster, KubeConfig, LeaderSettings, TopologyLabel};
 use gantry_sim::ClusterSpec;
 
 use crate::serve::{ServerArgs, start_api, start_live};
@@ -22,10 +22,26 @@ const SYNC_TIMEOUT: Duration = Duration::from_secs(60);
 /// Pending pods are tried again this often even when nothing in the cluster changed.
 const RETRY_PENDING: Duration = Duration::from_secs(1);
 
+/// Leader election flags of `gantry serve --kubeconfig` (kube-scheduler's names).
+#[derive(Args, Debug, Clone)]
+pub struct LeaderArgs {
+    /// With --kubeconfig: hold a coordination.k8s.io Lease to schedule; replicas without it
+    /// keep their caches warm and serve the API read-only until it is free.
+    #[arg(long, requires = "kubeconfig")]
+    pub leader_elect: bool,
+    /// The Lease's name.
+    #[arg(long, default_value = "gantry")]
+    pub leader_elect_lease_name: String,
+    /// The Lease's namespace (in a pod, set POD_NAMESPACE from the downward API).
+    #[arg(long, env = "POD_NAMESPACE", default_value = "default")]
+    pub leader_elect_namespace: String,
+}
+
 /// What `gantry serve --kubeconfig` needs from the serve arguments.
 pub struct KubeServe {
     pub kubeconfig: PathBuf,
     pub topology_labels: Vec<String>,
+    pub leader: LeaderArgs,
     pub duration_s: Option<f64>,
     pub no_policies: bool,
     pub listen: SocketAddr,
@@ -67,6 +83,19 @@ pub fn serve(opts: KubeServe) -> anyhow::Result<()> {
         "  API on http://{bound}/api (OpenAPI at /api/openapi.json), data in {}",
         opts.server.data_dir.display()
     );
+    let leadership = opts.leader.leader_elect.then(|| {
+        let settings = LeaderSettings::new(
+            &opts.leader.leader_elect_lease_name,
+            &opts.leader.leader_elect_namespace,
+        );
+        println!(
+            "  leader election: lease {}/{} as {}",
+            settings.namespace, settings.name, settings.identity
+        );
+        cluster.leader_elect(settings)
+    });
+    let mut leading = false;
+    let mut last_publish = Instant::now();
     let started = Instant::now();
     let mut seen_generation = None;
     let mut last_cycle = Instant::now();
@@ -83,14 +112,43 @@ pub fn serve(opts: KubeServe) -> anyhow::Result<()> {
             break;
         }
         let generation = cluster.generation();
-        let changed = seen_generation != Some(generation);
+        let mut changed = seen_generation != Some(generation);
+        if let Some(leadership) = &leadership {
+            let now_leading = leadership.is_leader();
+            if now_leading != leading {
+                leading = now_leading;
+                // A new leader schedules at once, from caches it kept warm.
+                changed = true;
+                println!(
+                    "  {} ({})",
+                    if leading { "leading" } else { "following" },
+                    leadership.holder().unwrap_or_default()
+                );
+            }
+            if !leading {
+                // A follower schedules nothing; it shows the cluster read-only, saying who
+                // leads in the cluster name of /api/cluster.
+                if changed || last_publish.elapsed() >= RETRY_PENDING {
+                    seen_generation = Some(generation);
+                    last_publish = Instant::now();
+                    let snap = cluster.snapshot(&symbols, SchedulerConfig::default());
+                    let holder = leadership.holder().unwrap_or_else(|| "none yet".into());
+                    live.publish(
+                        &snap.scheduler,
+                        &format!("kube (follower; leader {holder})"),
+                    );
+                }
+                live.idle(Duration::from_millis(50));
+                continue;
+            }
+        }
         if changed || (waiting && last_cycle.elapsed() >= RETRY_PENDING) {
             seen_generation = Some(generation);
             last_cycle = Instant::now();
             let config = SchedulerConfig {
                 max_attempts: 200,
-                // Preemption needs the Eviction API, which the binder does not use yet.
-                preemption: false,
+                // Victims are evicted through the Eviction API (`KubeCluster::preempt`).
+                preemption: true,
                 ..SchedulerConfig::default()
             };
             let mut snap = cluster.snapshot(&symbols, config);
@@ -111,12 +169,22 @@ pub fn serve(opts: KubeServe) -> anyhow::Result<()> {
                 now_s,
                 gantry_server::now_ms(),
             );
+            // A leader that lost the Lease during the cycle binds nothing of it.
+            if leadership.as_ref().is_some_and(|l| !l.is_leader()) {
+                continue;
+            }
+            let (output, preempting) = cluster.preempt(&snap, &output);
             let report = cluster.apply(&snap, &output);
             for error in &report.errors {
                 tracing::warn!(%error, "binder");
             }
-            live.publish(&snap.scheduler, "kube");
-            waiting = report.bound < output.decisions.iter().filter(|d| d.placed).count()
+            let name = match &leadership {
+                Some(l) => format!("kube (leader {})", l.settings.identity),
+                None => "kube".to_string(),
+            };
+            live.publish(&snap.scheduler, &name);
+            waiting = preempting > 0
+                || report.bound < output.decisions.iter().filter(|d| d.placed).count()
                 || output.decisions.iter().any(|d| !d.placed)
                 || !snap.waiting.is_empty();
             cycles += 1;
@@ -125,6 +193,9 @@ pub fn serve(opts: KubeServe) -> anyhow::Result<()> {
         live.idle(Duration::from_millis(50));
     }
     stop.store(true, Ordering::Relaxed);
+    if let Some(leadership) = &leadership {
+        cluster.resign(leadership);
+    }
     live.store.flush()?;
     let deadline = Instant::now() + Duration::from_secs(3);
     while !api.is_finished() && Instant::now() < deadline {

@@ -54,6 +54,8 @@ pub struct ServeArgs {
     #[arg(long = "topology-label", requires = "kubeconfig")]
     topology_labels: Vec<String>,
     #[command(flatten)]
+    leader: crate::kube::LeaderArgs,
+    #[command(flatten)]
     server: ServerArgs,
     #[command(flatten)]
     plugins: crate::PluginDir,
@@ -297,6 +299,7 @@ pub fn run(args: ServeArgs) -> anyhow::Result<()> {
         return crate::kube::serve(crate::kube::KubeServe {
             kubeconfig,
             topology_labels: args.topology_labels,
+            leader: args.leader,
             duration_s: args.duration_s,
             no_policies: args.no_policies,
             listen: args.listen,

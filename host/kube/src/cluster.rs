@@ -60,6 +60,15 @@ pub struct KubeCluster {
     /// The last FailedScheduling message posted per pod uid: the same reason is not posted
     /// again every cycle.
     last_failed: HashMap<String, String>,
+    /// Gantry's `Queue` objects; `None` when the cluster has no such CRD.
+    queues: Option<Store<DynamicObject>>,
+    /// A client without kube-rs's automatic retries, for evictions (see [`client_with`]).
+    evict_client: Client,
+    /// The Queue problems logged last, so each is logged when it appears, not every cycle.
+    queue_problems: Vec<String>,
+    /// Preemptions under way, by preemptor job name: the preemptor waits, nominated, until
+    /// its victims are gone (see [`crate::evict`]).
+    preemptions: HashMap<String, crate::evict::Preemption>,
 }
 
 /// A small runtime for the caches and calls; the scheduling loop blocks on it.
@@ -74,6 +83,17 @@ pub(crate) fn runtime() -> Result<tokio::runtime::Runtime> {
 
 /// A client from the kubeconfig at `path` (its current context).
 pub(crate) fn client(runtime: &tokio::runtime::Runtime, path: &Path) -> Result<Client> {
+    client_with(runtime, path, true)
+}
+
+/// [`client`], with kube-rs's retries of 429/503/504 on or off. Evictions turn them off: a 429
+/// there is a PodDisruptionBudget's answer, and retrying it in place (Retry-After 10 s, 15
+/// times) would stall the scheduling loop.
+pub(crate) fn client_with(
+    runtime: &tokio::runtime::Runtime,
+    path: &Path,
+    retry: bool,
+) -> Result<Client> {
     let unreadable = |message: String| Error::Kubeconfig {
         path: path.display().to_string(),
         message,
@@ -82,9 +102,10 @@ pub(crate) fn client(runtime: &tokio::runtime::Runtime, path: &Path) -> Result<C
         kube::config::Kubeconfig::read_from(path).map_err(|e| unreadable(e.to_string()))?;
     runtime.block_on(async {
         let options = kube::config::KubeConfigOptions::default();
-        let cfg = kube::Config::from_custom_kubeconfig(kubeconfig, &options)
+        let mut cfg = kube::Config::from_custom_kubeconfig(kubeconfig, &options)
             .await
             .map_err(|e| unreadable(e.to_string()))?;
+        cfg.default_retry = retry;
         Client::try_from(cfg).map_err(|e| Error::Connect(e.to_string()))
     })
 }
@@ -143,14 +164,19 @@ impl KubeCluster {
     pub fn connect(path: &Path, config: KubeConfig) -> Result<Self> {
         let runtime = runtime()?;
         let client = client(&runtime, path)?;
+        let evict_client = client_with(&runtime, path, false)?;
         // One discovery call at start: watching a kind the cluster does not serve would keep
         // the caches from ever syncing.
-        let has_pod_groups = runtime.block_on(async {
-            client
-                .list_api_group_resources("scheduling.x-k8s.io/v1alpha1")
-                .await
-                .is_ok_and(|list| list.resources.iter().any(|r| r.name == "podgroups"))
-        });
+        let serves = |group_version: &str, plural: &str| {
+            runtime.block_on(async {
+                client
+                    .list_api_group_resources(group_version)
+                    .await
+                    .is_ok_and(|list| list.resources.iter().any(|r| r.name == plural))
+            })
+        };
+        let has_pod_groups = serves("scheduling.x-k8s.io/v1alpha1", "podgroups");
+        let has_queues = serves("gantry.dev/v1alpha1", "queues");
         let generation = Arc::new(AtomicU64::new(0));
         let nodes = reflect(
             &runtime,
@@ -194,6 +220,22 @@ impl KubeCluster {
                 resource,
             )
         });
+        let queues = has_queues.then(|| {
+            let resource = crate::queues::resource();
+            reflect(
+                &runtime,
+                Api::<DynamicObject>::all_with(client.clone(), &resource),
+                watcher::Config::default(),
+                generation.clone(),
+                "queues",
+                resource,
+            )
+        });
+        if !has_queues {
+            tracing::info!(
+                "no gantry.dev/v1alpha1 Queue in this cluster: every queue may use the whole cluster"
+            );
+        }
         if !has_pod_groups {
             tracing::info!(
                 "no scheduling.x-k8s.io/v1alpha1 PodGroup in this cluster: gangs come from Gantry's labels"
@@ -210,6 +252,10 @@ impl KubeCluster {
             generation,
             assumed: HashMap::new(),
             last_failed: HashMap::new(),
+            queues,
+            evict_client,
+            queue_problems: Vec::new(),
+            preemptions: HashMap::new(),
         })
     }
 
@@ -223,6 +269,9 @@ impl KubeCluster {
                 let _ = self.bound.wait_until_ready().await;
                 if let Some(groups) = &self.pod_groups {
                     let _ = groups.wait_until_ready().await;
+                }
+                if let Some(queues) = &self.queues {
+                    let _ = queues.wait_until_ready().await;
                 }
             };
             tokio::time::timeout(timeout, all)
@@ -271,18 +320,65 @@ impl KubeCluster {
                 ))
             })
             .collect();
+        let pending = self.pending.state();
+        let (held, nominated) = crate::evict::hold(&mut self.preemptions, &bound, &pending);
+        let (queues, problems) = match &self.queues {
+            Some(store) => crate::queues::check(&store.state()),
+            None => (Vec::new(), Vec::new()),
+        };
+        for problem in problems.iter().filter(|p| !self.queue_problems.contains(p)) {
+            tracing::warn!(%problem, "Queue left out");
+        }
+        self.queue_problems = problems;
         snapshot::build(
             &Inputs {
                 nodes: &self.nodes.state(),
                 bound: &bound,
-                pending: &self.pending.state(),
+                pending: &pending,
                 assumed: &assumed,
                 pod_groups: &pod_groups,
+                held: &held,
+                nominated: &nominated,
+                queues: &queues,
             },
             &self.config,
             symbols,
             config,
         )
+    }
+
+    /// Starts leader election on this cluster's runtime and client (see [`crate::leader`]).
+    pub fn leader_elect(&self, settings: crate::LeaderSettings) -> Arc<crate::Leadership> {
+        crate::leader::start(&self.runtime, self.client.clone(), settings)
+    }
+
+    /// Stops leader election and releases the Lease if held, so a successor starts at once.
+    pub fn resign(&self, leadership: &crate::Leadership) {
+        self.runtime
+            .block_on(crate::leader::resign(self.client.clone(), leadership));
+    }
+
+    /// The Queue objects the last snapshot left out, one line each.
+    pub fn queue_problems(&self) -> &[String] {
+        &self.queue_problems
+    }
+
+    /// Acts on the cycle's preemptions before [`KubeCluster::apply`] binds anything: evicts
+    /// each preemptor's victims through the Eviction API, posts `Preempted` on them, and
+    /// nominates the preemptor's nodes instead of binding (victims hold their GPUs until they
+    /// are gone). Evictions a PodDisruptionBudget blocked are tried again. Returns the output
+    /// `apply` should act on: without the preemptors, and without any decision after the
+    /// first preemption (it may have counted room a victim still holds), which the next cycle
+    /// makes again.
+    pub fn preempt(&mut self, snap: &Snapshot, output: &CycleOutput) -> (CycleOutput, usize) {
+        let client = self.evict_client.clone();
+        let (rest, started) = self.runtime.block_on(crate::evict::run(
+            &client,
+            &mut self.preemptions,
+            snap,
+            output,
+        ));
+        (rest, started)
     }
 
     /// Acts on a cycle's decisions: binds placed jobs' pods, and reports why the others wait

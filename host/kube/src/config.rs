@@ -53,6 +53,9 @@ pub struct KubeConfig {
     pub gang_size_label: String,
     /// scheduler-plugins' pod label naming the pod's `PodGroup` (in the pod's namespace).
     pub pod_group_label: String,
+    /// Pod label that marks a balloon (`"true"`): a placeholder holding capacity, preempted
+    /// first by any real work, as OpenAI's clusters ran them.
+    pub balloon_label: String,
 }
 
 impl Default for KubeConfig {
@@ -74,6 +77,7 @@ impl Default for KubeConfig {
             gang_label: "gantry.dev/gang".into(),
             gang_size_label: "gantry.dev/gang-size".into(),
             pod_group_label: "scheduling.x-k8s.io/pod-group".into(),
+            balloon_label: "gantry.dev/balloon".into(),
         }
     }
 }

@@ -16,12 +16,16 @@
 
 pub mod cluster;
 pub mod config;
+pub mod evict;
+pub mod leader;
 pub mod nodes;
 pub mod quantity;
+pub mod queues;
 pub mod snapshot;
 
 pub use cluster::{ApplyReport, KubeCluster};
 pub use config::{KubeConfig, TopologyLabel};
+pub use leader::{LeaderSettings, Leadership};
 pub use snapshot::{PendingPod, Snapshot};
 
 /// Why talking to the cluster failed. One line each, naming the object and the problem.

@@ -28,7 +28,7 @@ pub struct PendingPod {
 }
 
 impl PendingPod {
-    fn of(pod: &Arc<Pod>) -> Self {
+    pub(crate) fn of(pod: &Arc<Pod>) -> Self {
         let condition = pod
             .status
             .as_ref()
@@ -60,8 +60,12 @@ impl PendingPod {
 /// the pods that cannot be a job yet.
 pub struct Snapshot {
     pub scheduler: Scheduler,
-    /// Indexed by `JobId`: the job's name and its pods, in submission order.
+    /// Indexed by `JobId`: the job's name and its pods, in submission order. The first
+    /// [`Snapshot::adopted`] are bound pods the core may preempt (running jobs); the rest are
+    /// pending.
     pub jobs: Vec<(String, Vec<PendingPod>)>,
+    /// How many of `jobs` are adopted bound pods.
+    pub adopted: usize,
     /// Pods waiting before any placement is tried (an incomplete gang, an unknown PodGroup),
     /// with the reason in kube-scheduler's words.
     pub waiting: Vec<(PendingPod, String)>,
@@ -154,6 +158,11 @@ fn label<'a>(pod: &'a Pod, key: &str) -> Option<&'a str> {
         .map(String::as_str)
 }
 
+/// Whether a bound pod is a balloon: a placeholder holding capacity that gives way at once.
+fn is_balloon(pod: &Pod, config: &KubeConfig) -> bool {
+    label(pod, &config.balloon_label) == Some("true")
+}
+
 fn queue_of(pod: &Pod, config: &KubeConfig) -> String {
     config
         .queue_labels
@@ -216,6 +225,15 @@ pub struct Inputs<'a> {
     pub assumed: &'a [(Arc<Pod>, String)],
     /// `minMember` of each `PodGroup`, by `(namespace, name)`.
     pub pod_groups: &'a HashMap<(String, String), u32>,
+    /// Pending pods (by uid) that wait on a preemption in progress, with the reason: they are
+    /// not scheduled again until their victims are gone.
+    pub held: &'a HashMap<String, String>,
+    /// Preemptors' pods and their nominated nodes: room held for them as their victims leave,
+    /// as kube-scheduler counts nominated pods.
+    pub nominated: &'a [(Arc<Pod>, String)],
+    /// The declared queues (`Queue` objects, checked); empty means every queue may use the
+    /// whole cluster.
+    pub queues: &'a [QueueDef],
 }
 
 /// Builds the cycle's scheduler from the caches.
@@ -350,28 +368,38 @@ pub fn build(
         .collect();
     let mut queue_used: BTreeMap<String, u64> = BTreeMap::new();
     let mut gang_bound: HashMap<Gang, u32> = HashMap::new();
+    // Bound pods the core may preempt, grouped as jobs (a gang is evicted whole): ours and
+    // balloons, unless already terminating. Everything else is a plain reservation.
+    type Members<'p> = Vec<(&'p Arc<Pod>, usize)>;
+    let mut adoptable: Vec<(Gang, Members<'_>)> = Vec::new();
+    let mut adoptable_index: HashMap<Gang, usize> = HashMap::new();
     for (pod, node) in &running {
         let Some(&index) = node.and_then(|n| node_index.get(n)) else {
             continue;
         };
-        let (gpus, cpu, mem) = pod_request(pod, config);
-        // Never more than the node has left: pods bound by someone else may overcommit it.
-        let shape = PodShape {
-            gpus: gpus.min(state.nodes.gpu_free[index]),
-            cpu_milli: cpu.min(state.nodes.cpu_free_milli[index]),
-            memory_mib: mem.min(state.nodes.memory_free_mib[index]),
-            ..PodShape::default()
-        };
-        state.reserve(index, &shape);
         let ours = pod.spec.as_ref().and_then(|s| s.scheduler_name.as_deref())
             == Some(config.scheduler_name.as_str());
-        if ours {
-            *queue_used.entry(queue_of(pod, config)).or_default() += u64::from(gpus);
-            let gang = gang_of(pod, config);
-            if gang != Gang::Single {
-                *gang_bound.entry(gang).or_default() += 1;
-            }
+        let gang = gang_of(pod, config);
+        if ours && gang != Gang::Single {
+            *gang_bound.entry(gang.clone()).or_default() += 1;
         }
+        let terminating = pod.metadata.deletion_timestamp.is_some();
+        if (ours || is_balloon(pod, config)) && !terminating {
+            if gang == Gang::Single {
+                adoptable.push((gang, vec![(pod, index)]));
+            } else if let Some(&i) = adoptable_index.get(&gang) {
+                adoptable[i].1.push((pod, index));
+            } else {
+                adoptable_index.insert(gang.clone(), adoptable.len());
+                adoptable.push((gang, vec![(pod, index)]));
+            }
+            continue;
+        }
+        let request = pod_request(pod, config);
+        if ours {
+            *queue_used.entry(queue_of(pod, config)).or_default() += u64::from(request.0);
+        }
+        reserve_clamped(&mut state, index, request);
     }
 
     // Our pending pods, grouped into jobs. Pods we just bound are not pending any more.
@@ -380,12 +408,19 @@ pub fn build(
         .iter()
         .filter_map(|(p, _)| p.metadata.uid.as_deref())
         .collect();
-    let mut pending: Vec<&Arc<Pod>> = inputs
+    let mut waiting = Vec::new();
+    let mut pending: Vec<&Arc<Pod>> = Vec::new();
+    for pod in inputs
         .pending
         .iter()
         .filter(|p| !assumed_uids.contains(p.metadata.uid.as_deref().unwrap_or("")))
         .filter(|p| p.metadata.deletion_timestamp.is_none())
-        .collect();
+    {
+        match inputs.held.get(pod.metadata.uid.as_deref().unwrap_or("")) {
+            Some(why) => waiting.push((PendingPod::of(pod), why.clone())),
+            None => pending.push(pod),
+        }
+    }
     // Oldest first, as kube-scheduler's FIFO within one priority.
     pending.sort_by(|a, b| {
         (&a.metadata.creation_timestamp, &a.metadata.name)
@@ -409,34 +444,93 @@ pub fn build(
     }
 
     let mut queue_names: Vec<String> = queue_used.keys().cloned().collect();
-    for (_, pods) in &groups {
-        let queue = queue_of(pods[0], config);
+    for pod in groups
+        .iter()
+        .map(|(_, pods)| pods[0])
+        .chain(adoptable.iter().map(|(_, pods)| pods[0].0))
+    {
+        let queue = queue_of(pod, config);
         if !queue_names.contains(&queue) {
             queue_names.push(queue);
         }
     }
-    // Quota objects are later work: until then each queue is a root that may use the cluster.
-    let defs: Vec<QueueDef> = queue_names
-        .iter()
-        .map(|name| QueueDef {
-            name: name.clone(),
-            parent: None,
-            nominal_gpus: capacity.gpus,
-            weight: 1,
-            borrowing_limit_gpus: None,
-            lending_limit_gpus: None,
-        })
-        .collect();
-    let mut queues = Queues::new(&defs, capacity, 600.0).expect("queue names are unique");
-    for (name, gpus) in &queue_used {
-        if let Some(id) = queues.id(name) {
-            queues.charge(id, Resources::gpus(*gpus), true);
-        }
-    }
+    let queues = queue_tree(inputs.queues, &queue_names, capacity);
     let mut scheduler = Scheduler::new(state, queues, symbols.clone(), scheduler_config);
 
+    // Adopted jobs first, so their ids index `jobs` from 0. A group the node table cannot hold
+    // whole (someone overcommitted the node) is only reserved, never preempted.
     let mut jobs = Vec::new();
-    let mut waiting = Vec::new();
+    for (gang, pods) in adoptable {
+        let mut per_node: HashMap<usize, u32> = HashMap::new();
+        let mut shape = pod_shape(pods[0].0, config, symbols);
+        for (pod, node) in &pods {
+            let other = pod_shape(pod, config, symbols);
+            shape.gpus = shape.gpus.max(other.gpus);
+            shape.cpu_milli = shape.cpu_milli.max(other.cpu_milli);
+            shape.memory_mib = shape.memory_mib.max(other.memory_mib);
+            shape.priority = shape.priority.max(other.priority);
+            *per_node.entry(*node).or_default() += 1;
+        }
+        let fits = per_node
+            .iter()
+            .all(|(&node, &n)| scheduler.state.capacity_for(node, &shape) >= n);
+        let first = pods[0].0;
+        let queue = queue_of(first, config);
+        let ours = first
+            .spec
+            .as_ref()
+            .and_then(|s| s.scheduler_name.as_deref())
+            == Some(config.scheduler_name.as_str());
+        if !fits {
+            for (pod, node) in &pods {
+                let request = pod_request(pod, config);
+                if ours && let Some(id) = scheduler.queues.id(&queue) {
+                    scheduler
+                        .queues
+                        .charge(id, Resources::gpus(u64::from(request.0)), true);
+                }
+                reserve_clamped(&mut scheduler.state, *node, request);
+            }
+            continue;
+        }
+        let namespace = first.metadata.namespace.clone().unwrap_or_default();
+        let name = match &gang {
+            Gang::Single => format!(
+                "{namespace}/{}",
+                first.metadata.name.as_deref().unwrap_or_default()
+            ),
+            Gang::PodGroup(ns, group) | Gang::Labels(ns, group, _) => format!("{ns}/{group}"),
+        };
+        shape.name = symbols.intern(&name);
+        shape.queue = symbols.intern(&queue);
+        shape.gang_size = pods.len() as u32;
+        let nodes: Vec<usize> = pods.iter().map(|(_, node)| *node).collect();
+        let spec = JobSpec {
+            name: name.clone(),
+            queue: scheduler.queues.id(&queue).unwrap_or(0),
+            priority: shape.priority,
+            pods: pods.len() as u32,
+            shape,
+            balloon: is_balloon(first, config),
+            topology: TopologyPref::default(),
+            submit_s: created_s(first),
+        };
+        scheduler.adopt(spec, &nodes);
+        jobs.push((name, pods.iter().map(|(p, _)| PendingPod::of(p)).collect()));
+    }
+    let adopted = jobs.len();
+    for (name, gpus) in &queue_used {
+        if let Some(id) = scheduler.queues.id(name) {
+            scheduler.queues.charge(id, Resources::gpus(*gpus), true);
+        }
+    }
+    // Room held for preemptors, out of what their victims leave behind.
+    for (pod, node) in inputs.nominated {
+        if let Some(&index) = node_index.get(node.as_str()) {
+            reserve_clamped(&mut scheduler.state, index, pod_request(pod, config));
+        }
+    }
+
     for (gang, pods) in groups {
         let members: Vec<PendingPod> = pods.iter().map(|p| PendingPod::of(p)).collect();
         let (job_name, min_member) = match &gang {
@@ -492,11 +586,7 @@ pub fn build(
         shape.name = symbols.intern(&job_name);
         shape.queue = symbols.intern(&queue);
         shape.gang_size = members.len() as u32;
-        let submit_s = pods[0]
-            .metadata
-            .creation_timestamp
-            .as_ref()
-            .map_or(0.0, |t| t.0.as_second() as f64);
+        let submit_s = created_s(pods[0]);
         scheduler.submit(JobSpec {
             name: job_name.clone(),
             queue: scheduler.queues.id(&queue).unwrap_or(0),
@@ -512,9 +602,57 @@ pub fn build(
     Snapshot {
         scheduler,
         jobs,
+        adopted,
         waiting,
         node_names,
     }
+}
+
+fn created_s(pod: &Pod) -> f64 {
+    pod.metadata
+        .creation_timestamp
+        .as_ref()
+        .map_or(0.0, |t| t.0.as_second() as f64)
+}
+
+/// Reserves what a pod asks for on `node`, never more than the node has left: pods bound by
+/// someone else may overcommit it.
+fn reserve_clamped(state: &mut ClusterState, node: usize, (gpus, cpu, mem): (u32, u32, u32)) {
+    let shape = PodShape {
+        gpus: gpus.min(state.nodes.gpu_free[node]),
+        cpu_milli: cpu.min(state.nodes.cpu_free_milli[node]),
+        memory_mib: mem.min(state.nodes.memory_free_mib[node]),
+        ..PodShape::default()
+    };
+    state.reserve(node, &shape);
+}
+
+/// The core's queue tree: the declared queues, plus a root of nominal 0 (it may borrow idle
+/// quota) for each queue a pod names that none declares. With nothing declared, every queue
+/// is a root that may use the whole cluster.
+fn queue_tree(declared: &[QueueDef], used: &[String], capacity: Resources) -> Queues {
+    let mut defs: Vec<QueueDef> = declared.to_vec();
+    for name in used {
+        if !defs.iter().any(|d| &d.name == name) {
+            defs.push(QueueDef {
+                name: name.clone(),
+                parent: None,
+                nominal_gpus: if declared.is_empty() {
+                    capacity.gpus
+                } else {
+                    0
+                },
+                weight: 1,
+                borrowing_limit_gpus: None,
+                lending_limit_gpus: None,
+            });
+        }
+    }
+    // `crate::queues::check` left only unique names whose parents exist.
+    Queues::new(&defs, capacity, 600.0).unwrap_or_else(|error| {
+        tracing::error!(%error, "the declared queues do not form a tree; ignoring them");
+        queue_tree(&[], used, capacity)
+    })
 }
 
 #[cfg(test)]
@@ -611,6 +749,9 @@ mod tests {
                 pending,
                 assumed: &[],
                 pod_groups: &pod_groups,
+                held: &HashMap::new(),
+                nominated: &[],
+                queues: &[],
             },
             &KubeConfig::default(),
             &Symbols::new(),
@@ -731,6 +872,99 @@ mod tests {
         let bound = [pod("p0", 1, &pg, Some("a"))];
         let pending = [pod("p1", 1, &pg, None)];
         let snap = snapshot(&nodes, &bound, &pending, &[(("ns", "pg"), 2)]);
-        assert_eq!(snap.jobs.len(), 1);
+        assert_eq!(snap.adopted, 1, "the bound member is a running job");
+        assert_eq!(snap.jobs.len(), 2, "and the pending one completes the gang");
+    }
+    #[test]
+    fn bound_balloons_and_our_pods_are_preemptable_jobs() {
+        let nodes = [node("a", 8, &[], true), node("b", 8, &[], true)];
+        let mut balloon =
+            (*pod("balloon", 8, &[("gantry.dev/balloon", "true")], Some("a"))).clone();
+        balloon.spec.as_mut().unwrap().scheduler_name = Some("default-scheduler".into());
+        let mut foreign = (*pod("foreign", 4, &[], Some("b"))).clone();
+        foreign.spec.as_mut().unwrap().scheduler_name = Some("default-scheduler".into());
+        let mut leaving = (*pod("leaving", 4, &[], Some("b"))).clone();
+        leaving.metadata.deletion_timestamp =
+            Some(k8s_openapi::apimachinery::pkg::apis::meta::v1::Time(
+                k8s_openapi::jiff::Timestamp::now(),
+            ));
+        let bound = [Arc::new(balloon), Arc::new(foreign), Arc::new(leaving)];
+        let mut urgent = (*pod("urgent", 8, &[], None)).clone();
+        urgent.spec.as_mut().unwrap().priority = Some(1000);
+        let mut snap = snapshot(&nodes, &bound, &[Arc::new(urgent)], &[]);
+        assert_eq!(
+            snap.adopted, 1,
+            "only the balloon: the others are foreign or leaving"
+        );
+        assert_eq!(snap.jobs[0].0, "ns/balloon");
+        assert!(snap.scheduler.job(0).balloon);
+        assert_eq!(snap.scheduler.state.nodes.gpu_free, [0, 0]);
+        let output = snap.scheduler.cycle(0.0, &mut gantry_core::BuiltinOnly);
+        assert_eq!(output.evicted, [0]);
+        assert!(output.decisions[0].placed);
+        assert_eq!(output.decisions[0].explanation.preempted, ["ns/balloon"]);
+    }
+
+    #[test]
+    fn held_preemptors_wait_and_their_room_is_kept() {
+        let nodes = [node("a", 8, &[], true)];
+        let p = pod("p", 8, &[], None);
+        let held: HashMap<String, String> = [("uid-p".to_string(), "waiting".to_string())].into();
+        let snap = build(
+            &Inputs {
+                nodes: &nodes,
+                bound: &[],
+                pending: &[p.clone(), pod("q", 8, &[], None)],
+                assumed: &[],
+                pod_groups: &HashMap::new(),
+                held: &held,
+                nominated: &[(p, "a".into())],
+                queues: &[],
+            },
+            &KubeConfig::default(),
+            &Symbols::new(),
+            SchedulerConfig::default(),
+        );
+        assert_eq!(snap.waiting.len(), 1);
+        assert_eq!(snap.waiting[0].1, "waiting");
+        assert_eq!(snap.jobs.len(), 1, "only q is tried");
+        assert_eq!(snap.scheduler.state.nodes.gpu_free, [0], "p's room is held");
+    }
+
+    #[test]
+    fn declared_queues_bound_what_their_pods_use() {
+        let nodes = [node("a", 8, &[], true)];
+        let bound = [pod("x", 2, &[("gantry.dev/queue", "small")], Some("a"))];
+        let pending = [pod("y", 1, &[("gantry.dev/queue", "small")], None)];
+        let small = QueueDef {
+            name: "small".into(),
+            parent: None,
+            nominal_gpus: 2,
+            weight: 1,
+            borrowing_limit_gpus: Some(0),
+            lending_limit_gpus: None,
+        };
+        let mut snap = build(
+            &Inputs {
+                nodes: &nodes,
+                bound: &bound,
+                pending: &pending,
+                assumed: &[],
+                pod_groups: &HashMap::new(),
+                held: &HashMap::new(),
+                nominated: &[],
+                queues: &[small],
+            },
+            &KubeConfig::default(),
+            &Symbols::new(),
+            SchedulerConfig::default(),
+        );
+        let output = snap.scheduler.cycle(0.0, &mut gantry_core::BuiltinOnly);
+        let decision = output.decisions.last().unwrap();
+        assert!(!decision.placed);
+        assert_eq!(
+            decision.explanation.summary(),
+            "Waiting for quota: queue small would borrow 1 GPUs, over its borrowing limit of 0."
+        );
     }
 }

@@ -223,3 +223,65 @@ pub async fn create_retrying(pods: &kube::Api<Pod>, pod: &Pod) {
     })
     .await
 }
+
+/// Creates `count` fake nodes named `{prefix}-{i}` with `gpus` GPUs each, in one rack, for the
+/// tests that need a cluster small enough to fill (kwok keeps them Ready).
+pub fn create_gpu_nodes(kubeconfig: &Path, prefix: &str, count: u32, gpus: u32) {
+    let config = gantry_kube::KubeConfig::default();
+    let nodes = (0..count)
+        .map(|i| {
+            gantry_kube::nodes::node_object(
+                &gantry_kube::nodes::NodeDef {
+                    name: format!("{prefix}-{i}"),
+                    gpus,
+                    gpu_type: Some("H100".into()),
+                    cpu_milli: 64_000,
+                    memory_mib: 512 * 1024,
+                    topology: vec![("rack".into(), "rack-0".into())],
+                    taints: vec![],
+                },
+                &config,
+            )
+        })
+        .collect();
+    gantry_kube::nodes::create_nodes(kubeconfig, nodes).expect("create the GPU nodes");
+}
+
+/// A `scheduling.k8s.io/v1` PriorityClass: pods name it, the Priority admission plugin sets
+/// their `spec.priority` from it.
+pub async fn create_priority_class(client: &Client, name: &str, value: i32) {
+    use k8s_openapi::api::scheduling::v1::PriorityClass;
+    let class: PriorityClass = serde_json::from_value(json!({
+        "metadata": {"name": name},
+        "value": value,
+    }))
+    .unwrap();
+    kube::Api::<PriorityClass>::all(client.clone())
+        .create(&kube::api::PostParams::default(), &class)
+        .await
+        .expect("create the PriorityClass");
+}
+
+/// `pod` with a PriorityClass and a termination grace period (0: evicted pods go at once,
+/// since no kubelet runs to finish a graceful termination).
+pub fn with_priority(mut pod: Pod, class: Option<&str>, grace_s: i64) -> Pod {
+    let spec = pod.spec.as_mut().unwrap();
+    spec.priority_class_name = class.map(str::to_string);
+    spec.termination_grace_period_seconds = Some(grace_s);
+    pod
+}
+
+/// Pods of `pods` that exist, by name, with their node.
+pub async fn nodes_by_pod(
+    pods: &kube::Api<Pod>,
+) -> std::collections::BTreeMap<String, Option<String>> {
+    pods.list(&Default::default())
+        .await
+        .map(|list| {
+            list.items
+                .iter()
+                .map(|p| (p.metadata.name.clone().unwrap_or_default(), node_of(p)))
+                .collect()
+        })
+        .unwrap_or_default()
+}

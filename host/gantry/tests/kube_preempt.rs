@@ -1,0 +1,259 @@
+//! Preemption on a real control plane (tests/cluster/): balloons and lower-priority pods are
+//! evicted through the Eviction API for a higher-priority gang, which binds whole once they are
+//! gone; a PodDisruptionBudget that blocks an eviction keeps its pod in place, and the
+//! preemptor says why; a victim that terminates gracefully keeps its GPUs, and the preemptor
+//! waits, nominated, until it is gone.
+
+mod common;
+
+use std::time::Instant;
+
+use common::kube::*;
+use k8s_openapi::api::core::v1::Pod;
+use k8s_openapi::api::events::v1::Event;
+use k8s_openapi::api::policy::v1::PodDisruptionBudget;
+use kube::Api;
+use kube::api::{DeleteParams, ListParams, PostParams};
+use serde_json::json;
+
+fn serve(kubeconfig: &std::path::Path, data: &std::path::Path) -> Running {
+    Running(
+        gantry(&[
+            "serve",
+            "--no-policies",
+            "--listen",
+            "127.0.0.1:0",
+            "--kubeconfig",
+        ])
+        .arg(kubeconfig)
+        .arg("--data-dir")
+        .arg(data)
+        .env("GANTRY_LOG", "warn,gantry_kube=info")
+        .stdout(std::process::Stdio::null())
+        .spawn()
+        .unwrap(),
+    )
+}
+
+fn balloon(name: &str, grace_s: i64) -> Pod {
+    with_priority(
+        pod(name, 8, json!({"gantry.dev/balloon": "true"})),
+        None,
+        grace_s,
+    )
+}
+
+/// Four balloons fill four 8-GPU nodes; a gang of two 8-GPU pods of priority 1000 evicts two
+/// of them (Preempted events, "Preempted by pod ... on node ...") and binds whole; the other
+/// two balloons stay.
+#[test]
+fn balloons_give_way_to_a_high_priority_gang() {
+    let Some(bin) = cluster_bin("kube preemption e2e") else {
+        return;
+    };
+    let started = Instant::now();
+    let plane = ControlPlane::start(&bin);
+    let kubeconfig = plane.kubeconfig();
+    create_gpu_nodes(&kubeconfig, "gpu", 4, 8);
+    let data = tempfile::tempdir().unwrap();
+    let _serve = serve(&kubeconfig, data.path());
+    test_runtime().block_on(async {
+        let client = client(&kubeconfig).await;
+        create_priority_class(&client, "high", 1000).await;
+        let pods: Api<Pod> = Api::namespaced(client.clone(), "default");
+        let pp = PostParams::default();
+        for i in 0..4 {
+            pods.create(&pp, &balloon(&format!("balloon-{i}"), 0))
+                .await
+                .unwrap();
+        }
+        until("the balloons to bind", || async {
+            let bound = nodes_by_pod(&pods).await;
+            (bound.len() == 4 && bound.values().all(Option::is_some)).then_some(())
+        })
+        .await;
+        for i in 0..2 {
+            let labels = json!({"gantry.dev/gang": "train", "gantry.dev/gang-size": "2"});
+            let gang_pod = with_priority(pod(&format!("train-{i}"), 8, labels), Some("high"), 0);
+            pods.create(&pp, &gang_pod).await.unwrap();
+        }
+        let bound = until("the gang to bind in the balloons' place", || async {
+            let bound = nodes_by_pod(&pods).await;
+            let gang = ["train-0", "train-1"]
+                .iter()
+                .all(|p| bound.get(*p).is_some_and(Option::is_some));
+            (gang && bound.len() == 4).then_some(bound)
+        })
+        .await;
+        let balloons: Vec<&String> = bound.keys().filter(|p| p.starts_with("balloon")).collect();
+        assert_eq!(balloons.len(), 2, "two balloons stay: {bound:?}");
+        let nodes: std::collections::BTreeSet<_> = bound.values().flatten().collect();
+        assert_eq!(nodes.len(), 4, "one 8-GPU pod per node: {bound:?}");
+        let events: Api<Event> = Api::namespaced(client.clone(), "default");
+        let preempted = until("Preempted events on the two victims", || async {
+            let events = events.list(&ListParams::default()).await.ok()?.items;
+            let notes: Vec<String> = (0..4)
+                .filter(|i| !bound.contains_key(&format!("balloon-{i}")))
+                .flat_map(|i| notes(&events, &format!("balloon-{i}"), "Preempted"))
+                .collect();
+            (notes.len() == 2).then_some(notes)
+        })
+        .await;
+        for note in &preempted {
+            assert!(
+                note.starts_with("Preempted by pod default/train-")
+                    && note.contains(" on node gpu-"),
+                "Preempted note: {note}"
+            );
+        }
+    });
+    eprintln!(
+        "kube preemption e2e: passed in {:.1} s",
+        started.elapsed().as_secs_f64()
+    );
+}
+
+/// One 8-GPU node holds a balloon under a PodDisruptionBudget (minAvailable 1): the eviction
+/// is refused (429), the balloon stays, and the preemptor's PodScheduled condition names the
+/// budget; once the budget is deleted the retried eviction goes through and the preemptor
+/// binds. Then a victim with a 30 s grace period: it is evicted but terminates (no kubelet
+/// finishes it), so the preemptor is nominated, not bound, until the pod is gone.
+#[test]
+fn budgets_and_graceful_termination_hold_the_preemptor_back() {
+    let Some(bin) = cluster_bin("kube preemption (PDB) e2e") else {
+        return;
+    };
+    let started = Instant::now();
+    let plane = ControlPlane::start(&bin);
+    let kubeconfig = plane.kubeconfig();
+    create_gpu_nodes(&kubeconfig, "gpu", 1, 8);
+    let data = tempfile::tempdir().unwrap();
+    let _serve = serve(&kubeconfig, data.path());
+    test_runtime().block_on(async {
+        let client = client(&kubeconfig).await;
+        create_priority_class(&client, "high", 1000).await;
+        let pods: Api<Pod> = Api::namespaced(client.clone(), "default");
+        let pp = PostParams::default();
+        let budgets: Api<PodDisruptionBudget> = Api::namespaced(client.clone(), "default");
+        let budget: PodDisruptionBudget = serde_json::from_value(json!({
+            "metadata": {"name": "keep-one"},
+            "spec": {"minAvailable": 1, "selector": {"matchLabels": {"app": "kept"}}}
+        }))
+        .unwrap();
+        budgets.create(&pp, &budget).await.unwrap();
+        let mut kept = balloon("kept", 0);
+        kept.metadata
+            .labels
+            .as_mut()
+            .unwrap()
+            .insert("app".into(), "kept".into());
+        pods.create(&pp, &kept).await.unwrap();
+        // Running, as kwok makes it: the Eviction API ignores budgets for pending pods.
+        until("the kept balloon to run", || async {
+            let kept = pods.get("kept").await.ok()?;
+            (kept.status?.phase.as_deref() == Some("Running")).then_some(())
+        })
+        .await;
+        pods.create(
+            &pp,
+            &with_priority(pod("urgent", 8, json!({})), Some("high"), 0),
+        )
+        .await
+        .unwrap();
+        let message = until("the urgent pod to say the budget blocks it", || async {
+            let (_, _, message) = scheduled_condition(&pods.get("urgent").await.ok()?)?;
+            message
+                .contains("cannot evict default/kept")
+                .then_some(message)
+        })
+        .await;
+        assert!(
+            message.contains("disruption budget"),
+            "the reason names the budget: {message}"
+        );
+        let still = pods.get("kept").await.unwrap();
+        assert_eq!(node_of(&still).as_deref(), Some("gpu-0"));
+        assert!(
+            still.metadata.deletion_timestamp.is_none(),
+            "kept was not evicted"
+        );
+        assert_eq!(node_of(&pods.get("urgent").await.unwrap()), None);
+
+        budgets
+            .delete("keep-one", &DeleteParams::default())
+            .await
+            .unwrap();
+        until(
+            "the urgent pod to bind after the budget is gone",
+            || async { node_of(&pods.get("urgent").await.ok()?) },
+        )
+        .await;
+        assert!(
+            pods.get_opt("kept").await.unwrap().is_none(),
+            "kept was evicted"
+        );
+
+        // A graceful victim: evicted, it terminates for 30 s, holding its GPUs meanwhile.
+        pods.delete(
+            "urgent",
+            &DeleteParams {
+                grace_period_seconds: Some(0),
+                ..Default::default()
+            },
+        )
+        .await
+        .unwrap();
+        pods.create(&pp, &balloon("slow", 30)).await.unwrap();
+        until("the slow balloon to bind", || async {
+            node_of(&pods.get("slow").await.ok()?)
+        })
+        .await;
+        pods.create(
+            &pp,
+            &with_priority(pod("second", 8, json!({})), Some("high"), 0),
+        )
+        .await
+        .unwrap();
+        let nominated = until(
+            "the second pod to be nominated while slow terminates",
+            || async {
+                let second = pods.get("second").await.ok()?;
+                second.status.as_ref()?.nominated_node_name.clone()
+            },
+        )
+        .await;
+        assert_eq!(nominated, "gpu-0");
+        let slow = pods.get("slow").await.unwrap();
+        assert!(
+            slow.metadata.deletion_timestamp.is_some(),
+            "slow is terminating"
+        );
+        // Give the scheduler a few cycles: it must not bind onto GPUs slow still holds.
+        tokio::time::sleep(std::time::Duration::from_secs(3)).await;
+        let second = pods.get("second").await.unwrap();
+        assert_eq!(node_of(&second), None, "bound while the victim still ran");
+        let (_, _, message) = scheduled_condition(&second).unwrap_or_default();
+        assert!(
+            message.contains("waiting for preempted pod(s) default/slow to terminate"),
+            "second's condition: {message}"
+        );
+        // What a kubelet would do when the container exits.
+        pods.delete(
+            "slow",
+            &DeleteParams {
+                grace_period_seconds: Some(0),
+                ..Default::default()
+            },
+        )
+        .await
+        .unwrap();
+        until("the second pod to bind once slow is gone", || async {
+            node_of(&pods.get("second").await.ok()?)
+        })
+        .await;
+    });
+    eprintln!(
+        "kube preemption (PDB, graceful) e2e: passed in {:.1} s",
+        started.elapsed().as_secs_f64()
+    );
+}

@@ -1,0 +1,181 @@
+//! Gantry's `Queue` objects (`gantry.dev/v1alpha1`, cluster-scoped): the queue tree and its GPU
+//! quotas, declared in the cluster instead of a file. The fields are the cluster spec's
+//! `queues` entries in Kubernetes' camelCase (`nominalGpus` for `nominal_gpus`, and so on), the
+//! name is the object's name. The CRD's schema rejects wrong types and negative numbers; what
+//! a schema cannot see (a missing parent, a loop, a lending limit over the quota) is checked
+//! here, and such a queue is left out with a reason instead of stopping the scheduler.
+
+use std::collections::HashMap;
+
+use gantry_core::QueueDef;
+use kube::api::{ApiResource, DynamicObject, GroupVersionKind};
+
+/// The API group and version of [`resource`].
+pub const GROUP: &str = "gantry.dev";
+pub const VERSION: &str = "v1alpha1";
+
+/// `queues.gantry.dev`, for the dynamic client.
+pub fn resource() -> ApiResource {
+    ApiResource::from_gvk_with_plural(&GroupVersionKind::gvk(GROUP, VERSION, "Queue"), "queues")
+}
+
+/// One `Queue` object's spec as a [`QueueDef`], or why it cannot be used.
+pub fn parse(object: &DynamicObject) -> Result<QueueDef, String> {
+    let name = object.metadata.name.clone().unwrap_or_default();
+    let spec = object.data.get("spec");
+    let field = |key: &str| spec.and_then(|s| s.get(key)).filter(|v| !v.is_null());
+    let count = |key: &str| -> Result<Option<u64>, String> {
+        match field(key) {
+            None => Ok(None),
+            Some(value) => value.as_u64().map(Some).ok_or_else(|| {
+                format!(
+                    "queue {name}: spec.{key} must be a whole number of GPUs ≥ 0, found {value}"
+                )
+            }),
+        }
+    };
+    let parent = match field("parent") {
+        None => None,
+        Some(value) => Some(
+            value
+                .as_str()
+                .filter(|p| !p.is_empty())
+                .ok_or_else(|| {
+                    format!("queue {name}: spec.parent must be a queue name, found {value}")
+                })?
+                .to_string(),
+        ),
+    };
+    let weight = count("weight")?.unwrap_or(1);
+    if weight == 0 || weight > u64::from(u32::MAX) {
+        return Err(format!(
+            "queue {name}: spec.weight must be between 1 and {}, found {weight}",
+            u32::MAX
+        ));
+    }
+    let def = QueueDef {
+        name: name.clone(),
+        parent,
+        nominal_gpus: count("nominalGpus")?.unwrap_or(0),
+        weight: weight as u32,
+        borrowing_limit_gpus: count("borrowingLimitGpus")?,
+        lending_limit_gpus: count("lendingLimitGpus")?,
+    };
+    if let Some(limit) = def.lending_limit_gpus
+        && limit > def.nominal_gpus
+    {
+        return Err(format!(
+            "queue {name}: spec.lendingLimitGpus ({limit}) is more than spec.nominalGpus ({})",
+            def.nominal_gpus
+        ));
+    }
+    Ok(def)
+}
+
+/// The usable queues of `objects`, parents before children, and one line per queue left out.
+/// A queue whose parent is missing, left out, or part of a loop is left out too.
+pub fn check(objects: &[std::sync::Arc<DynamicObject>]) -> (Vec<QueueDef>, Vec<String>) {
+    let mut problems = Vec::new();
+    let mut defs: Vec<QueueDef> = Vec::new();
+    for object in objects {
+        match parse(object) {
+            Ok(def) => defs.push(def),
+            Err(problem) => problems.push(problem),
+        }
+    }
+    defs.sort_by(|a, b| a.name.cmp(&b.name));
+    let by_name: HashMap<&str, &QueueDef> = defs.iter().map(|d| (d.name.as_str(), d)).collect();
+    let mut usable: Vec<QueueDef> = Vec::new();
+    for def in &defs {
+        // Walk up to a root; meeting a queue twice means the chain loops.
+        let mut current = def;
+        let mut chain = vec![def.name.as_str()];
+        let verdict = loop {
+            let Some(parent) = &current.parent else {
+                break Ok(());
+            };
+            match by_name.get(parent.as_str()) {
+                None => {
+                    break Err(format!(
+                        "queue {}: spec.parent {parent} is not a usable Queue",
+                        def.name
+                    ));
+                }
+                Some(next) => {
+                    let looped = chain.contains(&parent.as_str());
+                    chain.push(parent);
+                    if looped {
+                        break Err(format!(
+                            "queue {}: the parent chain loops: {}",
+                            def.name,
+                            chain.join(" -> ")
+                        ));
+                    }
+                    current = next;
+                }
+            }
+        };
+        match verdict {
+            Ok(()) => usable.push(def.clone()),
+            Err(problem) => problems.push(problem),
+        }
+    }
+    // Parents first: the core links a child to a parent it has seen.
+    let depth = |def: &QueueDef| {
+        let mut depth = 0;
+        let mut at = def.parent.as_deref();
+        while let Some(parent) = at {
+            depth += 1;
+            at = by_name.get(parent).and_then(|p| p.parent.as_deref());
+        }
+        depth
+    };
+    usable.sort_by_key(|d| (depth(d), d.name.clone()));
+    (usable, problems)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use std::sync::Arc;
+
+    fn queue(name: &str, spec: serde_json::Value) -> Arc<DynamicObject> {
+        let mut object = DynamicObject::new(name, &resource());
+        object.data = serde_json::json!({ "spec": spec });
+        Arc::new(object)
+    }
+
+    #[test]
+    fn queues_parse_and_bad_ones_are_left_out_with_a_reason() {
+        let objects = [
+            queue("research", serde_json::json!({"nominalGpus": 16})),
+            queue(
+                "team-a",
+                serde_json::json!({"parent": "research", "nominalGpus": 8, "weight": 2, "borrowingLimitGpus": 4}),
+            ),
+            queue("neg", serde_json::json!({"nominalGpus": -1})),
+            queue("orphan", serde_json::json!({"parent": "nowhere"})),
+            queue("x", serde_json::json!({"parent": "y"})),
+            queue("y", serde_json::json!({"parent": "x"})),
+            queue(
+                "lend",
+                serde_json::json!({"nominalGpus": 1, "lendingLimitGpus": 2}),
+            ),
+        ];
+        let (defs, problems) = check(&objects);
+        let names: Vec<&str> = defs.iter().map(|d| d.name.as_str()).collect();
+        assert_eq!(names, ["research", "team-a"]);
+        assert_eq!(defs[1].borrowing_limit_gpus, Some(4));
+        assert_eq!(defs[1].weight, 2);
+        assert_eq!(
+            problems,
+            [
+                "queue neg: spec.nominalGpus must be a whole number of GPUs ≥ 0, found -1",
+                "queue lend: spec.lendingLimitGpus (2) is more than spec.nominalGpus (1)",
+                "queue orphan: spec.parent nowhere is not a usable Queue",
+                "queue x: the parent chain loops: x -> y -> x",
+                "queue y: the parent chain loops: y -> x -> y",
+            ]
+        );
+    }
+}
