@@ -285,3 +285,81 @@ pub async fn nodes_by_pod(
         })
         .unwrap_or_default()
 }
+
+/// A `gantry serve --kubeconfig` child with its stdout collected and its API address known,
+/// killed (SIGKILL) when dropped. For tests that run several replicas or kill one.
+pub struct Replica {
+    pub process: Running,
+    pub base: String,
+    pub stdout: std::sync::Arc<std::sync::Mutex<String>>,
+    pub data: tempfile::TempDir,
+}
+
+impl Replica {
+    /// Starts `gantry serve --kubeconfig KUBECONFIG` with `extra` arguments and the tests'
+    /// tokens (see `common::write_tokens`), on a free loopback port.
+    pub fn start(kubeconfig: &Path, extra: &[&str]) -> Self {
+        use std::io::BufRead;
+        let data = tempfile::tempdir().unwrap();
+        let tokens = super::write_tokens(data.path());
+        let port = std::net::TcpListener::bind("127.0.0.1:0")
+            .unwrap()
+            .local_addr()
+            .unwrap()
+            .port();
+        let mut child = gantry(&["serve", "--no-policies", "--kubeconfig"])
+            .arg(kubeconfig)
+            .args(["--listen", &format!("127.0.0.1:{port}")])
+            .arg("--data-dir")
+            .arg(data.path().join("data"))
+            .arg("--tokens")
+            .arg(&tokens)
+            .args(extra)
+            .env("GANTRY_LOG", "warn,gantry_kube=info")
+            .stdout(Stdio::piped())
+            .spawn()
+            .unwrap();
+        let stdout = std::sync::Arc::new(std::sync::Mutex::new(String::new()));
+        let pipe = child.stdout.take().unwrap();
+        let sink = stdout.clone();
+        std::thread::spawn(move || {
+            for line in std::io::BufReader::new(pipe).lines().map_while(Result::ok) {
+                let mut s = sink.lock().unwrap_or_else(|e| e.into_inner());
+                s.push_str(&line);
+                s.push('\n');
+            }
+        });
+        Self {
+            process: Running(child),
+            base: format!("http://127.0.0.1:{port}"),
+            stdout,
+            data,
+        }
+    }
+
+    /// GET `path` with the viewer token: (status, body), or `None` while it does not answer.
+    pub fn get(&self, path: &str) -> Option<(u16, String)> {
+        let agent: ureq::Agent = ureq::Agent::config_builder()
+            .http_status_as_error(false)
+            .timeout_global(Some(Duration::from_secs(10)))
+            .build()
+            .into();
+        let mut response = agent
+            .get(format!("{}{path}", self.base))
+            .header("Authorization", format!("Bearer {}", super::VIEWER))
+            .call()
+            .ok()?;
+        let status = response.status().as_u16();
+        Some((
+            status,
+            response.body_mut().read_to_string().unwrap_or_default(),
+        ))
+    }
+
+    /// The text after `prefix` on the first stdout line that has it.
+    pub fn printed(&self, prefix: &str) -> Option<String> {
+        let out = self.stdout.lock().unwrap_or_else(|e| e.into_inner());
+        out.lines()
+            .find_map(|l| l.trim().strip_prefix(prefix).map(|s| s.trim().to_string()))
+    }
+}
