@@ -46,7 +46,8 @@ pub struct ServeArgs {
     #[arg(long, default_value = "127.0.0.1:7070")]
     listen: SocketAddr,
     /// Schedule the live cluster of this kubeconfig (pods with schedulerName gantry) instead
-    /// of simulating one; --cluster and the synthetic load are then unused.
+    /// of simulating one; --cluster and the synthetic load are then unused. `in-cluster` uses
+    /// the pod's service account (deploy/).
     #[arg(long)]
     kubeconfig: Option<PathBuf>,
     /// With --kubeconfig: the node label of a topology level, as LEVEL=LABEL-KEY, innermost

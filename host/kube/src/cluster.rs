@@ -81,7 +81,11 @@ pub(crate) fn runtime() -> Result<tokio::runtime::Runtime> {
         .map_err(|e| Error::Runtime(e.to_string()))
 }
 
-/// A client from the kubeconfig at `path` (its current context).
+/// The `--kubeconfig` value that means "the pod's own service account" (in a Deployment).
+pub const IN_CLUSTER: &str = "in-cluster";
+
+/// A client from the kubeconfig at `path` (its current context), or from the pod's service
+/// account when `path` is [`IN_CLUSTER`].
 pub(crate) fn client(runtime: &tokio::runtime::Runtime, path: &Path) -> Result<Client> {
     client_with(runtime, path, true)
 }
@@ -98,6 +102,12 @@ pub(crate) fn client_with(
         path: path.display().to_string(),
         message,
     };
+    if path == Path::new(IN_CLUSTER) {
+        let mut cfg = kube::Config::incluster().map_err(|e| unreadable(e.to_string()))?;
+        cfg.default_retry = retry;
+        let _guard = runtime.enter();
+        return Client::try_from(cfg).map_err(|e| Error::Connect(e.to_string()));
+    }
     let kubeconfig =
         kube::config::Kubeconfig::read_from(path).map_err(|e| unreadable(e.to_string()))?;
     runtime.block_on(async {
