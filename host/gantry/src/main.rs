@@ -3,6 +3,7 @@
 
 mod bench;
 mod bench_activate;
+mod bench_cluster;
 mod client;
 mod kube;
 mod policy_test;
@@ -53,6 +54,12 @@ enum Command {
 enum KubeCommand {
     /// Create fake GPU nodes (for kwok) from a cluster spec, with topology labels.
     CreateNodes(kube::CreateNodesArgs),
+    /// Benchmark: create the workload of tests/cluster/bench.sh (single pods and PodGroup gangs).
+    BenchPods(bench_cluster::BenchPodsArgs),
+    /// Benchmark: start a scheduler once the workload exists and time its bindings (JSON).
+    BenchWatch(bench_cluster::BenchWatchArgs),
+    /// Benchmark: bind the workload to nodes decided up front, with no scheduling (the ceiling).
+    BenchBind(bench_cluster::BenchBindArgs),
 }
 
 #[derive(Subcommand)]
@@ -145,6 +152,15 @@ fn main() -> ExitCode {
         }
         Command::Simulate(args) => simulate::run(args).map(|()| ExitCode::SUCCESS),
         Command::Serve(args) => serve::run(args).map(|()| ExitCode::SUCCESS),
+        Command::Kube(KubeCommand::BenchPods(args)) => {
+            bench_cluster::pods(args).map(|()| ExitCode::SUCCESS)
+        }
+        Command::Kube(KubeCommand::BenchWatch(args)) => {
+            bench_cluster::watch(args).map(|()| ExitCode::SUCCESS)
+        }
+        Command::Kube(KubeCommand::BenchBind(args)) => {
+            bench_cluster::bind(args).map(|()| ExitCode::SUCCESS)
+        }
         Command::Kube(KubeCommand::CreateNodes(args)) => {
             kube::create_nodes(args).map(|()| ExitCode::SUCCESS)
         }

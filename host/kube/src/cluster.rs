@@ -29,7 +29,7 @@ const COMPONENT: &str = "gantry";
 /// How long a pod we bound counts as running before the bound-pod cache confirms it.
 const ASSUME_TTL: Duration = Duration::from_secs(60);
 /// Bindings and status patches in flight at once.
-const CONCURRENCY: usize = 16;
+pub(crate) const CONCURRENCY: usize = 16;
 
 /// What one [`KubeCluster::apply`] did.
 #[derive(Debug, Default, Clone, PartialEq, Eq)]

@@ -14,6 +14,7 @@
 //!
 //! The core stays pure: kube types stop at this crate's boundary.
 
+pub mod bench;
 pub mod cluster;
 pub mod config;
 pub mod evict;
@@ -53,6 +54,8 @@ pub enum Error {
     CreateNode { node: String, message: String },
     #[error("cannot start the kube runtime: {0}")]
     Runtime(String),
+    #[error("benchmark: {0}")]
+    Bench(String),
 }
 
 /// This crate's result.
