@@ -363,3 +363,31 @@ impl Replica {
             .find_map(|l| l.trim().strip_prefix(prefix).map(|s| s.trim().to_string()))
     }
 }
+
+/// Runs the control plane's `kubectl` (built by tests/cluster/build.sh) with `args` against
+/// `kubeconfig`; panics with its output when it fails.
+pub fn kubectl(bin: &str, kubeconfig: &Path, args: &[&str]) -> String {
+    let out = Command::new(Path::new(bin).join("kubectl"))
+        .arg("--kubeconfig")
+        .arg(kubeconfig)
+        .args(args)
+        .current_dir(repo())
+        .output()
+        .expect("run kubectl (is it in GANTRY_CLUSTER_BIN? re-run tests/cluster/build.sh)");
+    assert!(
+        out.status.success(),
+        "kubectl {args:?} failed: {}{}",
+        String::from_utf8_lossy(&out.stdout),
+        String::from_utf8_lossy(&out.stderr)
+    );
+    String::from_utf8_lossy(&out.stdout).into_owned()
+}
+
+/// A kubeconfig like `admin` (same server and CA) that authenticates with `token` only.
+pub fn kubeconfig_with_token(admin: &Path, token: &str, out: &Path) {
+    let text = std::fs::read_to_string(admin).unwrap();
+    let mut config: serde_json::Value = serde_yaml::from_str(&text).unwrap();
+    config["users"] = json!([{"name": "token-user", "user": {"token": token}}]);
+    config["contexts"][0]["context"]["user"] = json!("token-user");
+    std::fs::write(out, serde_yaml::to_string(&config).unwrap()).unwrap();
+}

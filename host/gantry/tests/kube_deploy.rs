@@ -1,0 +1,178 @@
+//! `deploy/` on a real control plane: `kubectl apply -k deploy/` and `deploy/examples` succeed
+//! and create their objects; `gantry serve --leader-elect`, run outside the cluster with a
+//! kubeconfig holding only a token of the `gantry` ServiceAccount (TokenRequest), takes the
+//! Lease and binds the example gang: the RBAC is enough. And it is not too much: that account
+//! may not delete a node.
+
+mod common;
+
+use std::time::Instant;
+
+use common::kube::*;
+use k8s_openapi::api::apps::v1::Deployment;
+use k8s_openapi::api::batch::v1::Job;
+use k8s_openapi::api::coordination::v1::Lease;
+use k8s_openapi::api::core::v1::{Node, Pod, ServiceAccount};
+use kube::Api;
+use kube::api::{DeleteParams, DynamicObject, PostParams};
+
+#[test]
+fn the_deploy_manifests_apply_and_their_rbac_is_enough_and_no_more() {
+    let Some(bin) = cluster_bin("kube deploy e2e") else {
+        return;
+    };
+    if !std::path::Path::new(&bin).join("kubectl").exists() {
+        panic!("no kubectl in {bin}: re-run tests/cluster/build.sh");
+    }
+    let started = Instant::now();
+    let plane = ControlPlane::start(&bin);
+    let admin = plane.kubeconfig();
+    create_gpu_nodes(&admin, "gpu", 2, 8);
+    let applied = kubectl(&bin, &admin, &["apply", "-k", "deploy/"]);
+    for object in [
+        "namespace/gantry-system created",
+        "customresourcedefinition.apiextensions.k8s.io/queues.gantry.dev created",
+        "clusterrole.rbac.authorization.k8s.io/gantry created",
+        "deployment.apps/gantry created",
+        "persistentvolumeclaim/gantry-data created",
+        "service/gantry created",
+    ] {
+        assert!(
+            applied.contains(object),
+            "kubectl apply -k deploy/ said:\n{applied}"
+        );
+    }
+    kubectl(
+        &bin,
+        &admin,
+        &[
+            "wait",
+            "--for=condition=established",
+            "--timeout=60s",
+            "crd/queues.gantry.dev",
+            "crd/podgroups.scheduling.x-k8s.io",
+        ],
+    );
+    kubectl(&bin, &admin, &["apply", "-k", "deploy/examples"]);
+    let token = kubectl(
+        &bin,
+        &admin,
+        &[
+            "-n",
+            "gantry-system",
+            "create",
+            "token",
+            "gantry",
+            "--duration=1h",
+        ],
+    );
+    let dir = tempfile::tempdir().unwrap();
+    let as_gantry = dir.path().join("gantry.kubeconfig");
+    kubeconfig_with_token(&admin, token.trim(), &as_gantry);
+
+    let runtime = test_runtime();
+    let (admin_client, gantry_client) =
+        runtime.block_on(async { (client(&admin).await, client(&as_gantry).await) });
+    runtime.block_on(async {
+        // The objects exist.
+        let system = |c| -> (Api<Deployment>, Api<ServiceAccount>) {
+            (
+                Api::namespaced(c, "gantry-system"),
+                Api::namespaced(admin_client.clone(), "gantry-system"),
+            )
+        };
+        let (deployments, accounts) = system(admin_client.clone());
+        let deployment = deployments.get("gantry").await.unwrap();
+        let args = deployment.spec.unwrap().template.spec.unwrap().containers[0]
+            .args
+            .clone()
+            .unwrap();
+        assert!(args.contains(&"--leader-elect".to_string()), "{args:?}");
+        accounts.get("gantry").await.unwrap();
+        let queues: Api<DynamicObject> =
+            Api::all_with(admin_client.clone(), &gantry_kube::queues::resource());
+        assert_eq!(
+            queues.get("team-a").await.unwrap().data["spec"]["nominalGpus"],
+            48
+        );
+        Api::<Job>::namespaced(admin_client.clone(), "default")
+            .get("train-example")
+            .await
+            .unwrap();
+    });
+
+    // Gantry with the ServiceAccount's token only, as the Deployment would run it.
+    let replica = Replica::start(
+        &as_gantry,
+        &[
+            "--leader-elect",
+            "--leader-elect-namespace",
+            "gantry-system",
+        ],
+    );
+    runtime.block_on(async {
+        // No Job controller runs here: create the Job's two pods from its template, as it would.
+        let jobs: Api<Job> = Api::namespaced(admin_client.clone(), "default");
+        let template = jobs
+            .get("train-example")
+            .await
+            .unwrap()
+            .spec
+            .unwrap()
+            .template;
+        let pods: Api<Pod> = Api::namespaced(admin_client.clone(), "default");
+        for i in 0..2 {
+            let mut pod = Pod {
+                metadata: template.metadata.clone().unwrap_or_default(),
+                spec: template.spec.clone(),
+                status: None,
+            };
+            pod.metadata.name = Some(format!("train-example-{i}"));
+            pods.create(&PostParams::default(), &pod).await.unwrap();
+        }
+        let nodes = until("the example gang to bind", || async {
+            let a = node_of(&pods.get("train-example-0").await.ok()?)?;
+            let b = node_of(&pods.get("train-example-1").await.ok()?)?;
+            Some((a, b))
+        })
+        .await;
+        assert_ne!(nodes.0, nodes.1, "two 8-GPU pods on two 8-GPU nodes");
+        let leases: Api<Lease> = Api::namespaced(admin_client.clone(), "gantry-system");
+        let holder = until("gantry to hold the Lease", || async {
+            leases.get_opt("gantry").await.ok()??.spec?.holder_identity
+        })
+        .await;
+        let printed = replica
+            .printed("leader election: lease gantry-system/gantry as")
+            .unwrap();
+        assert_eq!(holder, printed);
+
+        // Least privilege: the account may not delete a node.
+        let nodes_as_gantry: Api<Node> = Api::all(gantry_client.clone());
+        match nodes_as_gantry
+            .delete("gpu-0", &DeleteParams::default())
+            .await
+        {
+            Err(kube::Error::Api(status)) => assert_eq!(status.code, 403, "{status:?}"),
+            other => panic!("deleting a node as gantry should be forbidden: {other:?}"),
+        }
+    });
+    let cannot = std::process::Command::new(std::path::Path::new(&bin).join("kubectl"))
+        .arg("--kubeconfig")
+        .arg(&admin)
+        .args([
+            "auth",
+            "can-i",
+            "delete",
+            "pods",
+            "--as=system:serviceaccount:gantry-system:gantry",
+        ])
+        .output()
+        .unwrap();
+    assert_eq!(String::from_utf8_lossy(&cannot.stdout).trim(), "no");
+    drop(replica);
+    eprintln!(
+        "kube deploy e2e: passed in {:.1} s",
+        started.elapsed().as_secs_f64()
+    );
+}
