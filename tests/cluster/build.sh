@@ -1,5 +1,6 @@
 #!/usr/bin/env bash
-# Builds the test control plane (kube-apiserver, etcd, kwok) and kubectl once, and caches them.
+# Builds the test control plane (kube-apiserver, etcd, kwok), kubectl, and kube-scheduler with
+# scheduler-plugins' Coscheduling plugin (plus that plugin's PodGroup CRD) once, and caches them.
 #
 # Binaries land in ${XDG_CACHE_HOME:-$HOME/.cache}/gantry/cluster/bin/<key>/, where <key> hashes
 # everything that decides their content (the wrapper module's go.mod, go.sum and sources, the
@@ -23,16 +24,16 @@ export GOMAXPROCS="${GOMAXPROCS:-2}"
 
 command -v go >/dev/null || { echo "build.sh: go not found on PATH (the control plane is built from Go modules)" >&2; exit 1; }
 key="$(
-    cd "$here/controlplane"
+    cd "$here"
     {
-        cat go.mod go.sum
-        find cmd -name '*.go' -print0 | sort -z | xargs -0 cat
+        cat controlplane/go.mod controlplane/go.sum scheduler/go.mod scheduler/go.sum
+        find controlplane/cmd scheduler/cmd -name '*.go' -print0 | sort -z | xargs -0 cat
         echo "kwok $KWOK_VERSION"
         go env GOVERSION
     } | sha256sum | cut -c1-16
 )"
 bin="$cache/bin/$key"
-if [[ -x "$bin/kube-apiserver" && -x "$bin/etcd" && -x "$bin/kubectl" && -x "$bin/kwok" ]]; then
+if [[ -x "$bin/kube-apiserver" && -x "$bin/etcd" && -x "$bin/kubectl" && -x "$bin/kwok" && -x "$bin/kube-scheduler" && -f "$bin/podgroup-crd.yaml" ]]; then
     echo "$bin"
     exit 0
 fi
@@ -46,6 +47,15 @@ echo "build.sh: building kube-apiserver, etcd and kubectl into $bin (first time 
 (
     cd "$here/controlplane"
     nice -n 10 go build -p 2 -trimpath -ldflags='-s -w' -o "$staging/" ./cmd/kube-apiserver ./cmd/etcd ./cmd/kubectl
+) >&2
+# kube-scheduler with Coscheduling, from its own module: scheduler-plugins pins Kubernetes 1.34.
+# Its PodGroup CRD comes from the same module version, so the CRD matches the plugin.
+echo "build.sh: building kube-scheduler with the Coscheduling plugin" >&2
+(
+    cd "$here/scheduler"
+    nice -n 10 go build -p 2 -trimpath -ldflags='-s -w' -o "$staging/" ./cmd/kube-scheduler
+    cp "$(go list -m -f '{{.Dir}}' sigs.k8s.io/scheduler-plugins)/manifests/coscheduling/crd.yaml" "$staging/podgroup-crd.yaml"
+    chmod u+w "$staging/podgroup-crd.yaml"
 ) >&2
 echo "build.sh: installing kwok $KWOK_VERSION" >&2
 GOBIN="$staging" GOFLAGS= nice -n 10 go install -p 2 -trimpath -ldflags='-s -w' "sigs.k8s.io/kwok/cmd/kwok@$KWOK_VERSION" >&2

@@ -110,8 +110,10 @@ pub fn watch(args: BenchWatchArgs) -> anyhow::Result<()> {
         Duration::from_secs_f64(args.timeout_s),
         || {
             let (program, rest) = args.command.split_first().ok_or("no contender command")?;
+            // The contender's output goes to stderr: stdout carries only the JSON.
             let child = Command::new(program)
                 .args(rest)
+                .stdout(std::io::stderr())
                 .spawn()
                 .map_err(|e| format!("cannot start {program}: {e}"))?;
             contender.0 = Some(child);
