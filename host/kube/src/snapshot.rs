@@ -402,11 +402,20 @@ pub fn build(
         reserve_clamped(&mut state, index, request);
     }
 
-    // Our pending pods, grouped into jobs. Pods we just bound are not pending any more.
+    // Our pending pods, grouped into jobs. Pods we just bound are not pending any more, and
+    // neither is a pod the bound-pod cache already holds: the two caches are separate watches,
+    // so the unbound one may still list a pod the other has seen bound (and the assumption for
+    // it is dropped once the bound cache has it).
     let assumed_uids: std::collections::HashSet<&str> = inputs
         .assumed
         .iter()
         .filter_map(|(p, _)| p.metadata.uid.as_deref())
+        .chain(
+            inputs
+                .bound
+                .iter()
+                .filter_map(|p| p.metadata.uid.as_deref()),
+        )
         .collect();
     let mut waiting = Vec::new();
     let mut pending: Vec<&Arc<Pod>> = Vec::new();
@@ -966,5 +975,25 @@ mod tests {
             decision.explanation.summary(),
             "Waiting for quota: queue small would borrow 1 GPUs, over its borrowing limit of 0."
         );
+    }
+
+    #[test]
+    fn a_pod_the_bound_cache_holds_is_not_pending_even_if_the_unbound_cache_still_lists_it() {
+        let nodes = [node("n0", 8, &[], true), node("n1", 8, &[], true)];
+        let unbound = pod("p", 2, &[], None);
+        let bound = pod("p", 2, &[], Some("n0"));
+        let pending_pods = |snap: &Snapshot| {
+            snap.jobs
+                .iter()
+                .flat_map(|(_, pods)| pods)
+                .filter(|p| p.pod.spec.as_ref().is_some_and(|s| s.node_name.is_none()))
+                .count()
+        };
+        let snap = snapshot(&nodes, &[bound], &[unbound.clone()], &[]);
+        assert_eq!(pending_pods(&snap), 0, "{:?}", snap.jobs);
+        assert_eq!(snap.scheduler.state.nodes.gpu_free, [6, 8]);
+        // Without the bound copy it is pending as usual.
+        let snap = snapshot(&nodes, &[], &[unbound], &[]);
+        assert_eq!(pending_pods(&snap), 1);
     }
 }
