@@ -146,7 +146,7 @@ pub fn serve(opts: KubeServe) -> anyhow::Result<()> {
             seen_generation = Some(generation);
             last_cycle = Instant::now();
             let config = SchedulerConfig {
-                max_attempts: 200,
+                max_attempts: 1000,
                 // Victims are evicted through the Eviction API (`KubeCluster::preempt`).
                 preemption: true,
                 ..SchedulerConfig::default()
@@ -183,6 +183,7 @@ pub fn serve(opts: KubeServe) -> anyhow::Result<()> {
                 None => "kube".to_string(),
             };
             live.publish(&snap.scheduler, &name);
+            cluster.report_queues(&snap.scheduler);
             waiting = preempting > 0
                 || report.bound < output.decisions.iter().filter(|d| d.placed).count()
                 || output.decisions.iter().any(|d| !d.placed)

@@ -147,6 +147,15 @@ fn the_deploy_manifests_apply_and_their_rbac_is_enough_and_no_more() {
             .unwrap();
         assert_eq!(holder, printed);
 
+        // It may write Queue statuses: team-a holds the gang's 16 GPUs.
+        let queues: Api<DynamicObject> =
+            Api::all_with(admin_client.clone(), &gantry_kube::queues::resource());
+        until("team-a's status to count the gang", || async {
+            let status = queues.get("team-a").await.ok()?.data["status"].clone();
+            (status["usedGpus"] == 16).then_some(())
+        })
+        .await;
+
         // Least privilege: the account may not delete a node.
         let nodes_as_gantry: Api<Node> = Api::all(gantry_client.clone());
         match nodes_as_gantry

@@ -2,7 +2,8 @@
 //! plane: the CRD's schema refuses a negative quota; a queue at its quota of 2 GPUs with no
 //! borrowing holds its third pod pending with the quota reason in FailedScheduling; a queue
 //! whose cohort sibling is idle borrows beyond its quota; a Queue the scheduler cannot use (its
-//! parent does not exist) is left out without stopping anything.
+//! parent does not exist) is left out without stopping anything, and says why in its status;
+//! the others' status shows the GPUs they use and their pending jobs.
 
 mod common;
 
@@ -162,6 +163,21 @@ fn queue_objects_bound_and_lend_gpus() {
         // Still pending a moment later: the quota holds, it is not a race.
         tokio::time::sleep(std::time::Duration::from_secs(2)).await;
         assert_eq!(node_of(&pods.get(&held).await.unwrap()), None);
+        // The leader writes each Queue's status: its use, its queue, or why it is left out.
+        until("the capped Queue's status", || async {
+            let status = queues.get("capped").await.ok()?.data["status"].clone();
+            (status["usedGpus"] == 2 && status["pendingJobs"] == 1).then_some(())
+        })
+        .await;
+        let problem = until("the orphan Queue's problem in its status", || async {
+            let status = queues.get("orphan").await.ok()?.data["status"].clone();
+            status["problem"].as_str().map(str::to_string)
+        })
+        .await;
+        assert_eq!(
+            problem,
+            "queue orphan: spec.parent nowhere is not a usable Queue"
+        );
         // Raising the quota (a Queue edit) lets it bind.
         queues
             .patch(

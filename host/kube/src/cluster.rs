@@ -28,8 +28,12 @@ use crate::{Error, Result};
 const COMPONENT: &str = "gantry";
 /// How long a pod we bound counts as running before the bound-pod cache confirms it.
 const ASSUME_TTL: Duration = Duration::from_secs(60);
+/// Queue statuses are written at most this often.
+const QUEUE_STATUS_EVERY: Duration = Duration::from_secs(5);
 /// Bindings and status patches in flight at once.
 pub(crate) const CONCURRENCY: usize = 16;
+/// Scheduled Events in flight at once, in the background (see [`KubeCluster::apply`]).
+const EVENT_CONCURRENCY: usize = 4;
 
 /// What one [`KubeCluster::apply`] did.
 #[derive(Debug, Default, Clone, PartialEq, Eq)]
@@ -66,6 +70,10 @@ pub struct KubeCluster {
     evict_client: Client,
     /// The Queue problems logged last, so each is logged when it appears, not every cycle.
     queue_problems: Vec<String>,
+    /// The status last written to each Queue, by name, and when statuses were last written:
+    /// a status is written when it changed, at most every [`QUEUE_STATUS_EVERY`].
+    queue_status: HashMap<String, serde_json::Value>,
+    queue_status_at: Option<Instant>,
     /// Preemptions under way, by preemptor job name: the preemptor waits, nominated, until
     /// its victims are gone (see [`crate::evict`]).
     preemptions: HashMap<String, crate::evict::Preemption>,
@@ -265,6 +273,8 @@ impl KubeCluster {
             queues,
             evict_client,
             queue_problems: Vec::new(),
+            queue_status: HashMap::new(),
+            queue_status_at: None,
             preemptions: HashMap::new(),
         })
     }
@@ -368,6 +378,72 @@ impl KubeCluster {
             .block_on(crate::leader::resign(self.client.clone(), leadership));
     }
 
+    /// Writes each Queue's status when it changed: the GPUs its running jobs hold and its
+    /// pending jobs, after the cycle on `scheduler`, or why the scheduler left it out.
+    pub fn report_queues(&mut self, scheduler: &gantry_core::Scheduler) {
+        let Some(store) = &self.queues else {
+            return;
+        };
+        if self
+            .queue_status_at
+            .is_some_and(|at| at.elapsed() < QUEUE_STATUS_EVERY)
+        {
+            return;
+        }
+        self.queue_status_at = Some(Instant::now());
+        let mut pending: HashMap<&str, u32> = HashMap::new();
+        for &id in scheduler.pending() {
+            *pending
+                .entry(scheduler.queues.name(scheduler.job(id).queue))
+                .or_default() += 1;
+        }
+        let mut changed: Vec<(String, serde_json::Value)> = Vec::new();
+        for object in store.state() {
+            let name = object.name_any();
+            let prefix = format!("queue {name}:");
+            let status = match self.queue_problems.iter().find(|p| p.starts_with(&prefix)) {
+                Some(problem) => {
+                    serde_json::json!({"problem": problem, "usedGpus": null, "pendingJobs": null})
+                }
+                None => match scheduler.queues.id(&name) {
+                    Some(id) => serde_json::json!({
+                        "usedGpus": scheduler.queues.used(id).gpus,
+                        "pendingJobs": pending.get(name.as_str()).copied().unwrap_or(0),
+                        "problem": null,
+                    }),
+                    None => continue,
+                },
+            };
+            if self.queue_status.get(&name) != Some(&status) {
+                changed.push((name, status));
+            }
+        }
+        let api: Api<DynamicObject> =
+            Api::all_with(self.client.clone(), &crate::queues::resource());
+        let results = self
+            .runtime
+            .block_on(futures::future::join_all(changed.iter().map(
+                |(name, status)| {
+                    let patch = serde_json::json!({ "status": status });
+                    let api = api.clone();
+                    async move {
+                        api.patch_status(name, &PatchParams::default(), &Patch::Merge(patch))
+                            .await
+                    }
+                },
+            )));
+        for ((name, status), result) in changed.into_iter().zip(results) {
+            match result {
+                Ok(_) => {
+                    self.queue_status.insert(name, status);
+                }
+                Err(error) => {
+                    tracing::warn!(queue = %name, %error, "cannot write the Queue status")
+                }
+            }
+        }
+    }
+
     /// The Queue objects the last snapshot left out, one line each.
     pub fn queue_problems(&self) -> &[String] {
         &self.queue_problems
@@ -440,26 +516,45 @@ impl KubeCluster {
             futures::stream::iter(binds)
                 .map(|(pod, node)| async move {
                     let result = bind(client, &pod, &node).await;
-                    if result.is_ok() {
-                        let note = format!("Successfully assigned {} to {node}", pod.key());
-                        if let Err(e) = event(client, &pod, "Normal", "Scheduled", "Binding", &note).await {
-                            tracing::warn!(pod = %pod.key(), error = %e, "cannot post the Scheduled event");
-                        }
-                    }
                     (pod, node, result)
                 })
                 .buffer_unordered(CONCURRENCY)
                 .collect(),
         );
+        let mut scheduled: Vec<(PendingPod, String)> = Vec::new();
         for (pod, node, result) in bind_results {
             match result {
                 Ok(()) => {
                     report.bound += 1;
-                    self.assumed
-                        .insert(pod.uid.clone(), (pod.pod.clone(), node, Instant::now()));
+                    self.assumed.insert(
+                        pod.uid.clone(),
+                        (pod.pod.clone(), node.clone(), Instant::now()),
+                    );
+                    scheduled.push((pod, node));
                 }
                 Err(error) => report.errors.push(error.to_string()),
             }
+        }
+        // The Scheduled Events go out in the background, a few at a time, like kube-scheduler's
+        // event broadcaster: the next cycle's bindings never wait for this cycle's Events, and
+        // a burst of Events never crowds bindings out of the API server.
+        if !scheduled.is_empty() {
+            let client = self.client.clone();
+            self.runtime.spawn(async move {
+                futures::stream::iter(scheduled)
+                    .for_each_concurrent(EVENT_CONCURRENCY, |(pod, node)| {
+                        let client = client.clone();
+                        async move {
+                            let note = format!("Successfully assigned {} to {node}", pod.key());
+                            if let Err(e) =
+                                event(&client, &pod, "Normal", "Scheduled", "Binding", &note).await
+                            {
+                                tracing::warn!(pod = %pod.key(), error = %e, "cannot post the Scheduled event");
+                            }
+                        }
+                    })
+                    .await;
+            });
         }
         let report_results: Vec<(String, String, std::result::Result<(), String>)> =
             self.runtime.block_on(

@@ -989,7 +989,7 @@ mod tests {
                 .filter(|p| p.pod.spec.as_ref().is_some_and(|s| s.node_name.is_none()))
                 .count()
         };
-        let snap = snapshot(&nodes, &[bound], &[unbound.clone()], &[]);
+        let snap = snapshot(&nodes, &[bound], std::slice::from_ref(&unbound), &[]);
         assert_eq!(pending_pods(&snap), 0, "{:?}", snap.jobs);
         assert_eq!(snap.scheduler.state.nodes.gpu_free, [6, 8]);
         // Without the bound copy it is pending as usual.
