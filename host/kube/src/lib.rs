@@ -11,6 +11,11 @@
 //!   idempotently (409 means bound already, and `spec.nodeName` is read back), and posts
 //!   `Scheduled` / `FailedScheduling` Events and the `PodScheduled` condition the way
 //!   kube-scheduler does.
+//! - **Preemption** ([`evict`]): bound pods of ours and balloons (`gantry.dev/balloon`) are
+//!   running jobs the core may preempt; victims go through the Eviction API (PodDisruptionBudgets
+//!   apply) and the preemptor is nominated, not bound, until they are gone.
+//! - **Queues** ([`queues`]): `Queue` objects (`gantry.dev/v1alpha1`) are the quota tree.
+//! - **Leader election** ([`leader`]): a `coordination.k8s.io/v1` Lease; only its holder binds.
 //!
 //! The core stays pure: kube types stop at this crate's boundary.
 
