@@ -4,7 +4,7 @@
 #   coscheduling    kube-scheduler 1.34 with scheduler-plugins' Coscheduling (what OpenAI ran)
 #   raw-binder      `gantry kube bench-bind`: nodes decided up front, no scheduling: the ceiling
 #
-#   tests/cluster/bench.sh --nodes N --pods M [--json] [--timeout-s S]
+#   tests/cluster/bench.sh --nodes N --pods M [--json] [--timeout-s S] [--only gantry|coscheduling|raw-binder]
 #
 # Each run: start etcd + kube-apiserver + kwok, install scheduler-plugins' PodGroup CRD, create N
 # kwok nodes with 8 GPUs (racks of 8, blocks of 16 racks) and the M pods of
@@ -20,14 +20,15 @@ set -euo pipefail
 
 here="$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)"
 repo="$(cd "$here/../.." && pwd)"
-nodes=1000 pods=5000 json=false timeout_s=600
+nodes=1000 pods=5000 json=false timeout_s=600 only=""
 while (($#)); do
     case "$1" in
         --nodes) nodes="$2"; shift 2 ;;
         --pods) pods="$2"; shift 2 ;;
         --timeout-s) timeout_s="$2"; shift 2 ;;
         --json) json=true; shift ;;
-        *) echo "usage: bench.sh --nodes N --pods M [--json] [--timeout-s S]" >&2; exit 2 ;;
+        --only) only="$2"; shift 2 ;;
+        *) echo "usage: bench.sh --nodes N --pods M [--json] [--timeout-s S] [--only NAME]" >&2; exit 2 ;;
     esac
 done
 [[ "$nodes" =~ ^[1-9][0-9]*$ && "$pods" =~ ^[1-9][0-9]*$ ]] || { echo "bench.sh: --nodes and --pods take positive integers" >&2; exit 2; }
@@ -71,6 +72,10 @@ SPEC
 run() {
     local name="$1" scheduler="$2"
     shift 2
+    if [[ -n "$only" && "$only" != "$name" ]]; then
+        echo '{"pods_per_s": 0, "all_gangs_placed_s": null, "partial_gangs": 0, "pods_unbound": 0, "gpu_allocation": 0, "skipped": true}' >"$work/$name.json"
+        return
+    fi
     dir="$("$here/start.sh")"
     local kubeconfig="$dir/kubeconfig"
     "$bin/kubectl" --kubeconfig "$kubeconfig" apply -f "$bin/podgroup-crd.yaml" >/dev/null

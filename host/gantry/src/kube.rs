@@ -146,7 +146,10 @@ pub fn serve(opts: KubeServe) -> anyhow::Result<()> {
             seen_generation = Some(generation);
             last_cycle = Instant::now();
             let config = SchedulerConfig {
-                max_attempts: 1000,
+                // A cycle costs a snapshot and a round of bindings whatever its size, so a
+                // backlog goes through in few big cycles (200 per cycle bound 5,000 pods at
+                // 78/s on 1,000 nodes; 5,000 at about 400/s).
+                max_attempts: 5000,
                 // Victims are evicted through the Eviction API (`KubeCluster::preempt`).
                 preemption: true,
                 ..SchedulerConfig::default()
