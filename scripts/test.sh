@@ -18,7 +18,7 @@ cargo fmt --all --check
 step "lints"
 cargo clippy --release --workspace --all-targets --quiet -- -D warnings
 
-step "test control plane (tests/cluster: kube-apiserver, etcd and kwok, built once and cached)"
+step "test control plane (tests/cluster: kube-apiserver, etcd, kwok, kubectl, kube-scheduler + Coscheduling; built once and cached)"
 # The kube e2e tests in the cargo run below start it from these binaries. A failed build stops
 # here with the reason; the e2e tests never skip once this is set.
 GANTRY_CLUSTER_BIN="$(tests/cluster/build.sh)"
@@ -26,6 +26,25 @@ export GANTRY_CLUSTER_BIN
 
 step "tests"
 cargo test --release --workspace --quiet 2>&1 | tee "$CARGO_TARGET_DIR/test.log"
+
+step "cluster bench, small (tests/cluster/bench.sh: Gantry, kube-scheduler + Coscheduling, raw binder)"
+# Checks that all three bind every pod and that no gang binds partly; prints the figures, which
+# are never thresholds here (the acceptance run is bench.sh --nodes 1000 --pods 5000).
+if tests/cluster/bench.sh --nodes 64 --pods 300 --json --timeout-s 300 >"$CARGO_TARGET_DIR/bench-small.json" \
+    && python3 - "$CARGO_TARGET_DIR/bench-small.json" <<'PY'
+import json, sys
+out = json.load(open(sys.argv[1]))
+print(json.dumps(out["ratios"]))
+bad = [f"{name}: {o['pods_unbound']} unbound, {o['partial_gangs']} partial gangs"
+       for name, o in out["contenders"].items() if o["pods_unbound"] or o["partial_gangs"]]
+if bad:
+    sys.exit("bench: " + "; ".join(bad))
+PY
+then
+    echo "test result: ok. 1 passed; 0 failed (cluster bench: every pod bound, no partial gang)" >>"$CARGO_TARGET_DIR/test.log"
+else
+    echo "test result: FAILED. 0 passed; 1 failed (cluster bench)" >>"$CARGO_TARGET_DIR/test.log"
+fi
 
 step "API fuzzing (schemathesis)"
 if scripts/api-fuzz.sh; then
