@@ -193,6 +193,13 @@ fn budgets_and_graceful_termination_hold_the_preemptor_back() {
             "kept was evicted"
         );
 
+        // Running first, so gantry's bound-pod cache has seen it: a pod deleted before that
+        // would stay assumed on its node for the assume cache's 60 s TTL.
+        until("the urgent pod to run", || async {
+            let urgent = pods.get("urgent").await.ok()?;
+            (urgent.status?.phase.as_deref() == Some("Running")).then_some(())
+        })
+        .await;
         // A graceful victim: evicted, it terminates for 30 s, holding its GPUs meanwhile.
         pods.delete(
             "urgent",
