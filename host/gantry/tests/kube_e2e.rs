@@ -139,6 +139,30 @@ fn pods_and_gangs_bind_on_a_real_control_plane() {
             (mine.len() == fits.len() && running).then_some(mine)
         })
         .await;
+        // What a user sees: `kubectl get pods` lists each of them Running on its node.
+        let kubectl = std::process::Command::new(std::path::Path::new(&bin).join("kubectl"))
+            .arg("--kubeconfig")
+            .arg(&kubeconfig)
+            .args(["get", "pods", "-o", "wide", "--no-headers"])
+            .output()
+            .expect("run kubectl");
+        assert!(
+            kubectl.status.success(),
+            "{}",
+            String::from_utf8_lossy(&kubectl.stderr)
+        );
+        let table = String::from_utf8_lossy(&kubectl.stdout).to_string();
+        for p in &bound {
+            let name = p.metadata.name.as_ref().unwrap();
+            let row: Vec<&str> = table
+                .lines()
+                .find(|l| l.split_whitespace().next() == Some(name.as_str()))
+                .unwrap_or_else(|| panic!("kubectl get pods lists no {name}:\n{table}"))
+                .split_whitespace()
+                .collect();
+            assert_eq!(row[2], "Running", "{name}: {row:?}");
+            assert_eq!(Some(row[6].to_string()), node_of(p), "{name}: {row:?}");
+        }
         // No node holds more GPUs than it has: 8-GPU pods on distinct H100 nodes, 4-GPU pods
         // on nodes with room.
         let mut per_node: std::collections::HashMap<String, u32> = Default::default();
