@@ -297,6 +297,26 @@ impl Queues {
         self.last_decay_s = now_s;
     }
 
+    /// The decay clock and each queue's decayed usage by name: what a caller that rebuilds the
+    /// tree every cycle (the live cluster does, from its watch caches) carries to the next one.
+    pub fn decay_state(&self) -> (f64, Vec<(String, f64)>) {
+        let usage = self
+            .queues
+            .iter()
+            .map(|q| (q.def.name.clone(), q.decayed_usage))
+            .collect();
+        (self.last_decay_s, usage)
+    }
+
+    /// Restores what [`Queues::decay_state`] returned from an earlier tree: the decay clock,
+    /// and the decayed usage of every queue that still exists (new queues start with none).
+    pub fn restore_decay(&mut self, last_decay_s: f64, name_to_usage: &HashMap<String, f64>) {
+        self.last_decay_s = last_decay_s;
+        for queue in &mut self.queues {
+            queue.decayed_usage = name_to_usage.get(&queue.def.name).copied().unwrap_or(0.0);
+        }
+    }
+
     /// The fair-share key: lower goes first. The current dominant share plus decayed past
     /// usage (in half-lives), divided by the queue's weight.
     pub fn fair_share_key(&self, id: QueueId) -> f64 {
@@ -393,6 +413,33 @@ mod tests {
         let research = q.id("research").unwrap();
         assert!((q.fair_share(research) - 0.5).abs() < 1e-9);
         assert!((q.fair_share(q.id("rl").unwrap()) - 0.25).abs() < 1e-9);
+    }
+
+    #[test]
+    fn decay_state_carries_history_into_a_rebuilt_tree() {
+        let defs = [def("a", None, 50), def("b", None, 50)];
+        let capacity = Resources::gpus(100);
+        let mut first = Queues::new(&defs, capacity, 3600.0).unwrap();
+        let a = first.id("a").unwrap();
+        first.restore_decay(1.0e9, &HashMap::new());
+        first.charge(a, Resources::gpus(50), true);
+        first.decay_to(1.0e9 + 3600.0);
+        let (clock, usage) = first.decay_state();
+        assert_eq!(clock, 1.0e9 + 3600.0);
+        // Half the cluster for one half-life: 0.5 * 3600 share-seconds.
+        let usage: HashMap<String, f64> = usage.into_iter().collect();
+        assert!((usage["a"] - 1800.0).abs() < 1e-6, "{usage:?}");
+        assert_eq!(usage["b"], 0.0);
+        // A rebuilt tree with nothing running: a's history still puts it behind b.
+        let mut second = Queues::new(&defs, capacity, 3600.0).unwrap();
+        second.restore_decay(clock, &usage);
+        second.decay_to(clock + 1.0);
+        let (a2, b2) = (second.id("a").unwrap(), second.id("b").unwrap());
+        assert!(second.fair_share_key(a2) > second.fair_share_key(b2));
+        assert!(
+            second.fair_share_key(a2) < 1.0,
+            "a sane key, not wall-clock-sized"
+        );
     }
 
     #[test]

@@ -103,6 +103,8 @@ pub fn serve(opts: KubeServe) -> anyhow::Result<()> {
     let (mut cycles, mut bound_pods) = (0u64, 0u64);
     // Gang members already recorded in the store, so each is written once.
     let mut recorded: HashSet<String> = HashSet::new();
+    // Queue usage history, carried across the queue trees each cycle's snapshot rebuilds.
+    let mut queue_history = gantry_kube::queues::QueueHistory::default();
     loop {
         if stop.load(Ordering::Relaxed)
             || opts
@@ -166,12 +168,14 @@ pub fn serve(opts: KubeServe) -> anyhow::Result<()> {
             }
             let now_s = gantry_server::now_ms() as f64 / 1000.0;
             let mut cache = gantry_policy::NodeCache::default();
+            queue_history.seed(&mut snap.scheduler.queues, now_s);
             let output = live.run_cycle(
                 &mut snap.scheduler,
                 &mut cache,
                 now_s,
                 gantry_server::now_ms(),
             );
+            queue_history.keep(&snap.scheduler.queues);
             // A leader that lost the Lease during the cycle binds nothing of it.
             if leadership.as_ref().is_some_and(|l| !l.is_leader()) {
                 continue;
