@@ -12,11 +12,8 @@ use indicatif::{ProgressBar, ProgressStyle};
 
 #[derive(Args, Debug)]
 pub struct BenchPodsArgs {
-    /// The cluster to create the pods in.
-    #[arg(long, env = "KUBECONFIG")]
-    kubeconfig: PathBuf,
-    #[arg(long, default_value = "default")]
-    namespace: String,
+    #[command(flatten)]
+    target: Target,
     /// How many pods (half in gangs, half single).
     #[arg(long)]
     pods: usize,
@@ -27,10 +24,8 @@ pub struct BenchPodsArgs {
 
 #[derive(Args, Debug)]
 pub struct BenchWatchArgs {
-    #[arg(long, env = "KUBECONFIG")]
-    kubeconfig: PathBuf,
-    #[arg(long, default_value = "default")]
-    namespace: String,
+    #[command(flatten)]
+    target: Target,
     /// How many benchmark pods to wait for.
     #[arg(long)]
     pods: usize,
@@ -47,6 +42,13 @@ pub struct BenchWatchArgs {
 
 #[derive(Args, Debug)]
 pub struct BenchBindArgs {
+    #[command(flatten)]
+    target: Target,
+}
+
+/// The cluster and namespace every bench command works in.
+#[derive(Args, Debug)]
+pub struct Target {
     #[arg(long, env = "KUBECONFIG")]
     kubeconfig: PathBuf,
     #[arg(long, default_value = "default")]
@@ -65,8 +67,8 @@ fn bar(len: u64, what: &str) -> ProgressBar {
 pub fn pods(args: BenchPodsArgs) -> anyhow::Result<()> {
     let bar = bar(args.pods as u64, "creating pods");
     let created = gantry_kube::bench::create_pods(
-        &args.kubeconfig,
-        &args.namespace,
+        &args.target.kubeconfig,
+        &args.target.namespace,
         args.pods,
         &args.scheduler_name,
         &|| bar.inc(1),
@@ -104,8 +106,8 @@ pub fn watch(args: BenchWatchArgs) -> anyhow::Result<()> {
     let bar = bar(args.pods as u64, &format!("{}: pods bound", args.name));
     let bound_so_far = AtomicUsize::new(0);
     let outcome = gantry_kube::bench::watch(
-        &args.kubeconfig,
-        &args.namespace,
+        &args.target.kubeconfig,
+        &args.target.namespace,
         args.pods,
         Duration::from_secs_f64(args.timeout_s),
         || {
@@ -133,7 +135,7 @@ pub fn watch(args: BenchWatchArgs) -> anyhow::Result<()> {
 }
 
 pub fn bind(args: BenchBindArgs) -> anyhow::Result<()> {
-    let bound = gantry_kube::bench::raw_bind(&args.kubeconfig, &args.namespace)?;
+    let bound = gantry_kube::bench::raw_bind(&args.target.kubeconfig, &args.target.namespace)?;
     eprintln!("bench-bind: {bound} pods bound");
     Ok(())
 }

@@ -161,22 +161,19 @@ pub fn create_pods(
     })
 }
 
-/// GPUs a pod asks for: its containers' `nvidia.com/gpu` limits (requests when no limit).
+/// GPUs a pod asks for, read the way the scheduler reads it.
 fn gpus_of(pod: &Pod) -> u32 {
-    let Some(spec) = &pod.spec else { return 0 };
-    spec.containers
-        .iter()
-        .filter_map(|c| {
-            let r = c.resources.as_ref()?;
-            let q = r
-                .limits
-                .as_ref()
-                .and_then(|l| l.get("nvidia.com/gpu"))
-                .or_else(|| r.requests.as_ref()?.get("nvidia.com/gpu"))?;
-            crate::quantity::count(&q.0)
-        })
-        .map(|n| u32::try_from(n).unwrap_or(u32::MAX))
-        .sum()
+    crate::snapshot::pod_request(pod, &crate::KubeConfig::default()).0
+}
+
+/// A node's allocatable GPUs.
+fn allocatable_gpus(node: &Node) -> u32 {
+    node.status
+        .as_ref()
+        .and_then(|s| s.allocatable.as_ref())
+        .and_then(|a| a.get(&crate::KubeConfig::default().gpu_resource))
+        .and_then(|q| crate::quantity::count(&q.0))
+        .map_or(0, |n| u32::try_from(n).unwrap_or(u32::MAX))
 }
 
 fn create_tolerating_conflict<T>(result: kube::Result<T>) -> std::result::Result<(), String> {
@@ -304,14 +301,7 @@ pub fn watch(
         let gpus_total: u64 = nodes
             .items
             .iter()
-            .filter_map(|n| {
-                n.status
-                    .as_ref()?
-                    .allocatable
-                    .as_ref()?
-                    .get("nvidia.com/gpu")
-            })
-            .filter_map(|q| q.0.parse::<u64>().ok())
+            .map(|n| u64::from(allocatable_gpus(n)))
             .sum();
         Ok(summarise(
             &name_to_pod,
@@ -413,16 +403,7 @@ pub fn raw_bind(kubeconfig: &Path, namespace: &str) -> Result<usize> {
         let mut free: Vec<(String, u32)> = nodes
             .items
             .iter()
-            .map(|n| {
-                let gpus = n
-                    .status
-                    .as_ref()
-                    .and_then(|s| s.allocatable.as_ref())
-                    .and_then(|a| a.get("nvidia.com/gpu"))
-                    .and_then(|q| q.0.parse().ok())
-                    .unwrap_or(0);
-                (n.name_any(), gpus)
-            })
+            .map(|n| (n.name_any(), allocatable_gpus(n)))
             .collect();
         let mut plan: Vec<(String, String)> = Vec::with_capacity(list.len());
         let mut cursor = 0;

@@ -86,7 +86,7 @@ impl Snapshot {
 
 /// What one pod asks for, summed over its containers (extended resources count their limit
 /// when no request is given, as the API server defaults them).
-fn pod_request(pod: &Pod, config: &KubeConfig) -> (u32, u32, u32) {
+pub(crate) fn pod_request(pod: &Pod, config: &KubeConfig) -> (u32, u32, u32) {
     let (mut gpus, mut cpu, mut mem) = (0u64, 0u64, 0u64);
     for container in pod.spec.iter().flat_map(|s| &s.containers) {
         let Some(resources) = &container.resources else {
