@@ -37,6 +37,12 @@ pub struct ClusterState {
     /// refresh only what changed; `changes_base` counts entries dropped from the front.
     changes: Vec<u32>,
     changes_base: u64,
+    /// `free_to_nodes[k]`: nodes with exactly `k` whole GPUs free. The scheduling queue asks it
+    /// whether a parked job could fit at all before paying for an attempt.
+    free_to_nodes: Vec<u32>,
+    /// Releases and node changes so far: a parked job waiting for room is woken only once this
+    /// moved since it was parked.
+    releases: u64,
 }
 
 impl ClusterState {
@@ -53,12 +59,40 @@ impl ClusterState {
             nodes,
             changes: Vec::new(),
             changes_base: 0,
+            free_to_nodes: Vec::new(),
+            releases: 0,
         };
+        let most = state.nodes.gpu_total.iter().copied().max().unwrap_or(0) as usize;
+        state.free_to_nodes = vec![0; most + 1];
+        // `refresh` moves each node from the count the table says to the one its GPUs say.
+        for node in 0..state.nodes.len() {
+            let free = state.nodes.gpu_free[node].min(state.nodes.gpu_total[node]);
+            state.nodes.gpu_free[node] = free;
+            state.free_to_nodes[free as usize] += 1;
+        }
         for node in 0..state.nodes.len() {
             state.refresh(node);
         }
         state.changes.clear();
         state
+    }
+
+    /// Releases and node changes so far (see [`ClusterState::release`], [`ClusterState::set_health`]).
+    pub fn releases(&self) -> u64 {
+        self.releases
+    }
+
+    /// How many pods of `gpus` whole GPUs each the free GPUs could hold, node by node, ignoring
+    /// filters, CPU and memory: an upper bound, so `pods_fit(g) < n` proves `n` pods cannot fit.
+    pub fn pods_fit(&self, gpus: u32) -> u64 {
+        if gpus == 0 {
+            return u64::MAX;
+        }
+        self.free_to_nodes
+            .iter()
+            .enumerate()
+            .map(|(free, &nodes)| u64::from(nodes) * (free as u64 / u64::from(gpus)))
+            .sum()
     }
 
     pub fn len(&self) -> usize {
@@ -82,6 +116,8 @@ impl ClusterState {
         let max_free_milli = gpus.iter().map(|&m| milli_free(m)).max().unwrap_or(0);
         let old_free = self.nodes.gpu_free[node];
         self.nodes.gpu_free[node] = free;
+        self.free_to_nodes[old_free as usize] -= 1;
+        self.free_to_nodes[free as usize] += 1;
         self.nodes.gpu_milli_free_max[node] = max_free_milli;
         for level in &mut self.nodes.levels {
             let domain = level.node_domain[node];
@@ -178,12 +214,14 @@ impl ClusterState {
         }
         self.nodes.cpu_free_milli[node] += shape.cpu_milli;
         self.nodes.memory_free_mib[node] += shape.memory_mib;
+        self.releases += 1;
         self.refresh(node);
     }
 
     /// Mark a node's health (a health check tainting or clearing it).
     pub fn set_health(&mut self, node: usize, health: crate::model::Health) {
         self.nodes.health[node] = health as u8;
+        self.releases += 1;
         self.changes.push(node as u32);
     }
 
@@ -224,6 +262,13 @@ impl ClusterState {
             if free != level.domain_gpu_free {
                 return Err("a topology domain's free-GPU count disagrees with its nodes".into());
             }
+        }
+        let mut free_to_nodes = vec![0u32; self.free_to_nodes.len()];
+        for &free in &self.nodes.gpu_free {
+            free_to_nodes[free as usize] += 1;
+        }
+        if free_to_nodes != self.free_to_nodes {
+            return Err("the count of nodes by free GPUs disagrees with the nodes".into());
         }
         Ok(())
     }

@@ -23,7 +23,7 @@ pub use model::{
 };
 pub use queues::{Admission, QueueDef, QueueError, QueueId, Queues};
 pub use scheduler::{
-    CycleOutput, Decision, JobId, JobSpec, Mode, Scheduler, SchedulerConfig, TopologyPref,
+    Blocked, CycleOutput, Decision, JobId, JobSpec, Mode, Scheduler, SchedulerConfig, TopologyPref,
 };
 pub use shadow::{Disagreement, DisagreementKind, compare};
 pub use symbols::{Sym, Symbols};

@@ -70,6 +70,9 @@ pub struct Queues {
     capacity: Resources,
     half_life_s: f64,
     last_decay_s: f64,
+    /// Quota given back so far (completions, evictions): a job parked for quota is
+    /// reconsidered only once this moved.
+    releases: u64,
 }
 
 impl Queues {
@@ -119,6 +122,7 @@ impl Queues {
             capacity,
             half_life_s,
             last_decay_s: 0.0,
+            releases: 0,
         })
     }
 
@@ -249,8 +253,16 @@ impl Queues {
         Admission::Borrowing { gpus: borrow }
     }
 
-    /// Record `amount` admitted (or, with `sign` false, finished) in `id` and its ancestors.
+    /// Quota given back so far; see [`Queues::charge`].
+    pub fn releases(&self) -> u64 {
+        self.releases
+    }
+
+    /// Record `amount` admitted (or, with `admit` false, finished) in `id` and its ancestors.
     pub fn charge(&mut self, id: QueueId, amount: Resources, admit: bool) {
+        if !admit {
+            self.releases += 1;
+        }
         let mut at = Some(id);
         while let Some(q) = at {
             let used = &mut self.queues[q].used;

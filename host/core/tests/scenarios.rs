@@ -8,7 +8,15 @@ use std::collections::BTreeMap;
 
 use common::{Fixture, Pool, RACK, queue};
 use gantry_core::explain::FilterExplain;
-use gantry_core::{Admission, Health, Outcome};
+use gantry_core::{Admission, Blocked, Health, JobId, Outcome};
+
+/// Why `id` is parked, if it is.
+fn parked(fx: &Fixture, id: JobId) -> Option<Blocked> {
+    fx.sched
+        .scheduling_queue()
+        .parked(id)
+        .map(|(blocked, _)| blocked)
+}
 
 fn waiting_for(outcome: &Outcome) -> &str {
     match outcome {
@@ -156,13 +164,13 @@ fn gang_that_fits_nowhere_stays_pending_with_a_kube_style_message() {
         "0/40 nodes are available: 32 GPU type does not match, 6 Insufficient nvidia.com/gpu, \
          2 node not ready or not healthy. Waiting for 4 pod(s) of 8 GPU(s) to free up."
     );
-    // Nothing fits on the next cycle either: still no pod placed, for the same reasons.
+    // Nothing changed: the next cycle leaves the parked gang alone, at no cost.
+    assert_eq!(parked(&fx, gang), Some(Blocked::Room));
     let out = fx.checked_cycle();
-    let again = &fx.decision(&out, gang).explanation;
+    assert!(out.decisions.is_empty());
+    assert_eq!(out.attempts, 0);
     assert!(!fx.sched.is_running(gang));
     assert!(fx.sched.slots(gang).is_empty());
-    assert_eq!(again.filters, e.filters);
-    assert_eq!(again.nodes_feasible, 0);
 }
 
 #[test]
@@ -222,13 +230,19 @@ fn balloon_gives_way_to_a_normal_job() {
     assert!(balloons[..3].iter().all(|&b| fx.sched.is_running(b)));
     assert_eq!(fx.sched.queues.used(fx.queue_id("default")).gpus, 8);
 
-    // The evicted balloon waits; a balloon never preempts anything.
+    // The evicted balloon waits for room; a balloon never preempts anything.
+    assert_eq!(parked(&fx, balloons[3]), Some(Blocked::Room));
+    fx.finish(balloons[0]);
     let out = fx.checked_cycle();
-    let d = fx.decision(&out, balloons[3]);
+    assert!(fx.decision(&out, balloons[3]).placed);
+    assert!(out.evicted.is_empty());
+    assert!(fx.sched.is_running(job));
+    let late = fx.submit(fx.balloon("balloon-4", "default", -100, 1, 8));
+    let out = fx.checked_cycle();
+    let d = fx.decision(&out, late);
     assert!(!d.placed);
     assert!(d.explanation.preempted.is_empty());
     assert!(out.evicted.is_empty());
-    assert!(fx.sched.is_running(job));
 }
 
 #[test]
@@ -285,11 +299,13 @@ fn preemption_takes_lower_priority_only_and_only_when_it_makes_room() {
     assert!(out.evicted.is_empty());
     assert!(fx.sched.is_running(high) && fx.sched.is_running(low));
 
-    // Two nodes: `low` gives way, `high` stays (`wide`, tried first, still evicts nobody).
+    // Two nodes: `low` gives way, `high` stays (`wide`, parked since nothing changed for it,
+    // is not tried and evicts nobody).
+    assert_eq!(parked(&fx, wide), Some(Blocked::Room));
     let medium = fx.submit(fx.job("medium", "default", 50, 2, 8));
     let out = fx.checked_cycle();
-    assert!(!fx.decision(&out, wide).placed);
-    assert!(fx.decision(&out, wide).explanation.preempted.is_empty());
+    assert!(out.decisions.iter().all(|d| d.job != wide));
+    assert!(!fx.sched.is_running(wide));
     let d = fx.decision(&out, medium);
     assert!(d.placed);
     assert_eq!(d.explanation.preempted, ["low"]);
@@ -324,13 +340,21 @@ fn reclaiming_nominal_quota_evicts_a_borrower_of_equal_priority() {
     assert_eq!(d.explanation.preempted, ["b-extra"]);
     assert_eq!(out.evicted, [extra]);
     assert!(fx.sched.is_running(own));
-    // The borrower cannot come back: a's quota is no longer idle.
+    // The borrower cannot come back while a's quota is in use: it is parked and costs
+    // nothing, cycle after cycle.
+    assert_eq!(parked(&fx, extra), Some(Blocked::Room));
+    for _ in 0..6 {
+        let out = fx.checked_cycle();
+        assert!(out.decisions.is_empty());
+    }
+    // a's job ends: the borrower is woken and borrows a's idle quota again.
+    fx.finish(owner);
     let out = fx.checked_cycle();
     let d = fx.decision(&out, extra);
-    assert!(!d.placed);
+    assert!(d.placed);
     assert_eq!(
-        waiting_for(&d.explanation.outcome),
-        "quota: queue b is at its quota of 16 GPUs and only 0 idle GPUs can be borrowed; it needs 16"
+        d.explanation.quota.builtin,
+        Admission::Borrowing { gpus: 16 }
     );
 }
 
@@ -643,9 +667,12 @@ fn gang_requiring_a_rack_lands_in_the_rack_that_frees_up() {
     spec.topology.level = Some(RACK);
     spec.topology.required = true;
     let gang = fx.submit(spec);
-    for _ in 0..3 {
+    let out = fx.checked_cycle();
+    assert!(!fx.decision(&out, gang).placed);
+    // Parked: nothing changes, so it is not tried again.
+    for _ in 0..2 {
         let out = fx.checked_cycle();
-        assert!(!fx.decision(&out, gang).placed);
+        assert!(out.decisions.is_empty());
         assert!(fx.sched.slots(gang).is_empty());
     }
 
@@ -704,4 +731,73 @@ fn regression_a_queue_borrows_the_same_idle_quota_twice() {
                 .into(),
     };
     assert_eq!(d.explanation.quota.builtin, refused);
+}
+
+// ---------------------------------------------------------------------------------------------
+// The scheduling queue.
+
+/// One queue's head is blocked by its quota behind 5,000 jobs while another queue has room:
+/// the other queue's jobs are placed in the next cycle, and the blocked jobs cost no attempt
+/// (and no decision) until their queue gets quota back.
+#[test]
+fn a_quota_blocked_queue_does_not_starve_another() {
+    let mut safety = queue("safety", None, 16);
+    safety.borrowing_limit_gpus = Some(0);
+    let config = gantry_core::SchedulerConfig {
+        max_attempts: 200,
+        ..gantry_core::SchedulerConfig::default()
+    };
+    let mut fx = Fixture::with_config(
+        &[Pool::h100(64, 16, Some(2))],
+        &[safety, queue("rl", None, 480)],
+        config,
+    );
+    // rl has used more than safety, so safety's head goes first at equal priority.
+    let rl_big = fx.submit(fx.job("rl-big", "rl", 0, 32, 8));
+    let holder = fx.submit(fx.job("safety-holder", "safety", 0, 2, 8));
+    fx.checked_cycle();
+    assert!(fx.sched.is_running(rl_big) && fx.sched.is_running(holder));
+    let (safety_id, rl_id) = (fx.queue_id("safety"), fx.queue_id("rl"));
+    assert!(fx.sched.queues.fair_share_key(safety_id) < fx.sched.queues.fair_share_key(rl_id));
+
+    let blocked: Vec<JobId> = (0..5000)
+        .map(|i| fx.submit(fx.job(&format!("safety-{i}"), "safety", 0, 1, 1)))
+        .collect();
+    let out = fx.checked_cycle();
+    // Each is refused by the built-in quota once, which costs no attempt.
+    assert_eq!(out.decisions.len(), 5000);
+    assert_eq!(out.attempts, 0);
+    assert!(
+        blocked
+            .iter()
+            .all(|&id| parked(&fx, id) == Some(Blocked::Quota))
+    );
+
+    let rl_jobs: Vec<JobId> = (0..20)
+        .map(|i| fx.submit(fx.job(&format!("rl-{i}"), "rl", 0, 1, 8)))
+        .collect();
+    let out = fx.checked_cycle();
+    assert!(rl_jobs.iter().all(|&id| fx.sched.is_running(id)));
+    assert_eq!(out.attempts, 20);
+    assert!(out.decisions.iter().all(|d| rl_jobs.contains(&d.job)));
+
+    // Nothing changes: nothing is tried.
+    let out = fx.checked_cycle();
+    assert!(out.decisions.is_empty());
+
+    // safety gets its 16 GPUs back: the 16 jobs it can now admit are woken and placed, and
+    // the rest stay parked without an attempt.
+    fx.finish(holder);
+    let out = fx.checked_cycle();
+    assert_eq!(out.woken, 16);
+    assert_eq!(out.attempts, 16);
+    assert_eq!(out.decisions.iter().filter(|d| d.placed).count(), 16);
+    assert_eq!(fx.sched.queues.used(safety_id).gpus, 16);
+    assert_eq!(
+        blocked
+            .iter()
+            .filter(|&&id| fx.sched.is_running(id))
+            .count(),
+        16
+    );
 }

@@ -392,7 +392,7 @@ impl KubeCluster {
         }
         self.queue_status_at = Some(Instant::now());
         let mut pending: HashMap<&str, u32> = HashMap::new();
-        for &id in scheduler.pending() {
+        for id in scheduler.pending() {
             *pending
                 .entry(scheduler.queues.name(scheduler.job(id).queue))
                 .or_default() += 1;

@@ -143,8 +143,9 @@ pub async fn run(
 ) -> (CycleOutput, usize) {
     let evicted: HashSet<u32> = output.evicted.iter().copied().collect();
     let mut rest = CycleOutput {
-        decisions: Vec::new(),
-        evicted: Vec::new(),
+        attempts: output.attempts,
+        woken: output.woken,
+        ..CycleOutput::default()
     };
     let mut started = 0;
     let mut after_preemption = false;

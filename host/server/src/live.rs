@@ -596,7 +596,7 @@ impl Live {
             queue_position: None,
             balloon: spec.balloon,
         };
-        for &id in scheduler.pending() {
+        for id in scheduler.pending() {
             let spec = scheduler.job(id);
             pending_pods += u64::from(spec.pods);
             *queue_pending.entry(spec.queue).or_default() += 1;
@@ -1073,6 +1073,8 @@ mod tests {
         Decision {
             job: 0,
             placed,
+            placement: Vec::new(),
+            victims: Vec::new(),
             explanation,
         }
     }
@@ -1080,7 +1082,7 @@ mod tests {
     fn jobs_kept(live: &Live, decisions: Vec<Decision>, time_ms: u64) -> Vec<String> {
         let output = CycleOutput {
             decisions,
-            evicted: Vec::new(),
+            ..CycleOutput::default()
         };
         live.worth_storing(&output, time_ms)
             .iter()

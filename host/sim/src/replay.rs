@@ -260,7 +260,7 @@ impl Replay {
             // With work pending, a real scheduler keeps retrying (and the Coscheduling permit
             // timeout fires) even when no job arrives or ends: retry every `RETRY_S`, until a
             // few retries in a row change nothing and nothing runs that could.
-            let retry = (!self.scheduler.pending().is_empty() && idle_retries < MAX_IDLE_RETRIES)
+            let retry = (self.scheduler.pending_count() > 0 && idle_retries < MAX_IDLE_RETRIES)
                 .then_some(now + RETRY_S);
             let next = match [next_arrival, next_completion, retry]
                 .into_iter()
@@ -276,7 +276,7 @@ impl Replay {
             if next > now && now >= first_submit {
                 busy_integral += self.scheduler.running_gpus() as f64 * (next - now);
             }
-            if !self.scheduler.pending().is_empty() && next > now {
+            if self.scheduler.pending_count() > 0 && next > now {
                 let dt = next - now;
                 queued_time += dt;
                 allocated_integral += self.scheduler.running_gpus() as f64 * dt;
@@ -352,6 +352,9 @@ impl Replay {
                         ever_partial[id as usize] = true;
                         partial_gangs += 1;
                     }
+                    if !running {
+                        continue;
+                    }
                     if start_s[id as usize].is_none() {
                         start_s[id as usize] = Some(now);
                     }
@@ -362,7 +365,7 @@ impl Replay {
                     )));
                 }
             }
-            if !self.scheduler.pending().is_empty() {
+            if self.scheduler.pending_count() > 0 {
                 frag_sum += self.fragmentation();
                 frag_cycles += 1;
             }
@@ -382,10 +385,11 @@ impl Replay {
         // would make a scheduler that starves jobs look fast.
         let waits: Vec<(usize, f64)> = trace_to_job
             .iter()
-            .map(|&id| {
-                let spec = self.scheduler.job(id);
-                let start = start_s[id as usize].unwrap_or(now.max(spec.submit_s));
-                (spec.queue, start - spec.submit_s)
+            .zip(&self.jobs)
+            .map(|(&id, job)| {
+                let queue = self.scheduler.queues.id(&job.queue).unwrap_or(0);
+                let start = start_s[id as usize].unwrap_or(now.max(job.submit_s));
+                (queue, start - job.submit_s)
             })
             .collect();
         let mut queues = BTreeMap::new();
@@ -452,7 +456,7 @@ impl Replay {
         let mut any_min = u32::MAX;
         let mut type_min: BTreeMap<u32, u32> = BTreeMap::new();
         let mut milli_min = u32::MAX;
-        for &id in self.scheduler.pending() {
+        for id in self.scheduler.pending() {
             let shape = &self.scheduler.job(id).shape;
             if shape.gpu_milli > 0 {
                 milli_min = milli_min.min(shape.gpu_milli);

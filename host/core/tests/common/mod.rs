@@ -327,7 +327,7 @@ pub struct NodeUse {
 /// `job()`: running jobs, and pending jobs that hold nodes (a gang gathering its nodes).
 pub fn node_use(sched: &Scheduler) -> Vec<NodeUse> {
     let mut out = vec![NodeUse::default(); sched.state.len()];
-    let holding = sched.pending().iter().copied();
+    let holding = sched.pending().into_iter();
     for id in sched.running().chain(holding) {
         let shape = &sched.job(id).shape;
         for slot in sched.slots(id) {
@@ -567,6 +567,11 @@ pub fn check_cycle(fx: &Fixture, out: &CycleOutput) -> Result<(), String> {
         out.evicted
     );
     for &victim in &out.evicted {
+        ensure!(
+            !out.decisions.iter().any(|d| d.job == victim && d.placed),
+            "job {} was placed and evicted in the same cycle",
+            sched.job(victim).name
+        );
         let v = sched.job(victim);
         let preemptors: Vec<&Decision> = out
             .decisions
@@ -657,7 +662,24 @@ pub fn check_cycle(fx: &Fixture, out: &CycleOutput) -> Result<(), String> {
                 e.nodes_evaluated
             );
         }
-        if !d.placed && !matches!(e.quota.builtin, Admission::Denied { .. }) {
+        // A job that counting free GPUs shows cannot fit is not evaluated; its text says how
+        // many of its pods fit, which must be fewer than it has.
+        let counted_out = match &e.outcome {
+            Outcome::Pending { waiting_for } if e.nodes_evaluated == 0 => waiting_for
+                .split_once(" GPU(s) to free up (")
+                .and_then(|(_, rest)| rest.split_once(" such pods fit"))
+                .map(|(fit, _)| fit.parse::<u64>().map_err(|e| e.to_string())),
+            _ => None,
+        };
+        if let Some(fit) = counted_out {
+            let fit = fit?;
+            ensure!(
+                fit < u64::from(spec.pods),
+                "job {} was not evaluated, though {fit} of its {} pods fit in the free GPUs",
+                spec.name,
+                spec.pods
+            );
+        } else if !d.placed && !matches!(e.quota.builtin, Admission::Denied { .. }) {
             ensure!(
                 e.nodes_evaluated == e.nodes_total,
                 "job {} waits for room, but only {} of {} nodes were evaluated",

@@ -1,0 +1,706 @@
+//! The scheduler: the jobs, the cluster and the queues, and the cycle that places jobs and
+//! explains every decision. One module per stage of the cycle:
+//! - [`queue`]: the order stage, the scheduling queue (per-queue heads in fair-share order,
+//!   parked jobs, backoff);
+//! - [`quota`]: the built-in quota check and the quota policies;
+//! - [`evaluate`]: the filters and scores, chunk by chunk;
+//! - [`place`]: the nodes for every pod, topology-aware for gangs;
+//! - [`preempt`]: the victims that make room;
+//! - [`baselines`]: the anchors Gantry is measured against (`k8s-default`, `coscheduling`);
+//! - [`explain`]: the explanation record's blank and its "waiting for" texts.
+//!
+//! This module holds the jobs' life cycle (submit, adopt, place, evict, finish) and Gantry's
+//! own cycle, which ties the stages together.
+
+mod baselines;
+mod evaluate;
+mod explain;
+mod place;
+mod preempt;
+pub mod queue;
+mod quota;
+
+use std::collections::{BTreeMap, BTreeSet};
+use std::sync::Arc;
+
+use serde::{Deserialize, Serialize};
+
+use crate::cluster::{ClusterState, Slot};
+use crate::explain::{Explanation, Outcome};
+use crate::hooks::PolicyHooks;
+use crate::model::{PodShape, Resources};
+use crate::queues::{Admission, QueueId, Queues};
+use crate::symbols::Symbols;
+
+pub use queue::{Blocked, Epochs, JobKey, SchedulingQueue};
+
+/// A job's key in the scheduler: stable for the job's life and never reused, so a caller may
+/// keep it across cycles. Finished jobs are forgotten.
+pub type JobId = u32;
+
+/// Nodes evaluated per policy call. Policies see the cluster a chunk at a time, so a single
+/// pod can stop early; a gang always sees every chunk.
+pub const CHUNK: usize = 1024;
+
+/// Where a gang wants to run: within one domain of `level` (an index into the node table's
+/// levels, innermost first), as a hard requirement or a preference.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Serialize, Deserialize)]
+pub struct TopologyPref {
+    pub level: Option<usize>,
+    pub required: bool,
+}
+
+/// A job as submitted: a gang of `pods` identical pods (1 for a single pod).
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct JobSpec {
+    pub name: String,
+    pub queue: QueueId,
+    pub priority: i32,
+    pub pods: u32,
+    pub shape: PodShape,
+    /// A placeholder that holds capacity and gives way at once to real work.
+    pub balloon: bool,
+    pub topology: TopologyPref,
+    pub submit_s: f64,
+}
+
+impl JobSpec {
+    pub fn total(&self) -> Resources {
+        let pods = u64::from(self.pods);
+        let gpus = if self.shape.gpu_milli > 0 {
+            // A fractional pod is charged a whole GPU's quota per 1000 milli, rounded up.
+            (u64::from(self.shape.gpu_milli) * pods).div_ceil(1000)
+        } else {
+            u64::from(self.shape.gpus) * pods
+        };
+        Resources {
+            gpus,
+            cpu_milli: u64::from(self.shape.cpu_milli) * pods,
+            memory_mib: u64::from(self.shape.memory_mib) * pods,
+        }
+    }
+
+    fn queue_key(&self) -> JobKey {
+        JobKey {
+            queue: self.queue,
+            priority: self.priority,
+            submit_s: self.submit_s,
+            gpus: if self.balloon { 0 } else { self.total().gpus },
+        }
+    }
+}
+
+#[derive(Debug, Clone)]
+enum JobState {
+    Pending,
+    Running {
+        slots: Vec<Slot>,
+        /// The cycle that placed it: a cycle never evicts what it placed itself.
+        since_cycle: u64,
+    },
+    /// The baselines only: some pods hold nodes while their siblings wait (bound and running
+    /// under `K8sDefault`, assumed at the permit stage under `Coscheduling`).
+    Holding {
+        slots: Vec<Slot>,
+        since_s: f64,
+    },
+}
+
+/// How the cycle places jobs: Gantry's way, or as one of the anchors it is measured against.
+#[derive(Debug, Clone, Copy, PartialEq, Serialize, Deserialize)]
+#[serde(rename_all = "kebab-case")]
+pub enum Mode {
+    /// Whole gangs at once, topology-aware, with quota, fair share and preemption.
+    Gantry,
+    /// Stock kube-scheduler: one pod at a time, priority then FIFO, least-allocated spreading,
+    /// no gang awareness: a gang's placed pods run and hold their GPUs while siblings wait.
+    K8sDefault,
+    /// kube-scheduler with the scheduler-plugins Coscheduling plugin: pods are assumed one at
+    /// a time and wait at the permit stage until the whole gang is assumed; after
+    /// `permit_timeout_s` the assumed pods are released and the gang waits again.
+    Coscheduling { permit_timeout_s: f64 },
+}
+
+impl Mode {
+    pub fn name(self) -> &'static str {
+        match self {
+            Mode::Gantry => "gantry",
+            Mode::K8sDefault => "k8s-default",
+            Mode::Coscheduling { .. } => "coscheduling",
+        }
+    }
+}
+
+#[derive(Debug, Clone)]
+struct JobEntry {
+    spec: JobSpec,
+    state: JobState,
+}
+
+/// What a cycle did.
+#[derive(Debug, Default, Clone)]
+pub struct CycleOutput {
+    /// One per job considered, placed or not.
+    pub decisions: Vec<Decision>,
+    /// Jobs evicted (whole gangs) to make room; they are pending again.
+    pub evicted: Vec<JobId>,
+    /// Jobs evaluated against the nodes or the quota policies: what `max_attempts` bounds.
+    /// A job refused by the built-in quota or known not to fit costs no attempt.
+    pub attempts: u32,
+    /// Parked jobs woken at the start of the cycle.
+    pub woken: u32,
+}
+
+/// One job's decision in one cycle: the typed result, and its explanation for people.
+#[derive(Debug, Clone)]
+pub struct Decision {
+    pub job: JobId,
+    pub placed: bool,
+    /// Where its pods go when placed: `(node index, pods on it)`.
+    pub placement: Vec<(usize, u32)>,
+    /// Jobs evicted to make room for it.
+    pub victims: Vec<JobId>,
+    pub explanation: Explanation,
+}
+
+/// Knobs of the cycle.
+#[derive(Debug, Clone)]
+pub struct SchedulerConfig {
+    /// Most jobs attempted per cycle (see [`CycleOutput::attempts`]); the rest wait for the
+    /// next cycle.
+    pub max_attempts: usize,
+    /// Top nodes kept in an explanation.
+    pub top_nodes: usize,
+    pub preemption: bool,
+    pub mode: Mode,
+    /// A single pod is placed once this many feasible nodes are found (or 5% of the cluster,
+    /// if more), like kube-scheduler's minFeasibleNodesToFind.
+    pub min_feasible_nodes: usize,
+}
+
+impl Default for SchedulerConfig {
+    fn default() -> Self {
+        Self {
+            max_attempts: 1000,
+            top_nodes: 5,
+            preemption: true,
+            mode: Mode::Gantry,
+            min_feasible_nodes: 100,
+        }
+    }
+}
+
+/// The pure scheduler: cluster, queues and jobs, driven by [`Scheduler::cycle`].
+#[derive(Clone)]
+pub struct Scheduler {
+    pub state: ClusterState,
+    pub queues: Queues,
+    pub config: SchedulerConfig,
+    symbols: Arc<Symbols>,
+    /// Pending and running jobs by key; a finished job leaves, so memory follows what is live,
+    /// not history. Ordered so every iteration is deterministic.
+    job_to_entry: BTreeMap<JobId, JobEntry>,
+    next_id: JobId,
+    /// The pending jobs, in the order cycles try them.
+    queue: SchedulingQueue,
+    /// Running jobs (and the baselines' partly placed ones): preemption scans these, not
+    /// every job ever submitted.
+    running: BTreeSet<JobId>,
+    /// GPUs held by jobs whose every pod runs: the allocation that does work.
+    running_gpus: u64,
+    /// GPUs held by running non-balloon jobs, by priority, and by running balloons: what a job
+    /// could preempt, for the queue's cheap "could it fit at all" check.
+    priority_to_gpus: BTreeMap<i32, u64>,
+    balloon_gpus: u64,
+    /// Cycles run so far; the current one while a cycle runs.
+    cycle_no: u64,
+    /// The policy-set version of the last cycle: a new one wakes every parked job.
+    policy_set: u64,
+    /// Bumped when the queue tree is replaced, so quota-parked jobs look again.
+    queue_changes: u64,
+    /// The chunk the next single pod starts evaluating at, so decisions spread their reads
+    /// over the cluster. A `Cell` because evaluation borrows the scheduler immutably.
+    next_chunk: std::cell::Cell<usize>,
+}
+
+impl Scheduler {
+    pub fn new(
+        state: ClusterState,
+        queues: Queues,
+        symbols: Arc<Symbols>,
+        config: SchedulerConfig,
+    ) -> Self {
+        Self {
+            state,
+            queues,
+            config,
+            symbols,
+            job_to_entry: BTreeMap::new(),
+            next_id: 0,
+            queue: SchedulingQueue::default(),
+            running: BTreeSet::new(),
+            running_gpus: 0,
+            priority_to_gpus: BTreeMap::new(),
+            balloon_gpus: 0,
+            cycle_no: 0,
+            policy_set: 0,
+            queue_changes: 0,
+            next_chunk: std::cell::Cell::new(0),
+        }
+    }
+
+    /// GPUs held by jobs whose every pod is running (not by the baselines' partial gangs).
+    pub fn running_gpus(&self) -> u64 {
+        self.running_gpus
+    }
+
+    /// Jobs with some but not all pods running: only `K8sDefault` ever has any.
+    pub fn partially_running(&self) -> impl Iterator<Item = JobId> + '_ {
+        let bound = self.config.mode == Mode::K8sDefault;
+        self.running.iter().copied().filter(move |&id| {
+            bound && matches!(self.job_to_entry[&id].state, JobState::Holding { .. })
+        })
+    }
+
+    pub fn symbols(&self) -> &Arc<Symbols> {
+        &self.symbols
+    }
+
+    /// Replace the queue tree (a Queue object changed); jobs parked for quota look again.
+    pub fn set_queues(&mut self, queues: Queues) {
+        self.queues = queues;
+        self.queue_changes += 1;
+    }
+
+    pub fn submit(&mut self, spec: JobSpec) -> JobId {
+        let id = self.next_id;
+        self.next_id += 1;
+        self.queue.push(id, spec.queue_key());
+        self.job_to_entry.insert(
+            id,
+            JobEntry {
+                spec,
+                state: JobState::Pending,
+            },
+        );
+        id
+    }
+
+    /// A job that already runs on `nodes` (one entry per pod), as a live cluster's bound pods
+    /// are found: reserved, charged to its queue, and preemptable like a job the cycle placed.
+    /// The caller checked each node's room with [`ClusterState::capacity_for`].
+    pub fn adopt(&mut self, spec: JobSpec, nodes: &[usize]) -> JobId {
+        let slots = nodes
+            .iter()
+            .map(|&node| self.state.reserve(node, &spec.shape))
+            .collect();
+        let id = self.next_id;
+        self.next_id += 1;
+        self.job_to_entry.insert(
+            id,
+            JobEntry {
+                spec,
+                state: JobState::Pending,
+            },
+        );
+        self.start(id, slots);
+        id
+    }
+
+    /// The job's spec. Panics for a job that finished (finished jobs are forgotten).
+    pub fn job(&self, id: JobId) -> &JobSpec {
+        &self.job_to_entry[&id].spec
+    }
+
+    /// The job's spec, or `None` once it finished.
+    pub fn get(&self, id: JobId) -> Option<&JobSpec> {
+        self.job_to_entry.get(&id).map(|e| &e.spec)
+    }
+
+    /// Pending jobs (active and parked), by key.
+    pub fn pending(&self) -> Vec<JobId> {
+        self.queue.all()
+    }
+
+    /// How many jobs are pending.
+    pub fn pending_count(&self) -> usize {
+        self.queue.len()
+    }
+
+    /// The scheduling queue, read-only: why a job is parked, what runs out next.
+    pub fn scheduling_queue(&self) -> &SchedulingQueue {
+        &self.queue
+    }
+
+    pub fn is_running(&self, id: JobId) -> bool {
+        matches!(
+            self.job_to_entry.get(&id).map(|e| &e.state),
+            Some(JobState::Running { .. })
+        )
+    }
+
+    /// The slots of a running job, or of a baseline's partly placed one.
+    pub fn slots(&self, id: JobId) -> &[Slot] {
+        match self.job_to_entry.get(&id).map(|e| &e.state) {
+            Some(JobState::Running { slots, .. } | JobState::Holding { slots, .. }) => slots,
+            _ => &[],
+        }
+    }
+
+    /// Running jobs, by key.
+    pub fn running(&self) -> impl Iterator<Item = JobId> + '_ {
+        self.running
+            .iter()
+            .copied()
+            .filter(|&id| self.is_running(id))
+    }
+
+    /// A job ends (or is withdrawn): free its nodes and its quota, and forget it.
+    pub fn finish(&mut self, id: JobId) {
+        self.release(id);
+        self.queue.placed(id);
+        self.job_to_entry.remove(&id);
+    }
+
+    /// A job's binding failed: it is pending again (its nodes and quota given back) and parked
+    /// with a backoff, as kube-scheduler backs off a pod whose binding failed.
+    pub fn binding_failed(&mut self, id: JobId, now_s: f64) {
+        if !self.job_to_entry.contains_key(&id) {
+            return;
+        }
+        self.release(id);
+        let key = self.job_to_entry[&id].spec.queue_key();
+        self.queue.push(id, key);
+        self.queue.park(id, Blocked::Binding, now_s, self.epochs());
+    }
+
+    /// The events parked jobs wait for, as counted now.
+    fn epochs(&self) -> Epochs {
+        Epochs {
+            quota: self.queues.releases() + self.queue_changes,
+            room: self.state.releases(),
+            policy_set: self.policy_set,
+        }
+    }
+
+    /// Mark `id` running on `slots`: reserve bookkeeping, quota, counters.
+    fn start(&mut self, id: JobId, slots: Vec<Slot>) {
+        let entry = self.job_to_entry.get_mut(&id).expect("a live job");
+        let total = entry.spec.total();
+        if entry.spec.balloon {
+            self.balloon_gpus += total.gpus;
+        } else {
+            self.queues.charge(entry.spec.queue, total, true);
+            *self
+                .priority_to_gpus
+                .entry(entry.spec.priority)
+                .or_default() += total.gpus;
+        }
+        self.running_gpus += total.gpus;
+        entry.state = JobState::Running {
+            slots,
+            since_cycle: self.cycle_no,
+        };
+        self.running.insert(id);
+        self.queue.placed(id);
+    }
+
+    /// Give back what a running (or holding) job has; it is left `Pending`, outside the queue.
+    fn release(&mut self, id: JobId) {
+        let Some(entry) = self.job_to_entry.get_mut(&id) else {
+            return;
+        };
+        match std::mem::replace(&mut entry.state, JobState::Pending) {
+            JobState::Running { slots, .. } => {
+                for slot in slots {
+                    self.state.release(slot, &entry.spec.shape);
+                }
+                let total = entry.spec.total();
+                self.running_gpus -= total.gpus;
+                if entry.spec.balloon {
+                    self.balloon_gpus -= total.gpus;
+                } else {
+                    self.queues.charge(entry.spec.queue, total, false);
+                    if let Some(gpus) = self.priority_to_gpus.get_mut(&entry.spec.priority) {
+                        *gpus -= total.gpus;
+                        if *gpus == 0 {
+                            self.priority_to_gpus.remove(&entry.spec.priority);
+                        }
+                    }
+                }
+            }
+            JobState::Holding { slots, .. } => {
+                for slot in slots {
+                    self.state.release(slot, &entry.spec.shape);
+                }
+            }
+            JobState::Pending => {}
+        }
+        self.running.remove(&id);
+    }
+
+    /// Evict a running job (all of its pods) back to pending. It waits for room again.
+    fn evict(&mut self, id: JobId, now_s: f64) {
+        self.release(id);
+        let key = self.job_to_entry[&id].spec.queue_key();
+        self.queue.push(id, key);
+        self.queue.park(id, Blocked::Room, now_s, self.epochs());
+    }
+
+    /// The cycle `hooks` would run now, on a copy: nothing is placed, evicted or charged.
+    /// Run it before the real cycle to shadow a candidate policy set on the same state.
+    pub fn shadow_cycle(&self, now_s: f64, hooks: &mut dyn PolicyHooks) -> CycleOutput {
+        self.clone().cycle(now_s, hooks)
+    }
+
+    /// One scheduling cycle at time `now_s`.
+    pub fn cycle(&mut self, now_s: f64, hooks: &mut dyn PolicyHooks) -> CycleOutput {
+        self.cycle_no += 1;
+        match self.config.mode {
+            Mode::Gantry => self.cycle_gantry(now_s, hooks),
+            Mode::K8sDefault => self.cycle_pod_by_pod(now_s, None),
+            Mode::Coscheduling { permit_timeout_s } => {
+                self.cycle_pod_by_pod(now_s, Some(permit_timeout_s))
+            }
+        }
+    }
+
+    /// When a parked job's backoff or flush runs out next: a virtual-time driver with nothing
+    /// else due should run a cycle then.
+    pub fn next_retry_s(&self, now_s: f64) -> Option<f64> {
+        self.queue.next_timer_s(now_s)
+    }
+
+    /// Gantry's cycle: wake the parked jobs whose wait is over, then take queue heads in
+    /// priority and fair-share order, re-reading a queue's key after each admission, until
+    /// no job is active or the attempt budget is spent.
+    fn cycle_gantry(&mut self, now_s: f64, hooks: &mut dyn PolicyHooks) -> CycleOutput {
+        self.queues.decay_to(now_s);
+        let mut out = CycleOutput::default();
+        let version = hooks.set_version();
+        self.policy_set = version;
+        let epochs = self.epochs();
+        let reclaimable = self.reclaimable_gpus();
+        let mut queue = std::mem::take(&mut self.queue);
+        let check = WakeProbe {
+            scheduler: self,
+            reclaimable,
+        };
+        out.woken = queue.wake(now_s, epochs, &check) as u32;
+        self.queue = queue;
+        let policies = hooks.policies();
+        let mut position = 0u32;
+        while (out.attempts as usize) < self.config.max_attempts {
+            let queues = &self.queues;
+            let Some(next) = self.queue.next_queue(&|q| queues.fair_share_key(q)) else {
+                break;
+            };
+            let id = self.queue.head(next).expect("the chosen queue has a head");
+            let spec = self.job_to_entry[&id].spec.clone();
+            let mut decision = self.attempt(id, &spec, now_s, position, hooks, &mut out);
+            position += 1;
+            decision.explanation.policy_set = version;
+            decision.explanation.policies.clone_from(&policies);
+            out.decisions.push(decision);
+        }
+        out
+    }
+
+    /// One job through quota, the cheap room check, evaluation, placement and preemption. A
+    /// job not placed is parked with what blocked it.
+    fn attempt(
+        &mut self,
+        id: JobId,
+        spec: &JobSpec,
+        now_s: f64,
+        position: u32,
+        hooks: &mut dyn PolicyHooks,
+        out: &mut CycleOutput,
+    ) -> Decision {
+        let mut explanation = self.blank_explanation(spec, now_s, position);
+        let decision = |explanation: Explanation| Decision {
+            job: id,
+            placed: false,
+            placement: Vec::new(),
+            victims: Vec::new(),
+            explanation,
+        };
+        // The built-in quota, free of charge.
+        let admission = if spec.balloon {
+            Admission::Within
+        } else {
+            self.queues.admission(spec.queue, spec.total().gpus)
+        };
+        explanation.quota.builtin = admission.clone();
+        if let Admission::Denied { reason } = &admission {
+            explanation.outcome = Outcome::Pending {
+                waiting_for: format!("quota: {reason}"),
+            };
+            self.queue.park(id, Blocked::Quota, now_s, self.epochs());
+            return decision(explanation);
+        }
+        // Room, as far as counting GPUs can tell: a job tried before that cannot fit now is
+        // not evaluated again. A new job is, once, so its record names every filter's reasons.
+        if self.queue.failures(id) > 0 && !self.room_possible(spec, self.reclaimable_gpus()) {
+            explanation.outcome = Outcome::Pending {
+                waiting_for: self.no_room_text(spec),
+            };
+            self.queue.park(id, Blocked::Room, now_s, self.epochs());
+            return decision(explanation);
+        }
+        out.attempts += 1;
+        if let Err(waiting_for) = self.quota_policies(spec, hooks, &mut explanation) {
+            explanation.outcome = Outcome::Pending { waiting_for };
+            self.queue.park(id, Blocked::Quota, now_s, self.epochs());
+            return decision(explanation);
+        }
+
+        // Filter and score, then place.
+        let (capacity, scores) = self.evaluate(spec, hooks, &mut explanation);
+        if let Some(placement) = self.place(spec, &capacity, &scores) {
+            let placement = self.commit(id, spec, placement, &mut explanation);
+            return Decision {
+                job: id,
+                placed: true,
+                placement,
+                victims: Vec::new(),
+                explanation,
+            };
+        }
+
+        // Preemption: make room by evicting whole gangs that may give way to this job.
+        if self.config.preemption
+            && let Some(victims) = self.find_victims(spec)
+        {
+            for &victim in &victims {
+                explanation
+                    .preempted
+                    .push(self.job_to_entry[&victim].spec.name.clone());
+                self.evict(victim, now_s);
+            }
+            out.evicted.extend(&victims);
+            let (capacity, scores) = self.evaluate(spec, hooks, &mut explanation);
+            if let Some(placement) = self.place(spec, &capacity, &scores) {
+                let placement = self.commit(id, spec, placement, &mut explanation);
+                return Decision {
+                    job: id,
+                    placed: true,
+                    placement,
+                    victims,
+                    explanation,
+                };
+            }
+            explanation.outcome = Outcome::Pending {
+                waiting_for: "the nodes freed by preemption (a policy rejected them)".into(),
+            };
+            self.queue.park(id, Blocked::Room, now_s, self.epochs());
+            return Decision {
+                victims,
+                ..decision(explanation)
+            };
+        }
+        explanation.outcome = Outcome::Pending {
+            waiting_for: self.waiting_for_room(spec, &capacity, &explanation),
+        };
+        self.queue.park(id, Blocked::Room, now_s, self.epochs());
+        decision(explanation)
+    }
+
+    /// Reserve the placement's nodes and mark the job running; its `(node, pods)`.
+    fn commit(
+        &mut self,
+        id: JobId,
+        spec: &JobSpec,
+        placement: place::Placement,
+        explanation: &mut Explanation,
+    ) -> Vec<(usize, u32)> {
+        let mut slots = Vec::with_capacity(spec.pods as usize);
+        let mut nodes = Vec::new();
+        for &(node, pods) in &placement.node_pods {
+            for _ in 0..pods {
+                slots.push(self.state.reserve(node, &spec.shape));
+            }
+            nodes.push((self.node_name(node), pods));
+        }
+        self.start(id, slots);
+        explanation.domain = placement.domain;
+        explanation.outcome = Outcome::Placed { nodes };
+        placement.node_pods
+    }
+
+    /// GPUs that borrowing queues hold beyond their quota: what reclaiming could free for a
+    /// job within its own quota.
+    fn reclaimable_gpus(&self) -> u64 {
+        self.queues
+            .ids()
+            .filter(|&q| self.queues.children(q).is_empty())
+            .map(|q| self.queues.borrowed(q))
+            .sum()
+    }
+
+    /// Whether `spec` could possibly fit: enough whole GPUs free node by node, or enough GPUs
+    /// held by jobs it may preempt. A necessary condition only; fractional and GPU-less jobs
+    /// always pass.
+    fn room_possible(&self, spec: &JobSpec, reclaimable: u64) -> bool {
+        if spec.shape.gpu_milli > 0 || spec.shape.gpus == 0 {
+            return true;
+        }
+        if self.state.pods_fit(spec.shape.gpus) >= u64::from(spec.pods) {
+            return true;
+        }
+        if spec.balloon || !self.config.preemption {
+            return false;
+        }
+        let lower: u64 = self
+            .priority_to_gpus
+            .range(..spec.priority)
+            .map(|(_, gpus)| gpus)
+            .sum();
+        let free = self.state.pods_fit(1);
+        free + self.balloon_gpus + lower + reclaimable >= spec.total().gpus
+    }
+
+    /// The queue's usage as a quota policy sees it, and its cohort's: what a cycle passes to
+    /// quota policies, and what the API's policy self-test passes too.
+    pub fn usage(
+        &self,
+        queue: QueueId,
+    ) -> (crate::model::QueueUsage, Option<crate::model::CohortUsage>) {
+        quota::usage(self, queue)
+    }
+
+    pub fn node_name(&self, node: usize) -> String {
+        self.symbols
+            .resolve(self.state.nodes.name[node])
+            .to_string()
+    }
+
+    fn level_name(&self, level: usize) -> String {
+        self.state.nodes.levels.get(level).map_or_else(
+            || "domain".into(),
+            |l| self.symbols.resolve(l.name).to_string(),
+        )
+    }
+}
+
+/// The scheduler's answers to the queue's wake-up checks.
+struct WakeProbe<'a> {
+    scheduler: &'a Scheduler,
+    reclaimable: u64,
+}
+
+impl queue::WakeCheck for WakeProbe<'_> {
+    fn quota_admits(&self, queue: QueueId, gpus: u64) -> bool {
+        !matches!(
+            self.scheduler.queues.admission(queue, gpus),
+            Admission::Denied { .. }
+        )
+    }
+
+    fn room_possible(&self, job: JobId) -> bool {
+        self.scheduler
+            .job_to_entry
+            .get(&job)
+            .is_some_and(|e| self.scheduler.room_possible(&e.spec, self.reclaimable))
+    }
+}

@@ -1,0 +1,118 @@
+//! The place stage: nodes for every pod of a job, from the capacities and scores the
+//! evaluation left. A single pod takes the best-scored node; a gang takes the smallest
+//! topology domain that holds all of it.
+
+use crate::builtin;
+use crate::cluster::ClusterState;
+
+use super::{JobSpec, Scheduler};
+
+/// A placement found for a job: the pods per node, and the domain it fits in.
+pub(super) struct Placement {
+    pub node_pods: Vec<(usize, u32)>,
+    pub domain: Option<String>,
+}
+
+impl Scheduler {
+    /// Choose nodes for every pod, or `None`. A single pod takes the best-scored node. A gang
+    /// takes the smallest domain that holds all of it, innermost level first (rack, then
+    /// block, then the whole cluster), honouring the job's required or preferred level.
+    pub(super) fn place(
+        &self,
+        spec: &JobSpec,
+        capacity: &[u32],
+        scores: &[u64],
+    ) -> Option<Placement> {
+        let n = capacity.len();
+        if spec.pods == 1 {
+            let best = (0..n)
+                .filter(|&i| capacity[i] > 0)
+                .max_by(|&a, &b| scores[a].cmp(&scores[b]).then(b.cmp(&a)))?;
+            return Some(Placement {
+                node_pods: vec![(best, 1)],
+                domain: None,
+            });
+        }
+        let need = u64::from(spec.pods);
+        let levels = &self.state.nodes.levels;
+        let first_level = match spec.topology.level {
+            Some(level) if spec.topology.required => level,
+            _ => 0,
+        };
+        for (level_index, level) in levels.iter().enumerate().skip(first_level) {
+            let domains = level.domain_gpu_total.len();
+            let mut fit = vec![0u64; domains];
+            let mut best_score = vec![0u64; domains];
+            for node in 0..n {
+                let domain = level.node_domain[node];
+                if domain != u32::MAX && capacity[node] > 0 {
+                    fit[domain as usize] += u64::from(capacity[node]);
+                    best_score[domain as usize] = best_score[domain as usize].max(scores[node]);
+                }
+            }
+            // The tightest domain that holds the gang keeps bigger ones whole.
+            let chosen = (0..domains)
+                .filter(|&d| fit[d] >= need)
+                .min_by(|&a, &b| fit[a].cmp(&fit[b]).then(best_score[b].cmp(&best_score[a])));
+            if let Some(domain) = chosen {
+                let nodes: Vec<usize> = (0..n)
+                    .filter(|&i| level.node_domain[i] == domain as u32 && capacity[i] > 0)
+                    .collect();
+                return Some(Placement {
+                    node_pods: fill(&nodes, capacity, scores, spec.pods),
+                    domain: Some(format!("{} {domain}", self.level_name(level_index))),
+                });
+            }
+            if spec.topology.required {
+                return None;
+            }
+        }
+        let all: Vec<usize> = (0..n).filter(|&i| capacity[i] > 0).collect();
+        let room: u64 = all.iter().map(|&i| u64::from(capacity[i])).sum();
+        (room >= need).then(|| Placement {
+            node_pods: fill(&all, capacity, scores, spec.pods),
+            domain: Some("the whole cluster".into()),
+        })
+    }
+
+    /// Whether `spec` could be placed on `state` by the built-in filter and score.
+    pub(super) fn fits_in(&self, spec: &JobSpec, state: &ClusterState) -> bool {
+        let codes = builtin::gpu_fit(&spec.shape, &state.nodes);
+        let capacity: Vec<u32> = (0..state.len())
+            .map(|i| {
+                if codes[i] == 0 {
+                    state.capacity_for(i, &spec.shape)
+                } else {
+                    0
+                }
+            })
+            .collect();
+        let scores: Vec<u64> = builtin::gpu_binpack(&spec.shape, &state.nodes)
+            .into_iter()
+            .map(u64::from)
+            .collect();
+        self.place(spec, &capacity, &scores).is_some()
+    }
+}
+
+/// Fill the best-scored nodes first, each up to its capacity, until `pods` are placed.
+fn fill(nodes: &[usize], capacity: &[u32], scores: &[u64], pods: u32) -> Vec<(usize, u32)> {
+    let mut order = nodes.to_vec();
+    order.sort_by(|&a, &b| {
+        scores[b]
+            .cmp(&scores[a])
+            .then(capacity[b].cmp(&capacity[a]))
+            .then(a.cmp(&b))
+    });
+    let mut left = pods;
+    let mut out = Vec::new();
+    for node in order {
+        if left == 0 {
+            break;
+        }
+        let take = capacity[node].min(left);
+        out.push((node, take));
+        left -= take;
+    }
+    out
+}

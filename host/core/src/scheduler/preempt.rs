@@ -1,0 +1,93 @@
+//! The preempt stage: the running jobs to evict so that a job fits, always whole gangs.
+
+use std::collections::HashMap;
+
+use crate::queues::{Admission, QueueId};
+
+use super::{JobId, JobSpec, JobState, Scheduler};
+
+impl Scheduler {
+    /// Running jobs to evict so that `spec` fits, in the order they may be taken: balloons,
+    /// then borrowers beyond their quota (when `spec`'s queue is within its own), then jobs of
+    /// lower priority. Never a job of higher priority, never one this cycle placed (binding a
+    /// pod and evicting it at once is churn), and always whole gangs. `None` when even all of
+    /// them would not make room.
+    pub(super) fn find_victims(&self, spec: &JobSpec) -> Option<Vec<JobId>> {
+        if spec.balloon {
+            return None;
+        }
+        let reclaiming = matches!(
+            self.queues.admission(spec.queue, spec.total().gpus),
+            Admission::Within
+        );
+        let mut candidates: Vec<(u8, i32, f64, JobId)> = Vec::new();
+        for &id in &self.running {
+            let entry = &self.job_to_entry[&id];
+            let JobState::Running { since_cycle, .. } = entry.state else {
+                continue;
+            };
+            let victim = &entry.spec;
+            if victim.priority > spec.priority || since_cycle == self.cycle_no {
+                continue;
+            }
+            let class = if victim.balloon {
+                0
+            } else if reclaiming
+                && victim.queue != spec.queue
+                && self.queues.borrowed(victim.queue) >= victim.total().gpus
+            {
+                1
+            } else if victim.priority < spec.priority {
+                2
+            } else {
+                continue;
+            };
+            candidates.push((class, victim.priority, -victim.submit_s, id));
+        }
+        candidates.sort_by(|a, b| a.0.cmp(&b.0).then(a.1.cmp(&b.1)).then(a.2.total_cmp(&b.2)));
+        if candidates.is_empty() {
+            return None;
+        }
+        let mut scratch = self.state.clone();
+        let mut victims = Vec::new();
+        // A borrower gives back only what its queue borrowed: reclaiming never pushes a queue
+        // below its own quota.
+        let mut queue_to_borrowed: HashMap<QueueId, u64> = HashMap::new();
+        for (class, _, _, id) in candidates {
+            let victim = &self.job_to_entry[&id].spec;
+            if class == 1 {
+                let borrowed = queue_to_borrowed
+                    .entry(victim.queue)
+                    .or_insert_with(|| self.queues.borrowed(victim.queue));
+                if *borrowed < victim.total().gpus {
+                    continue;
+                }
+                *borrowed -= victim.total().gpus;
+            }
+            for &slot in self.slots(id) {
+                scratch.release(slot, &victim.shape);
+            }
+            victims.push(id);
+            if self.fits_in(spec, &scratch) {
+                // Keep only the victims the job needs: spare, latest taken first, any whose
+                // room it can do without.
+                for index in (0..victims.len() - 1).rev() {
+                    let mut trial = self.state.clone();
+                    for (i, &victim) in victims.iter().enumerate() {
+                        if i != index {
+                            let shape = &self.job_to_entry[&victim].spec.shape;
+                            for &slot in self.slots(victim) {
+                                trial.release(slot, shape);
+                            }
+                        }
+                    }
+                    if self.fits_in(spec, &trial) {
+                        victims.remove(index);
+                    }
+                }
+                return Some(victims);
+            }
+        }
+        None
+    }
+}

@@ -1,0 +1,432 @@
+//! The scheduling queue: which pending job a cycle tries next, and which it leaves alone.
+//!
+//! Learnt from kube-scheduler's active, backoff and unschedulable queues and from Kueue's
+//! per-ClusterQueue heads:
+//! - each queue keeps its active jobs in order (priority, then submission), and a cycle takes
+//!   the head of the queue that goes first by priority and fair share, re-reading the queue's
+//!   fair-share key after every admission;
+//! - a job that could not be placed is *parked* with what blocked it ([`Blocked`]). It comes
+//!   back only when something that could unblock it happened (quota given back, resources
+//!   freed or nodes changed, a new policy set) and its backoff (1 s doubling to 10 s) has
+//!   passed, or when it has been parked for [`FLUSH_S`], kube-scheduler's safety net;
+//! - a woken job must still pass a cheap check (its queue admits it, enough GPUs are free or
+//!   preemptable) before it costs an attempt, so no attempt is spent twice on a job whose
+//!   situation did not change.
+
+use std::cmp::{Ordering, Reverse};
+use std::collections::{BTreeMap, BTreeSet};
+
+use serde::{Deserialize, Serialize};
+
+use crate::queues::QueueId;
+
+use super::JobId;
+
+/// First backoff after a failed attempt, doubled per failure up to [`MAX_BACKOFF_S`]
+/// (kube-scheduler's podInitialBackoffSeconds).
+pub const INITIAL_BACKOFF_S: f64 = 1.0;
+/// kube-scheduler's podMaxBackoffSeconds.
+pub const MAX_BACKOFF_S: f64 = 10.0;
+/// A parked job is reconsidered after this long even when nothing it waits for happened,
+/// as kube-scheduler flushes its unschedulable pods (it uses 5 minutes).
+pub const FLUSH_S: f64 = 300.0;
+
+/// Why a pending job is parked: what has to happen before it is worth another attempt.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "kebab-case")]
+pub enum Blocked {
+    /// Its queue (or a quota policy) refused it: quota must be given back, or the queues or
+    /// the policy set change.
+    Quota,
+    /// No room: resources must be freed, nodes change, or the policy set change.
+    Room,
+    /// Its binding failed: only its backoff brings it back.
+    Binding,
+}
+
+/// Submission time with a total order.
+#[derive(Debug, Clone, Copy, PartialEq)]
+struct Submitted(f64);
+impl Eq for Submitted {}
+impl PartialOrd for Submitted {
+    fn partial_cmp(&self, other: &Self) -> Option<Ordering> {
+        Some(self.cmp(other))
+    }
+}
+impl Ord for Submitted {
+    fn cmp(&self, other: &Self) -> Ordering {
+        self.0.total_cmp(&other.0)
+    }
+}
+
+/// A queue's order: higher priority first, then earlier submission, then lower id.
+type ActiveKey = (Reverse<i32>, Submitted, JobId);
+
+/// What the queue needs to know of a job to order and wake it.
+#[derive(Debug, Clone, Copy)]
+pub struct JobKey {
+    pub queue: QueueId,
+    pub priority: i32,
+    pub submit_s: f64,
+    /// GPUs its queue is charged for it: the quota wake-up order.
+    pub gpus: u64,
+}
+
+impl JobKey {
+    fn active(&self, id: JobId) -> ActiveKey {
+        (Reverse(self.priority), Submitted(self.submit_s), id)
+    }
+}
+
+/// A parked job.
+#[derive(Debug, Clone, Copy)]
+struct Parked {
+    key: JobKey,
+    blocked: Blocked,
+    /// Failed attempts in a row: the backoff's exponent.
+    failures: u32,
+    parked_s: f64,
+    /// Not before this time, even when woken by an event.
+    backoff_until_s: f64,
+    /// The counters it waits on, as they were when it was parked.
+    quota_releases: u64,
+    room_releases: u64,
+    policy_set: u64,
+}
+
+/// The events a parked job may wait for, counted by the scheduler.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+pub struct Epochs {
+    /// Quota given back (`Queues::releases`) plus queue changes.
+    pub quota: u64,
+    /// Resources freed and node changes (`ClusterState::releases`).
+    pub room: u64,
+    /// The active policy-set version.
+    pub policy_set: u64,
+}
+
+/// Pending jobs: active ones in per-queue order, parked ones by what blocks them.
+#[derive(Debug, Clone, Default)]
+pub struct SchedulingQueue {
+    /// Per queue (by id): its active jobs in the order they are tried. A `BTreeSet` so the
+    /// head is the first element and a job leaves in O(log n).
+    queue_to_active: Vec<BTreeSet<ActiveKey>>,
+    /// Every active job's key, to find it in its queue's set.
+    job_to_active: BTreeMap<JobId, JobKey>,
+    /// Every parked job.
+    job_to_parked: BTreeMap<JobId, Parked>,
+    /// Per queue: its quota-parked jobs by GPUs needed, smallest first. The queue admits a
+    /// smaller ask whenever it admits a larger one, so waking stops at the first refusal.
+    queue_to_quota_parked: Vec<BTreeSet<(u64, JobId)>>,
+    /// Failures carried over by jobs that were woken, until they are placed or parked again.
+    job_to_failures: BTreeMap<JobId, u32>,
+}
+
+/// What a wake-up asks of the scheduler about one parked job.
+pub trait WakeCheck {
+    /// Whether its queue would admit `gpus` more GPUs now (the asks of several jobs, summed).
+    fn quota_admits(&self, queue: QueueId, gpus: u64) -> bool;
+    /// Whether the job could possibly find room now (free or preemptable GPUs).
+    fn room_possible(&self, job: JobId) -> bool;
+}
+
+impl SchedulingQueue {
+    fn ensure_queue(&mut self, queue: QueueId) {
+        if self.queue_to_active.len() <= queue {
+            self.queue_to_active.resize_with(queue + 1, BTreeSet::new);
+            self.queue_to_quota_parked
+                .resize_with(queue + 1, BTreeSet::new);
+        }
+    }
+
+    /// A new or returning job, ready to be tried.
+    pub fn push(&mut self, id: JobId, key: JobKey) {
+        self.remove(id);
+        self.ensure_queue(key.queue);
+        self.queue_to_active[key.queue].insert(key.active(id));
+        self.job_to_active.insert(id, key);
+    }
+
+    /// The job leaves the queue (placed, finished or withdrawn).
+    pub fn remove(&mut self, id: JobId) {
+        if let Some(key) = self.job_to_active.remove(&id) {
+            self.queue_to_active[key.queue].remove(&key.active(id));
+        }
+        if let Some(parked) = self.job_to_parked.remove(&id)
+            && parked.blocked == Blocked::Quota
+        {
+            self.queue_to_quota_parked[parked.key.queue].remove(&(parked.key.gpus, id));
+        }
+    }
+
+    /// The job was placed: it leaves, and its failures are forgotten.
+    pub fn placed(&mut self, id: JobId) {
+        self.remove(id);
+        self.job_to_failures.remove(&id);
+    }
+
+    /// Park an active job (or re-park a parked one) because `blocked`, at `now_s`.
+    pub fn park(&mut self, id: JobId, blocked: Blocked, now_s: f64, epochs: Epochs) {
+        let key = match (self.job_to_active.get(&id), self.job_to_parked.get(&id)) {
+            (Some(key), _) => *key,
+            (None, Some(parked)) => parked.key,
+            (None, None) => return,
+        };
+        self.remove(id);
+        let failures = self.job_to_failures.remove(&id).unwrap_or(0) + 1;
+        let backoff = (INITIAL_BACKOFF_S * 2f64.powi(failures as i32 - 1)).min(MAX_BACKOFF_S);
+        if blocked == Blocked::Quota {
+            self.queue_to_quota_parked[key.queue].insert((key.gpus, id));
+        }
+        self.job_to_parked.insert(
+            id,
+            Parked {
+                key,
+                blocked,
+                failures,
+                parked_s: now_s,
+                backoff_until_s: now_s + backoff,
+                quota_releases: epochs.quota,
+                room_releases: epochs.room,
+                policy_set: epochs.policy_set,
+            },
+        );
+    }
+
+    /// Make active the parked jobs whose wait is over: an event they wait for happened (or
+    /// they waited [`FLUSH_S`]), their backoff passed, and `check` says they could now get
+    /// further. Returns how many woke.
+    pub fn wake(&mut self, now_s: f64, epochs: Epochs, check: &dyn WakeCheck) -> usize {
+        let mut woken: Vec<JobId> = Vec::new();
+        // Quota: per queue, smallest ask first, as many as its queue admits together (they
+        // would be admitted one after another), up to the first it refuses.
+        for queue in 0..self.queue_to_quota_parked.len() {
+            let mut together = 0u64;
+            for &(gpus, id) in &self.queue_to_quota_parked[queue] {
+                let parked = &self.job_to_parked[&id];
+                let flushed = now_s >= parked.parked_s + FLUSH_S;
+                let event =
+                    parked.quota_releases != epochs.quota || parked.policy_set != epochs.policy_set;
+                if now_s < parked.backoff_until_s || !(event || flushed) {
+                    continue;
+                }
+                if !check.quota_admits(queue, together + gpus) {
+                    // Every larger ask of this queue is refused too.
+                    break;
+                }
+                together += gpus;
+                woken.push(id);
+            }
+        }
+        for (&id, parked) in &self.job_to_parked {
+            if parked.blocked == Blocked::Quota || now_s < parked.backoff_until_s {
+                continue;
+            }
+            let flushed = now_s >= parked.parked_s + FLUSH_S;
+            let wakes = match parked.blocked {
+                Blocked::Room => {
+                    (flushed
+                        || parked.room_releases != epochs.room
+                        || parked.policy_set != epochs.policy_set)
+                        && check.room_possible(id)
+                }
+                Blocked::Binding => true,
+                Blocked::Quota => false,
+            };
+            if wakes {
+                woken.push(id);
+            }
+        }
+        for &id in &woken {
+            if let Some(parked) = self.job_to_parked.get(&id).copied() {
+                self.remove(id);
+                self.job_to_failures.insert(id, parked.failures);
+                self.push(id, parked.key);
+            }
+        }
+        woken.len()
+    }
+
+    /// The queue whose head goes next: highest head priority, then lowest `key(queue)`, then
+    /// earliest head. `None` when no job is active.
+    pub fn next_queue(&self, key: &dyn Fn(QueueId) -> f64) -> Option<QueueId> {
+        let mut best: Option<(QueueId, ActiveKey, f64)> = None;
+        for (queue, active) in self.queue_to_active.iter().enumerate() {
+            let Some(&head) = active.first() else {
+                continue;
+            };
+            let fair = key(queue);
+            let better = match &best {
+                None => true,
+                Some((_, best_head, best_fair)) => head
+                    .0
+                    .cmp(&best_head.0)
+                    .then(fair.total_cmp(best_fair))
+                    .then(head.1.cmp(&best_head.1))
+                    .then(head.2.cmp(&best_head.2))
+                    .is_lt(),
+            };
+            if better {
+                best = Some((queue, head, fair));
+            }
+        }
+        best.map(|(queue, _, _)| queue)
+    }
+
+    /// The head of `queue`, if it has an active job.
+    pub fn head(&self, queue: QueueId) -> Option<JobId> {
+        self.queue_to_active.get(queue)?.first().map(|k| k.2)
+    }
+
+    /// Every pending job, active or parked, by id.
+    pub fn all(&self) -> Vec<JobId> {
+        let mut all: Vec<JobId> = self
+            .job_to_active
+            .keys()
+            .chain(self.job_to_parked.keys())
+            .copied()
+            .collect();
+        all.sort_unstable();
+        all
+    }
+
+    pub fn len(&self) -> usize {
+        self.job_to_active.len() + self.job_to_parked.len()
+    }
+
+    pub fn is_empty(&self) -> bool {
+        self.len() == 0
+    }
+
+    /// Whether `id` is pending (active or parked).
+    pub fn contains(&self, id: JobId) -> bool {
+        self.job_to_active.contains_key(&id) || self.job_to_parked.contains_key(&id)
+    }
+
+    /// Active jobs, across queues.
+    pub fn active_len(&self) -> usize {
+        self.job_to_active.len()
+    }
+
+    /// Why `id` is parked, and until when its backoff runs, if it is parked.
+    pub fn parked(&self, id: JobId) -> Option<(Blocked, f64)> {
+        self.job_to_parked
+            .get(&id)
+            .map(|p| (p.blocked, p.backoff_until_s))
+    }
+
+    /// Failed attempts in a row of an active job that was woken (0 for a new job).
+    pub fn failures(&self, id: JobId) -> u32 {
+        self.job_to_failures.get(&id).copied().unwrap_or(0)
+    }
+
+    /// The earliest time a parked job's backoff or flush runs out after `now_s`: when a
+    /// caller driving virtual time should run a cycle if nothing else happens.
+    pub fn next_timer_s(&self, now_s: f64) -> Option<f64> {
+        self.job_to_parked
+            .values()
+            .flat_map(|p| [p.backoff_until_s, p.parked_s + FLUSH_S])
+            .filter(|&t| t > now_s)
+            .min_by(f64::total_cmp)
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    struct Always(bool, bool);
+    impl WakeCheck for Always {
+        fn quota_admits(&self, _: QueueId, _: u64) -> bool {
+            self.0
+        }
+        fn room_possible(&self, _: JobId) -> bool {
+            self.1
+        }
+    }
+
+    fn key(queue: QueueId, priority: i32, submit_s: f64, gpus: u64) -> JobKey {
+        JobKey {
+            queue,
+            priority,
+            submit_s,
+            gpus,
+        }
+    }
+
+    #[test]
+    fn the_head_goes_by_priority_then_fair_share_then_age() {
+        let mut q = SchedulingQueue::default();
+        q.push(1, key(0, 0, 5.0, 1));
+        q.push(2, key(1, 0, 1.0, 1));
+        q.push(3, key(1, 0, 0.5, 1));
+        // Queue 0 has the lower fair-share key: it goes first at equal priority.
+        let fair = |queue: QueueId| if queue == 0 { 0.1 } else { 0.2 };
+        assert_eq!(q.next_queue(&fair), Some(0));
+        assert_eq!(
+            q.head(1),
+            Some(3),
+            "earlier submission first within a queue"
+        );
+        q.push(4, key(1, 10, 9.0, 1));
+        assert_eq!(
+            q.next_queue(&fair),
+            Some(1),
+            "a higher-priority head beats fair share"
+        );
+        assert_eq!(q.head(1), Some(4));
+    }
+
+    #[test]
+    fn a_parked_job_waits_for_its_event_and_its_backoff() {
+        let mut q = SchedulingQueue::default();
+        q.push(1, key(0, 0, 0.0, 8));
+        let epochs = Epochs::default();
+        q.park(1, Blocked::Room, 0.0, epochs);
+        assert_eq!(q.active_len(), 0);
+        // Nothing happened: not woken, however long the backoff has run.
+        assert_eq!(q.wake(50.0, epochs, &Always(true, true)), 0);
+        let freed = Epochs { room: 1, ..epochs };
+        // Something was freed, but the job cannot fit: still parked.
+        assert_eq!(q.wake(50.0, freed, &Always(true, false)), 0);
+        assert_eq!(q.wake(50.0, freed, &Always(true, true)), 1);
+        assert_eq!(q.head(0), Some(1));
+        // Parked again: the backoff doubled, so an event 1.5 s later does not wake it yet.
+        q.park(1, Blocked::Room, 60.0, freed);
+        let again = Epochs { room: 2, ..freed };
+        assert_eq!(q.wake(61.5, again, &Always(true, true)), 0);
+        assert_eq!(q.wake(62.0, again, &Always(true, true)), 1);
+        // Flushed after FLUSH_S even with no event.
+        q.park(1, Blocked::Room, 100.0, again);
+        assert_eq!(q.wake(100.0 + FLUSH_S, again, &Always(true, true)), 1);
+    }
+
+    #[test]
+    fn quota_wakes_the_smallest_asks_its_queue_admits() {
+        struct Upto(u64);
+        impl WakeCheck for Upto {
+            fn quota_admits(&self, _: QueueId, gpus: u64) -> bool {
+                gpus <= self.0
+            }
+            fn room_possible(&self, _: JobId) -> bool {
+                true
+            }
+        }
+        let mut q = SchedulingQueue::default();
+        for (id, gpus) in [(1, 64), (2, 8), (3, 16), (4, 8)] {
+            q.push(id, key(0, 0, f64::from(id), gpus));
+            q.park(id, Blocked::Quota, 0.0, Epochs::default());
+        }
+        let released = Epochs {
+            quota: 1,
+            ..Epochs::default()
+        };
+        // 8 and 8 would be admitted together only within 16.
+        assert_eq!(q.wake(10.0, released, &Upto(10)), 1);
+        q.park(2, Blocked::Quota, 10.0, Epochs::default());
+        assert_eq!(q.wake(20.0, released, &Upto(16)), 2);
+        assert_eq!(q.head(0), Some(2));
+        assert_eq!(q.parked(3).map(|p| p.0), Some(Blocked::Quota));
+        assert_eq!(q.len(), 4);
+    }
+}
