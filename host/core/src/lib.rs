@@ -2,7 +2,8 @@
 //! strings), the queue tree with quota and fair share, the live cluster state, the built-in
 //! filter and score, and the cycle that places jobs and explains every decision. Pure on
 //! purpose: no kube, axum, sled or wasmtime types live here, so the same core drives the
-//! simulator and a live cluster, and policies plug in through [`PolicyHooks`].
+//! simulator and a live cluster, and policies plug in through [`PolicyHooks`]. The loop that
+//! drives it talks to the world through [`ClusterSource`] and [`Binder`].
 
 pub mod builtin;
 pub mod cluster;
@@ -12,6 +13,7 @@ pub mod model;
 pub mod queues;
 pub mod scheduler;
 pub mod shadow;
+pub mod source;
 pub mod symbols;
 
 pub use cluster::{ClusterState, Slot};
@@ -26,4 +28,5 @@ pub use scheduler::{
     Blocked, CycleOutput, Decision, JobId, JobSpec, Mode, Scheduler, SchedulerConfig, TopologyPref,
 };
 pub use shadow::{Disagreement, DisagreementKind, compare};
+pub use source::{BindOutcome, Binder, Changes, Cluster, ClusterSource};
 pub use symbols::{Sym, Symbols};

@@ -108,13 +108,14 @@ fn measure(args: &ActivateBenchArgs, dir: &std::path::Path) -> anyhow::Result<se
         seed: 7,
         balloons: 500,
         max_pods: None,
+        warm_start: false,
         duration_s: None,
         log_every_s: None,
     };
     let scheduler = {
         let live = live.clone();
         let stop = stop.clone();
-        std::thread::spawn(move || run_loop(sim, &live, &stop, &load))
+        std::thread::spawn(move || run_loop(sim, live, &stop, &load))
     };
     let agent: ureq::Agent = ureq::Agent::config_builder()
         .http_status_as_error(false)

@@ -19,6 +19,8 @@ use crate::serve::{ServerArgs, start_api, start_live};
 
 /// How long to wait for the watch caches' first full list.
 const SYNC_TIMEOUT: Duration = Duration::from_secs(60);
+/// How often retention runs over the decision history.
+const COMPACT_EVERY: Duration = Duration::from_secs(60);
 /// Pending pods are tried again this often even when nothing in the cluster changed.
 const RETRY_PENDING: Duration = Duration::from_secs(1);
 
@@ -95,6 +97,7 @@ pub fn serve(opts: KubeServe) -> anyhow::Result<()> {
         cluster.leader_elect(settings)
     });
     let mut leading = false;
+    let mut last_compact = Instant::now();
     let mut last_publish = Instant::now();
     let started = Instant::now();
     let mut seen_generation = None;
@@ -112,6 +115,12 @@ pub fn serve(opts: KubeServe) -> anyhow::Result<()> {
                 .is_some_and(|d| started.elapsed().as_secs_f64() >= d)
         {
             break;
+        }
+        // The loop goes round: the heartbeat /healthz reads, and retention in live mode too.
+        live.beat();
+        if last_compact.elapsed() >= COMPACT_EVERY {
+            live.compact();
+            last_compact = Instant::now();
         }
         let generation = cluster.generation();
         let mut changed = seen_generation != Some(generation);
@@ -169,22 +178,34 @@ pub fn serve(opts: KubeServe) -> anyhow::Result<()> {
             let now_s = gantry_server::now_ms() as f64 / 1000.0;
             let mut cache = gantry_policy::NodeCache::default();
             queue_history.seed(&mut snap.scheduler.queues, now_s);
-            let output = live.run_cycle(
-                &mut snap.scheduler,
-                &mut cache,
-                now_s,
-                gantry_server::now_ms(),
-            );
+            let time_ms = gantry_server::now_ms();
+            let decided = live.decide(&mut snap.scheduler, &mut cache, now_s, time_ms);
             queue_history.keep(&snap.scheduler.queues);
-            // A leader that lost the Lease during the cycle binds nothing of it.
+            // A leader that lost the Lease during the cycle binds nothing of it, and records
+            // nothing: none of it happened.
             if leadership.as_ref().is_some_and(|l| !l.is_leader()) {
                 continue;
             }
-            let (output, preempting) = cluster.preempt(&snap, &output);
+            let (output, preempting) = cluster.preempt(&snap, &decided);
             let report = cluster.apply(&snap, &output);
             for error in &report.errors {
                 tracing::warn!(%error, "binder");
             }
+            // What happened to each placed job: the binder's outcomes, and nominated for the
+            // preemptors the eviction step held back.
+            let mut outcomes = report.outcomes.clone();
+            let bound_or_failed: HashSet<gantry_core::JobId> =
+                outcomes.iter().map(|o| o.job()).collect();
+            for d in decided.decisions.iter().filter(|d| d.placed) {
+                if !bound_or_failed.contains(&d.job) {
+                    outcomes.push(gantry_core::BindOutcome::Nominated {
+                        job: d.job,
+                        waiting_for: "its preemption victims to leave".into(),
+                    });
+                }
+            }
+            live.record(&decided, &outcomes, &[], time_ms);
+            live.beat();
             let name = match &leadership {
                 Some(l) => format!("kube (leader {})", l.settings.identity),
                 None => "kube".to_string(),

@@ -40,7 +40,7 @@ enum Command {
     #[command(subcommand)]
     Bench(BenchCommand),
     /// Run Gantry. With no cluster configured: a simulated 7,500-node cluster under load.
-    Serve(serve::ServeArgs),
+    Serve(Box<serve::ServeArgs>),
     /// Replay a job trace on a simulated cluster and report waits, allocation and gangs.
     Simulate(simulate::SimulateArgs),
     /// Ask a running server why a pod or job is pending, or where it went.
@@ -151,7 +151,7 @@ fn main() -> ExitCode {
             bench::run_schedule(args).map(|()| ExitCode::SUCCESS)
         }
         Command::Simulate(args) => simulate::run(args).map(|()| ExitCode::SUCCESS),
-        Command::Serve(args) => serve::run(args).map(|()| ExitCode::SUCCESS),
+        Command::Serve(args) => serve::run(*args).map(|()| ExitCode::SUCCESS),
         Command::Kube(KubeCommand::BenchPods(args)) => {
             bench_cluster::pods(args).map(|()| ExitCode::SUCCESS)
         }

@@ -11,9 +11,7 @@ use std::sync::atomic::{AtomicBool, Ordering};
 use std::time::{Duration, Instant};
 
 use clap::Args;
-use gantry_core::{
-    ClusterState, JobId, JobSpec, PodShape, Scheduler, SchedulerConfig, Symbols, TopologyPref,
-};
+use gantry_core::{ClusterState, Scheduler, SchedulerConfig, Symbols};
 use gantry_sim::ClusterSpec;
 
 #[derive(Args, Debug)]
@@ -24,21 +22,34 @@ pub struct ServeArgs {
     /// Stop after this many seconds (run until interrupted when absent).
     #[arg(long)]
     duration_s: Option<f64>,
-    /// New jobs per second of the synthetic load.
-    #[arg(long, default_value_t = 20.0)]
-    jobs_per_s: f64,
+    /// Share of the cluster's GPUs the synthetic load asks for on average (its arrival rate
+    /// follows from the jobs' mean size and run length), so that pending work stays bounded.
+    #[arg(long, default_value_t = 0.9)]
+    load: f64,
+    /// New jobs per second of the synthetic load, instead of `--load`.
+    #[arg(long)]
+    jobs_per_s: Option<f64>,
+    /// Write the run's figures (GPU allocation, idle GPUs while work waited, pending over
+    /// time, attempts per cycle, cycle times) to this JSON file when it stops.
+    #[arg(long, value_name = "FILE.json")]
+    report: Option<PathBuf>,
     /// Seconds between progress lines.
     #[arg(long, default_value_t = 5.0)]
     log_every_s: f64,
     #[arg(long, default_value_t = 1)]
     seed: u64,
     /// Balloon pods (8 GPUs each, lowest priority) that hold idle capacity and give way when
-    /// real work needs it, as OpenAI ran them.
-    #[arg(long, default_value_t = 500)]
-    balloons: u32,
+    /// real work needs it, as OpenAI ran them. By default, enough to hold what the load leaves
+    /// idle, plus 15% of the cluster for its swings (big gangs come and go).
+    #[arg(long)]
+    balloons: Option<u32>,
     /// Schedule with the built-ins only, without the example Wasm policies.
     #[arg(long)]
     no_policies: bool,
+    /// Start with an empty cluster, rather than as if the load had been running for a while
+    /// (a warm start applies to --load only, never to --jobs-per-s).
+    #[arg(long)]
+    cold_start: bool,
     /// Stop submitting new work after this many pods (the balloons not counted).
     #[arg(long)]
     max_pods: Option<u64>,
@@ -94,24 +105,6 @@ pub fn default_data_dir() -> PathBuf {
     }
 }
 
-/// A small deterministic generator for the synthetic load.
-struct Rng(u64);
-
-impl Rng {
-    fn next(&mut self) -> u64 {
-        self.0 ^= self.0 << 13;
-        self.0 ^= self.0 >> 7;
-        self.0 ^= self.0 << 17;
-        self.0
-    }
-    fn unit(&mut self) -> f64 {
-        (self.next() >> 11) as f64 / (1u64 << 53) as f64
-    }
-    fn pick<'a, T>(&mut self, items: &'a [T]) -> &'a T {
-        &items[(self.next() % items.len() as u64) as usize]
-    }
-}
-
 /// The example policies, the first active set of a new data directory.
 const EXAMPLE_POLICIES: [&str; 3] = ["gpu_fit.wasm", "gpu_binpack.wasm", "team_quota.wasm"];
 
@@ -151,17 +144,14 @@ pub fn start_live(
             ..gantry_server::LiveConfig::default()
         },
     );
-    let system = gantry_server::Caller {
-        name: "gantry".into(),
-        role: gantry_server::Role::Admin,
-    };
+    let system = gantry_store::Actor::new("gantry", "startup");
     let version = match (store.active()?, plugins) {
         (Some(set), _) => Some(set.version),
         (None, Some(plugins)) => {
             let mut entries = Vec::new();
             for file in EXAMPLE_POLICIES {
                 let bytes = std::fs::read(plugins.resolve(file)?)?;
-                let upload = live.upload(&system, "startup", &bytes, "{}")?;
+                let upload = live.upload(&system, &bytes, "{}")?;
                 entries.push(gantry_store::SetEntry {
                     sha256: upload.manifest.sha256,
                     weight: 1,
@@ -180,7 +170,7 @@ pub fn start_live(
         (None, None) => None,
     };
     if let Some(version) = version {
-        live.activate(&system, "startup", version, false)?;
+        live.activate(&system, version, false)?;
     }
     Ok((live, tokens))
 }
@@ -281,6 +271,8 @@ pub struct Load {
     pub seed: u64,
     pub balloons: u32,
     pub max_pods: Option<u64>,
+    /// Start as if the load had been running (see `SyntheticConfig::warm_start`).
+    pub warm_start: bool,
     pub duration_s: Option<f64>,
     /// Progress lines on stdout every so often; `None` is quiet.
     pub log_every_s: Option<f64>,
@@ -323,6 +315,13 @@ pub fn run(args: ServeArgs) -> anyhow::Result<()> {
     )?;
     let stop = Arc::new(AtomicBool::new(false));
     let (bound, api) = start_api(live.clone(), tokens, args.listen, stop.clone())?;
+    let jobs_per_s = args
+        .jobs_per_s
+        .unwrap_or_else(|| gantry_sim::SyntheticConfig::rate_for(args.load, sim.total_gpus));
+    let share = jobs_per_s / gantry_sim::SyntheticConfig::rate_for(1.0, sim.total_gpus);
+    let balloons = args.balloons.unwrap_or_else(|| {
+        ((1.0 - share + 0.15).max(0.15) * sim.total_gpus as f64 / 8.0).ceil() as u32
+    });
     let names: Vec<String> = live
         .active_set()
         .entries()
@@ -341,18 +340,41 @@ pub fn run(args: ServeArgs) -> anyhow::Result<()> {
             names.join(", ")
         },
         live.active_set().version(),
-        args.balloons
+        balloons
+    );
+    println!(
+        "  synthetic load: {jobs_per_s:.2} jobs/s (about {:.0}% of the GPUs on average)",
+        100.0 * share
     );
     let load = Load {
-        jobs_per_s: args.jobs_per_s,
+        jobs_per_s,
         seed: args.seed,
-        balloons: args.balloons,
+        balloons,
         max_pods: args.max_pods,
+        // A warm start brings in the last few minutes of arrivals at once: sized for the
+        // steady load of --load, not for an overload asked with --jobs-per-s.
+        warm_start: !args.cold_start && args.jobs_per_s.is_none(),
         duration_s: args.duration_s,
         log_every_s: Some(args.log_every_s),
     };
-    let summary = run_loop(sim, &live, &stop, &load);
+    let (summary, stats) = run_loop(sim, live.clone(), &stop, &load);
     stop.store(true, Ordering::Relaxed);
+    if let Some(path) = &args.report {
+        std::fs::write(path, serde_json::to_string_pretty(&stats)? + "\n")
+            .map_err(|e| anyhow::anyhow!("{}: cannot write the report: {e}", path.display()))?;
+        println!(
+            "  report in {}: GPU allocation {:.1}% ({:.1}% by work) after the first {:.0} s; idle while wanted {:.2}%; pending mean {:.0} (minutes 2-5) and {:.0} (last 5 minutes); cycle p50 {:.1} ms, p99 {:.1} ms",
+            path.display(),
+            stats.gpu_allocation * 100.0,
+            stats.gpu_allocation_by_work * 100.0,
+            stats.warmup_s,
+            stats.idle_while_wanted * 100.0,
+            stats.pending_mean_minutes_2_5,
+            stats.pending_mean_last_5_minutes,
+            stats.cycle_ms_p50,
+            stats.cycle_ms_p99
+        );
+    }
     live.store.flush()?;
     // Graceful shutdown waits for open connections; an SSE subscriber never closes its own, so
     // the wait is bounded.
@@ -371,167 +393,96 @@ pub fn run(args: ServeArgs) -> anyhow::Result<()> {
     Ok(())
 }
 
-/// Schedules the simulated cluster under `load` through `live` until the duration ends or
-/// `stop` is set.
+/// Schedules the simulated cluster under `load` through the engine until the duration ends or
+/// `stop` is set; what it did, and the run's figures.
 pub fn run_loop(
     sim: SimCluster,
-    live: &gantry_server::Live,
+    live: Arc<gantry_server::Live>,
     stop: &AtomicBool,
     load: &Load,
-) -> LoopSummary {
+) -> (LoopSummary, gantry_engine::RunStats) {
     let SimCluster {
-        mut scheduler,
+        scheduler,
         leaves,
-        name: cluster_name,
+        name,
         total_gpus,
     } = sim;
-    let symbols = scheduler.symbols().clone();
-    let mut cache = gantry_policy::NodeCache::default();
-    for i in 0..load.balloons {
-        let name = format!("balloon-{i:04}");
-        let queue = &leaves[i as usize % leaves.len()];
-        scheduler.submit(JobSpec {
-            name: name.clone(),
-            queue: scheduler.queues.id(queue).unwrap_or(0),
-            priority: i32::MIN,
-            pods: 1,
-            shape: PodShape {
-                name: symbols.intern(&name),
-                queue: symbols.intern(queue),
-                priority: i32::MIN,
-                gpus: 8,
-                gang_size: 1,
-                ..PodShape::default()
-            },
-            balloon: true,
-            topology: TopologyPref::default(),
-            submit_s: 0.0,
-        });
-    }
-    let mut rng = Rng(load.seed.max(1).wrapping_mul(0x9E37_79B9_7F4A_7C15));
-    let started = Instant::now();
-    let mut ends: Vec<(f64, JobId)> = Vec::new();
-    let (mut submitted, mut placed, mut finished, mut decisions) = (0u64, 0u64, 0u64, 0u64);
-    let (mut preempted, mut pods_submitted) = (0u64, 0u64);
-    let mut next_arrival = 0.0;
+    let mut world = gantry_sim::SyntheticLoad::new(
+        &scheduler,
+        &leaves,
+        gantry_sim::SyntheticConfig {
+            jobs_per_s: load.jobs_per_s,
+            seed: load.seed,
+            balloons: load.balloons,
+            max_pods: load.max_pods,
+            warm_start: load.warm_start,
+        },
+    );
+    let mut engine = gantry_engine::Engine::new(
+        live,
+        scheduler,
+        gantry_engine::EngineConfig {
+            cluster_name: name,
+            ..gantry_engine::EngineConfig::default()
+        },
+    );
     let mut next_log = load.log_every_s.unwrap_or(f64::INFINITY);
-    let mut next_publish = 0.0;
-    let mut next_compact = 60.0;
+    let (mut placed, mut preempted, mut decisions) = (0u64, 0u64, 0u64);
     let mut cycle_time = Duration::ZERO;
-    loop {
-        let now = started.elapsed().as_secs_f64();
-        if load.duration_s.is_some_and(|d| now >= d) || stop.load(Ordering::Relaxed) {
-            break;
-        }
-        let mut pod_to_job: Vec<(String, String)> = Vec::new();
-        while next_arrival <= now && load.max_pods.is_none_or(|max| pods_submitted < max) {
-            let gang = rng.unit() < 0.3;
-            let (pods, gpus) = if gang {
-                (*rng.pick(&[2u32, 4, 8, 16, 32, 64, 128]), 8)
-            } else {
-                (1, *rng.pick(&[1u32, 2, 4, 8]))
-            };
-            let queue = rng.pick(&leaves).clone();
-            let name = format!("job-{submitted:06}");
-            if pods > 1 {
-                pod_to_job.extend((0..pods).map(|i| (format!("{name}-{i}"), name.clone())));
+    let (mut submitted, mut pods_submitted, mut finished) = (0u64, 0u64, 0u64);
+    engine.run(
+        &mut world,
+        stop,
+        load.duration_s,
+        &mut |engine, now, pass| {
+            let scheduler = engine.scheduler();
+            placed += pass
+                .outcomes
+                .iter()
+                .filter(|o| matches!(o, gantry_core::BindOutcome::Bound { job } if scheduler.get(*job).is_some_and(|s| !s.balloon)))
+                .count() as u64;
+            preempted += pass.output.evicted.len() as u64;
+            decisions += pass.output.decisions.len() as u64;
+            cycle_time += pass.cycle_time;
+            submitted += u64::from(pass.changes.submitted);
+            pods_submitted += pass.changes.submitted_pods;
+            finished += u64::from(pass.changes.ended);
+            if now < next_log {
+                return;
             }
-            scheduler.submit(JobSpec {
-                name: name.clone(),
-                queue: scheduler.queues.id(&queue).unwrap_or(0),
-                priority: 0,
-                pods,
-                shape: PodShape {
-                    name: symbols.intern(&name),
-                    queue: symbols.intern(&queue),
-                    gpus,
-                    gang_size: pods,
-                    ..PodShape::default()
-                },
-                balloon: false,
-                topology: TopologyPref::default(),
-                submit_s: next_arrival,
-            });
-            submitted += 1;
-            pods_submitted += u64::from(pods);
-            live.metrics.incoming_pods.inc_by(u64::from(pods));
-            next_arrival += -rng.unit().max(1e-9).ln() / load.jobs_per_s;
-        }
-        if !pod_to_job.is_empty() {
-            live.record_pods(&pod_to_job);
-        }
-        ends.retain(|&(end, id)| {
-            if end <= now && scheduler.is_running(id) {
-                scheduler.finish(id);
-                finished += 1;
-                false
-            } else {
-                end > now
-            }
-        });
-        let t = Instant::now();
-        let output = live.run_cycle(&mut scheduler, &mut cache, now, gantry_server::now_ms());
-        preempted += output.evicted.len() as u64;
-        cycle_time += t.elapsed();
-        decisions += output.decisions.len() as u64;
-        for decision in output.decisions.iter().filter(|d| d.placed) {
-            if scheduler.job(decision.job).balloon {
-                continue;
-            }
-            placed += 1;
-            ends.push((now + 30.0 + rng.unit() * 270.0, decision.job));
-        }
-        if now >= next_publish {
-            live.publish(&scheduler, &cluster_name);
-            next_publish = now + 0.5;
-        }
-        if now >= next_compact {
-            match live.store.compact(gantry_server::now_ms()) {
-                Ok(report) if report.deleted > 0 => {
-                    tracing::info!(
-                        deleted = report.deleted,
-                        bytes = report.bytes_after,
-                        "retention"
-                    )
-                }
-                Ok(_) => {}
-                Err(error) => tracing::error!(%error, "retention failed"),
-            }
-            next_compact = now + 60.0;
-        }
-        if now >= next_log {
-            let allocated = total_gpus
-                - scheduler
-                    .state
-                    .nodes
-                    .gpu_free
-                    .iter()
-                    .map(|&g| u64::from(g))
-                    .sum::<u64>();
+            let free: u64 = scheduler.state.pods_fit(1);
+            let allocated = total_gpus.saturating_sub(free);
             let balloons_running = scheduler
                 .running()
                 .filter(|&id| scheduler.job(id).balloon)
                 .count();
+            let pending = scheduler
+                .pending()
+                .into_iter()
+                .filter(|&id| !scheduler.job(id).balloon)
+                .count();
             println!(
-                "t={now:>6.0}s  submitted {submitted}  placed {placed}  finished {finished}  pending {}  balloons running {balloons_running}  preempted {preempted}  GPUs allocated {:.1}% ({:.1}% by work)  {:.0} decisions/s of cycle time  set v{}",
-                scheduler
-                    .pending()
-                    .iter()
-                    .filter(|&&id| !scheduler.job(id).balloon)
-                    .count(),
+                "t={now:>6.0}s  submitted {}  placed {placed}  finished {}  pending {pending}  balloons running {balloons_running}  preempted {preempted}  GPUs allocated {:.1}% ({:.1}% by work)  {:.0} decisions/s of cycle time  set v{}",
+                submitted,
+                finished,
                 allocated as f64 * 100.0 / total_gpus.max(1) as f64,
-                (allocated - 8 * balloons_running as u64) as f64 * 100.0 / total_gpus.max(1) as f64,
+                allocated.saturating_sub(8 * balloons_running as u64) as f64 * 100.0
+                    / total_gpus.max(1) as f64,
                 decisions as f64 / cycle_time.as_secs_f64().max(1e-9),
-                live.active_set().version(),
+                engine.live().active_set().version(),
             );
             next_log += load.log_every_s.unwrap_or(f64::INFINITY);
-        }
-        live.idle(Duration::from_millis(50));
-    }
-    LoopSummary {
-        submitted,
-        pods_submitted,
-        placed,
-        finished,
-    }
+        },
+    );
+    engine.publish();
+    let stats = engine.stats();
+    (
+        LoopSummary {
+            submitted,
+            pods_submitted,
+            placed,
+            finished,
+        },
+        stats,
+    )
 }

@@ -42,6 +42,9 @@ pub struct ApplyReport {
     pub unschedulable: usize,
     /// One line per failed binding or report.
     pub errors: Vec<String>,
+    /// Per placed job: bound (every pod), or failed with the API server's message for the
+    /// first pod that failed.
+    pub outcomes: Vec<gantry_core::BindOutcome>,
 }
 
 /// The cluster source and binder for a live cluster.
@@ -470,7 +473,7 @@ impl KubeCluster {
     /// Acts on a cycle's decisions: binds placed jobs' pods, and reports why the others wait
     /// (a FailedScheduling Event when the reason changed, and the PodScheduled condition).
     pub fn apply(&mut self, snap: &Snapshot, output: &CycleOutput) -> ApplyReport {
-        let mut binds: Vec<(PendingPod, String)> = Vec::new();
+        let mut binds: Vec<(gantry_core::JobId, PendingPod, String)> = Vec::new();
         let mut unschedulable: Vec<(PendingPod, String)> = snap.waiting.clone();
         for decision in &output.decisions {
             let Some((_, pods)) = snap.jobs.get(decision.job as usize) else {
@@ -479,7 +482,11 @@ impl KubeCluster {
             if decision.placed {
                 let slots = snap.scheduler.slots(decision.job);
                 for (pod, slot) in pods.iter().zip(slots) {
-                    binds.push((pod.clone(), snap.node_names[slot.node as usize].clone()));
+                    binds.push((
+                        decision.job,
+                        pod.clone(),
+                        snap.node_names[slot.node as usize].clone(),
+                    ));
                 }
             } else {
                 let message = decision.explanation.summary();
@@ -512,17 +519,22 @@ impl KubeCluster {
             ..ApplyReport::default()
         };
         let client = &self.client;
-        let bind_results: Vec<(PendingPod, String, Result<()>)> = self.runtime.block_on(
-            futures::stream::iter(binds)
-                .map(|(pod, node)| async move {
-                    let result = bind(client, &pod, &node).await;
-                    (pod, node, result)
-                })
-                .buffer_unordered(CONCURRENCY)
-                .collect(),
-        );
+        let bind_results: Vec<(gantry_core::JobId, PendingPod, String, Result<()>)> =
+            self.runtime.block_on(
+                futures::stream::iter(binds)
+                    .map(|(job, pod, node)| async move {
+                        let result = bind(client, &pod, &node).await;
+                        (job, pod, node, result)
+                    })
+                    .buffer_unordered(CONCURRENCY)
+                    .collect(),
+            );
         let mut scheduled: Vec<(PendingPod, String)> = Vec::new();
-        for (pod, node, result) in bind_results {
+        // Per job, the first failure, if any: the job's outcome.
+        let mut job_to_failure: std::collections::BTreeMap<gantry_core::JobId, Option<String>> =
+            std::collections::BTreeMap::new();
+        for (job, pod, node, result) in bind_results {
+            let failure = job_to_failure.entry(job).or_default();
             match result {
                 Ok(()) => {
                     report.bound += 1;
@@ -532,9 +544,19 @@ impl KubeCluster {
                     );
                     scheduled.push((pod, node));
                 }
-                Err(error) => report.errors.push(error.to_string()),
+                Err(error) => {
+                    failure.get_or_insert_with(|| error.to_string());
+                    report.errors.push(error.to_string());
+                }
             }
         }
+        report.outcomes = job_to_failure
+            .into_iter()
+            .map(|(job, failure)| match failure {
+                None => gantry_core::BindOutcome::Bound { job },
+                Some(reason) => gantry_core::BindOutcome::Failed { job, reason },
+            })
+            .collect();
         // The Scheduled Events go out in the background, a few at a time, like kube-scheduler's
         // event broadcaster: the next cycle's bindings never wait for this cycle's Events, and
         // a burst of Events never crowds bindings out of the API server.

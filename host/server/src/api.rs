@@ -22,7 +22,8 @@ use tokio_stream::wrappers::BroadcastStream;
 
 use crate::auth::{Caller, Tokens};
 use crate::error::{ApiError, Result};
-use crate::live::{Live, QueueView};
+use gantry_engine::{Live, QueueView};
+use gantry_store::Actor;
 
 /// What every handler gets: the shared state and the accepted tokens.
 pub struct AppState {
@@ -39,7 +40,7 @@ pub fn router(state: Arc<AppState>) -> Router {
     // instead of the reason. Anything larger is cut off.
     let upload_limit = state.live.config.max_upload_bytes * 2 + 64 * 1024;
     Router::new()
-        .route("/healthz", get(|| async { "ok" }))
+        .route("/healthz", get(healthz))
         .route("/readyz", get(readyz))
         .route("/metrics", get(metrics))
         .route("/api/openapi.json", get(openapi))
@@ -80,6 +81,20 @@ fn from(addr: &SocketAddr) -> String {
 
 fn caller(state: &AppState, headers: &HeaderMap) -> Result<Caller> {
     state.tokens.caller(headers)
+}
+
+/// Alive while the scheduling loop goes round: a loop wedged for longer than
+/// `LiveConfig::stale_after` fails the probe, so the kubelet restarts the process. Before the
+/// loop's first pass (caches still syncing) it is alive; `/readyz` says when it is ready.
+async fn healthz(State(state): St) -> Response {
+    match state.live.heartbeat_age() {
+        Some(age) if age > state.live.config.stale_after => ApiError::Unavailable(format!(
+            "the scheduling loop has not gone round for {:.1} s",
+            age.as_secs_f64()
+        ))
+        .into_response(),
+        _ => (StatusCode::OK, "ok").into_response(),
+    }
 }
 
 async fn readyz(State(state): St) -> Response {
@@ -178,7 +193,8 @@ async fn upload_policy(
     let config = query.config.unwrap_or_else(|| "{}".into());
     let live = state.live.clone();
     let from = from(&addr);
-    let upload = tokio::task::spawn_blocking(move || live.upload(&who, &from, &bytes, &config))
+    let actor = Actor::new(&who.name, from);
+    let upload = tokio::task::spawn_blocking(move || live.upload(&actor, &bytes, &config))
         .await
         .map_err(|e| ApiError::Unavailable(format!("the upload task failed: {e}")))??;
     let status = if upload.already_stored {
@@ -194,7 +210,7 @@ async fn validate_policy(
     headers: HeaderMap,
     Query(query): Query<ConfigQuery>,
     body: std::result::Result<Bytes, BytesRejection>,
-) -> Result<Json<crate::live::Validation>> {
+) -> Result<Json<gantry_engine::Validation>> {
     let who = caller(&state, &headers)?;
     who.require_admin("validate a policy")?;
     let bytes = upload_body(&state, body)?;
@@ -292,7 +308,7 @@ async fn create_set(
             &gantry_store::Actor::new(&who.name, &from),
             new.entries,
             &new.note,
-            crate::live::now_ms(),
+            gantry_engine::now_ms(),
         )?)
     })
     .await
@@ -308,9 +324,14 @@ async fn switch_set(
     rollback: bool,
 ) -> Result<Json<gantry_store::PolicySet>> {
     let who = caller(&state, &headers)?;
+    who.require_admin(if rollback {
+        "roll back the policy set"
+    } else {
+        "activate a policy set"
+    })?;
     let live = state.live.clone();
-    let from = from(&addr);
-    let set = tokio::task::spawn_blocking(move || live.activate(&who, &from, version, rollback))
+    let actor = Actor::new(&who.name, from(&addr));
+    let set = tokio::task::spawn_blocking(move || live.activate(&actor, version, rollback))
         .await
         .map_err(|e| ApiError::Unavailable(format!("the task failed: {e}")))??;
     Ok(Json(set))
@@ -337,7 +358,7 @@ async fn rollback_set(
 async fn shadow_report(
     State(state): St,
     headers: HeaderMap,
-) -> Result<Json<crate::live::ShadowReport>> {
+) -> Result<Json<gantry_engine::ShadowReport>> {
     caller(&state, &headers)?;
     state
         .live
@@ -362,8 +383,8 @@ async fn shadow_start(
     who.require_admin("start shadow mode")?;
     let Json(start) = body.map_err(|e| ApiError::BadRequest(e.body_text()))?;
     let live = state.live.clone();
-    let from = from(&addr);
-    let report = tokio::task::spawn_blocking(move || live.shadow_start(&who, &from, start.version))
+    let actor = Actor::new(&who.name, from(&addr));
+    let report = tokio::task::spawn_blocking(move || live.shadow_start(&actor, start.version))
         .await
         .map_err(|e| ApiError::Unavailable(format!("the task failed: {e}")))??;
     Ok((StatusCode::CREATED, Json(report)).into_response())
@@ -373,9 +394,14 @@ async fn shadow_stop(
     State(state): St,
     ConnectInfo(addr): ConnectInfo<SocketAddr>,
     headers: HeaderMap,
-) -> Result<Json<crate::live::ShadowReport>> {
+) -> Result<Json<gantry_engine::ShadowReport>> {
     let who = caller(&state, &headers)?;
-    Ok(Json(state.live.shadow_stop(&who, &from(&addr))?))
+    who.require_admin("stop shadow mode")?;
+    Ok(Json(
+        state
+            .live
+            .shadow_stop(&Actor::new(&who.name, from(&addr)))?,
+    ))
 }
 
 #[derive(Debug, Deserialize)]
@@ -816,7 +842,7 @@ async fn queue_history(
     State(state): St,
     headers: HeaderMap,
     Query(q): Query<HistoryQuery>,
-) -> Result<Json<crate::live::QueueHistoryView>> {
+) -> Result<Json<gantry_engine::QueueHistoryView>> {
     caller(&state, &headers)?;
     Ok(Json(state.live.queue_history(q.since.unwrap_or(0))))
 }
@@ -836,7 +862,7 @@ struct JobQuery {
 struct JobRow {
     name: String,
     #[serde(flatten)]
-    job: crate::live::JobView,
+    job: gantry_engine::JobView,
 }
 
 /// Jobs pending or running now, for search and for each queue's pending list: pending first,

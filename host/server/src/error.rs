@@ -41,6 +41,19 @@ pub enum ApiError {
     Store(#[from] StoreError),
 }
 
+impl From<gantry_engine::EngineError> for ApiError {
+    fn from(error: gantry_engine::EngineError) -> Self {
+        use gantry_engine::EngineError as E;
+        match error {
+            E::NotFound(text) => Self::NotFound(text),
+            E::TooLarge { size, limit } => Self::TooLarge { size, limit },
+            E::Policy(e) => Self::Policy(e),
+            E::SelfTest(text) => Self::SelfTest(text),
+            E::Store(e) => Self::Store(e),
+        }
+    }
+}
+
 /// The crate's result type.
 pub type Result<T, E = ApiError> = std::result::Result<T, E>;
 

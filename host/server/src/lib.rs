@@ -1,9 +1,9 @@
 //! Gantry's HTTP face: the axum REST API (policies, sets, shadow mode, decisions, explanations,
 //! cluster and queues), the SSE decision feed, Prometheus metrics and health probes, behind
-//! bearer tokens with roles. It also owns [`Live`], the state the scheduling loop shares with the
-//! handlers, so the loop (simulated or live) stays a few lines of wiring in the binary.
+//! bearer tokens with roles. It runs no cycles: the engine (`gantry-engine`) does, and publishes
+//! in [`Live`] the read-only view these handlers serve.
 //!
-//! Data flows in one direction: the loop hands cycles and snapshots to [`Live`]; handlers read
+//! Data flows in one direction: the engine hands cycles and snapshots to [`Live`]; handlers read
 //! them and the store, and the only thing they change is which policy set the next cycle runs.
 // The OpenAPI document is one `json!` literal, deeper than the default limit.
 #![recursion_limit = "512"]
@@ -11,8 +11,6 @@
 mod api;
 mod auth;
 mod error;
-mod live;
-mod metrics;
 mod openapi;
 mod ui;
 
@@ -22,12 +20,7 @@ use std::sync::Arc;
 pub use api::{AppState, router};
 pub use auth::{Caller, Role, TokenFileError, Tokens};
 pub use error::{ApiError, Result};
-pub use live::{
-    ClusterView, DecisionEvent, HISTORY_EVERY, HISTORY_KEEP, JobView, Live, LiveConfig,
-    QueueHistoryView, QueueSeries, QueueView, ShadowDisagreement, ShadowReport, Upload, Validation,
-    lent_gpus, now_ms,
-};
-pub use metrics::Metrics;
+pub use gantry_engine::{Live, LiveConfig, now_ms};
 
 /// Serves the API on `listener` until `shutdown` resolves.
 pub async fn serve(

@@ -136,7 +136,7 @@ fn document() -> Value {
         },
         "security": [{"bearer": []}],
         "paths": {
-            "/healthz": {"get": {"summary": "liveness", "security": [], "responses": {"200": {"description": "alive", "content": {"text/plain": {"schema": {"type": "string"}}}}}}},
+            "/healthz": {"get": {"summary": "liveness: fails when the scheduling loop is wedged", "security": [], "responses": {"200": {"description": "alive", "content": {"text/plain": {"schema": {"type": "string"}}}}, "503": {"description": "the loop has not gone round for too long", "content": {"application/json": {"schema": r("Error")}}}}}},
             "/readyz": {"get": {"summary": "readiness: the loop has published a snapshot", "security": [], "responses": {
                 "200": {"description": "ready", "content": {"text/plain": {"schema": {"type": "string"}}}},
                 "503": {"description": "not ready", "content": {"application/json": {"schema": r("Error")}}}}}},

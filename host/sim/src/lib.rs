@@ -8,13 +8,16 @@
 //! - [`trace`]: Gantry job trace v1 (`traces/FORMAT.md`) → [`TraceJob`]s in submit order.
 //! - [`alibaba`]: importers for the Alibaba GPU 2023 (`openb_*`) pod and node lists.
 //! - [`replay`]: trace replay through the core scheduler in virtual time, and its report.
+//! - [`synthetic`]: the demo's synthetic load, a cluster source and binder for the engine.
 
 pub mod alibaba;
 pub mod replay;
 pub mod spec;
+pub mod synthetic;
 pub mod trace;
 
 pub use alibaba::{PodListImport, SkippedPod, import_node_list, import_pod_list};
 pub use replay::{Replay, ReplayError, ReplayOptions, Report};
 pub use spec::{Cluster, ClusterSpec, NodePoolSpec, QueueSpec, SpecError, TopologyLevelSpec};
+pub use synthetic::{SyntheticConfig, SyntheticLoad};
 pub use trace::{Trace, TraceError, TraceJob};

@@ -44,6 +44,22 @@ impl Scheduler {
         }
     }
 
+    /// The record of a job the cycle evicted for `preemptor`: pending again, waiting for room.
+    /// `None` once the job is gone.
+    pub fn preempted_explanation(
+        &self,
+        victim: super::JobId,
+        preemptor: &str,
+        now_s: f64,
+    ) -> Option<Explanation> {
+        let spec = self.get(victim)?;
+        let mut explanation = self.blank_explanation(spec, now_s, 0);
+        explanation.outcome = Outcome::Pending {
+            waiting_for: format!("room again: it was preempted to make room for {preemptor}"),
+        };
+        Some(explanation)
+    }
+
     /// What a job waits for when counting GPUs alone shows it cannot fit, before any node was
     /// evaluated.
     pub(super) fn no_room_text(&self, spec: &JobSpec) -> String {

@@ -642,10 +642,22 @@ impl Scheduler {
     /// held by jobs it may preempt. A necessary condition only; fractional and GPU-less jobs
     /// always pass.
     fn room_possible(&self, spec: &JobSpec, reclaimable: u64) -> bool {
+        self.room_for(spec, reclaimable, 0)
+    }
+
+    /// [`Scheduler::room_possible`] after `claimed` GPUs went to other jobs woken before it:
+    /// those take the free GPUs first, node-sized, so a job of whole nodes is counted against
+    /// whole free nodes less what was claimed.
+    fn room_for(&self, spec: &JobSpec, reclaimable: u64, claimed: u64) -> bool {
         if spec.shape.gpu_milli > 0 || spec.shape.gpus == 0 {
             return true;
         }
-        if self.state.pods_fit(spec.shape.gpus) >= u64::from(spec.pods) {
+        let gpus = u64::from(spec.shape.gpus);
+        let fit = self
+            .state
+            .pods_fit(spec.shape.gpus)
+            .saturating_sub(claimed.div_ceil(gpus));
+        if fit >= u64::from(spec.pods) {
             return true;
         }
         if spec.balloon || !self.config.preemption {
@@ -657,7 +669,8 @@ impl Scheduler {
             .map(|(_, gpus)| gpus)
             .sum();
         let free = self.state.pods_fit(1);
-        free + self.balloon_gpus + lower + reclaimable >= spec.total().gpus
+        (free + self.balloon_gpus + lower + reclaimable).saturating_sub(claimed)
+            >= spec.total().gpus
     }
 
     /// The queue's usage as a quota policy sees it, and its cohort's: what a cycle passes to
@@ -697,10 +710,10 @@ impl queue::WakeCheck for WakeProbe<'_> {
         )
     }
 
-    fn room_possible(&self, job: JobId) -> bool {
+    fn room_possible(&self, job: JobId, claimed: u64) -> Option<u64> {
+        let spec = &self.scheduler.job_to_entry.get(&job)?.spec;
         self.scheduler
-            .job_to_entry
-            .get(&job)
-            .is_some_and(|e| self.scheduler.room_possible(&e.spec, self.reclaimable))
+            .room_for(spec, self.reclaimable, claimed)
+            .then(|| spec.total().gpus)
     }
 }

@@ -126,8 +126,9 @@ pub struct SchedulingQueue {
 pub trait WakeCheck {
     /// Whether its queue would admit `gpus` more GPUs now (the asks of several jobs, summed).
     fn quota_admits(&self, queue: QueueId, gpus: u64) -> bool;
-    /// Whether the job could possibly find room now (free or preemptable GPUs).
-    fn room_possible(&self, job: JobId) -> bool;
+    /// Whether the job could possibly find room now (free or preemptable GPUs) after other
+    /// woken jobs claimed `claimed` GPUs of it: the GPUs it claims in turn, or `None`.
+    fn room_possible(&self, job: JobId, claimed: u64) -> Option<u64>;
 }
 
 impl SchedulingQueue {
@@ -218,22 +219,31 @@ impl SchedulingQueue {
                 woken.push(id);
             }
         }
+        // Room: in the order they would be tried, as many as could find room together (each
+        // woken job claims its GPUs), so a crowd of parked jobs is not woken for one free node.
+        let mut room: Vec<(ActiveKey, JobId)> = Vec::new();
         for (&id, parked) in &self.job_to_parked {
             if parked.blocked == Blocked::Quota || now_s < parked.backoff_until_s {
                 continue;
             }
             let flushed = now_s >= parked.parked_s + FLUSH_S;
-            let wakes = match parked.blocked {
-                Blocked::Room => {
-                    (flushed
+            match parked.blocked {
+                Blocked::Room
+                    if flushed
                         || parked.room_releases != epochs.room
-                        || parked.policy_set != epochs.policy_set)
-                        && check.room_possible(id)
+                        || parked.policy_set != epochs.policy_set =>
+                {
+                    room.push((parked.key.active(id), id));
                 }
-                Blocked::Binding => true,
-                Blocked::Quota => false,
-            };
-            if wakes {
+                Blocked::Binding => woken.push(id),
+                _ => {}
+            }
+        }
+        room.sort_unstable();
+        let mut claimed = 0u64;
+        for (_, id) in room {
+            if let Some(gpus) = check.room_possible(id, claimed) {
+                claimed += gpus;
                 woken.push(id);
             }
         }
@@ -340,8 +350,8 @@ mod tests {
         fn quota_admits(&self, _: QueueId, _: u64) -> bool {
             self.0
         }
-        fn room_possible(&self, _: JobId) -> bool {
-            self.1
+        fn room_possible(&self, _: JobId, _: u64) -> Option<u64> {
+            self.1.then_some(0)
         }
     }
 
@@ -408,8 +418,8 @@ mod tests {
             fn quota_admits(&self, _: QueueId, gpus: u64) -> bool {
                 gpus <= self.0
             }
-            fn room_possible(&self, _: JobId) -> bool {
-                true
+            fn room_possible(&self, _: JobId, _: u64) -> Option<u64> {
+                Some(0)
             }
         }
         let mut q = SchedulingQueue::default();

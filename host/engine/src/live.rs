@@ -1,18 +1,19 @@
-//! [`Live`]: what the scheduling loop and the API share. The loop runs each cycle through
-//! [`Live::run_cycle`] (active set, shadow set, metrics, store, SSE) and publishes a read-only
+//! [`Live`]: what the scheduling loop and the API share. The loop decides each cycle through
+//! [`Live::decide`] (active set, shadow set, metrics), records what its binder says happened
+//! through [`Live::record`] (store, SSE) and publishes a read-only
 //! [`ClusterView`] with [`Live::publish`]; the handlers read that view and the store, and change
 //! the policy sets. The loop never waits on a request, and a request never waits on a cycle.
 
 use std::collections::{BTreeMap, HashMap, VecDeque};
 use std::hash::{Hash, Hasher};
-use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::sync::{Arc, Condvar, Mutex};
 use std::time::{Duration, Instant};
 
 use arc_swap::{ArcSwap, ArcSwapOption};
 use gantry_core::{
-    CohortUsage, CycleOutput, Decision, Explanation, JobRequest, NodeTable, Outcome, PodShape,
-    QueueId, QueueUsage, Queues, QuotaVerdict, Resources, Scheduler, Symbols,
+    BindOutcome, CohortUsage, CycleOutput, Decision, Explanation, JobId, JobRequest, NodeTable,
+    Outcome, PodShape, QueueId, QueueUsage, Queues, QuotaVerdict, Resources, Scheduler, Symbols,
 };
 use gantry_policy::{
     ActiveSet, NodeCache, Policy, PolicyEngine, PolicyOptions, PolicySet, Role, SetEntry, WasmNodes,
@@ -23,8 +24,7 @@ use gantry_store::{
 use serde::Serialize;
 use tokio::sync::{broadcast, watch};
 
-use crate::auth::Caller;
-use crate::error::{ApiError, Result};
+use crate::error::{EngineError, Result};
 use crate::metrics::Metrics;
 
 /// Milliseconds since the Unix epoch: the time stamp of records and audit entries.
@@ -46,6 +46,8 @@ pub struct LiveConfig {
     /// again only after this long: every cycle retries it, and a record per retry would bury
     /// the history that matters under identical copies.
     pub repeat_pending: Duration,
+    /// `/healthz` fails once the loop has not gone round for this long.
+    pub stale_after: Duration,
 }
 
 impl Default for LiveConfig {
@@ -54,6 +56,7 @@ impl Default for LiveConfig {
             max_upload_bytes: 16 << 20,
             shadow_keep: 200,
             repeat_pending: Duration::from_secs(30),
+            stale_after: Duration::from_secs(30),
         }
     }
 }
@@ -343,6 +346,9 @@ pub struct Live {
     cycle_version: watch::Sender<(u64, Instant)>,
     /// True once the loop published its first view.
     ready: AtomicBool,
+    /// When the loop last went round (ms since the epoch; 0 = not yet): `/healthz` fails when
+    /// it is stale, and a leader stops renewing its Lease.
+    heartbeat_ms: AtomicU64,
     /// Per pending job: when its last stored decision was made and a digest of what it said.
     /// Only the loop touches it (once per cycle); placed jobs leave it.
     job_to_last_stored: Mutex<HashMap<String, (u64, u64)>>,
@@ -378,6 +384,7 @@ impl Live {
             wake: (Mutex::new(false), Condvar::new()),
             cycle_version: watch::Sender::new((version, Instant::now())),
             ready: AtomicBool::new(false),
+            heartbeat_ms: AtomicU64::new(0),
             job_to_last_stored: Mutex::new(HashMap::new()),
             history: Mutex::new(QueueHistory::default()),
         })
@@ -391,6 +398,35 @@ impl Live {
         self.view.load_full()
     }
 
+    /// The loop went round: called once per pass, whatever the pass did.
+    pub fn beat(&self) {
+        self.heartbeat_ms.store(now_ms(), Ordering::Release);
+    }
+
+    /// How long ago the loop last went round; `None` before its first pass.
+    pub fn heartbeat_age(&self) -> Option<Duration> {
+        match self.heartbeat_ms.load(Ordering::Acquire) {
+            0 => None,
+            at => Some(Duration::from_millis(now_ms().saturating_sub(at))),
+        }
+    }
+
+    /// Applies retention (age and size) to the decision history, logging what it removed.
+    pub fn compact(&self) {
+        match self.store.compact(now_ms()) {
+            Ok(report) if report.deleted > 0 => {
+                tracing::info!(
+                    deleted = report.deleted,
+                    bytes = report.bytes_after,
+                    "retention"
+                )
+            }
+            Ok(_) => {}
+            Err(error) => tracing::error!(%error, "retention failed"),
+        }
+    }
+
+    /// Whether the loop has published its first view.
     pub fn is_ready(&self) -> bool {
         self.ready.load(Ordering::Acquire)
     }
@@ -425,8 +461,8 @@ impl Live {
     }
 
     /// One scheduling cycle on the active set (and the shadow candidate beside it, binding
-    /// nothing), with its decisions stored and streamed.
-    pub fn run_cycle(
+    /// nothing). Nothing is stored yet: [`Live::record`] stores what the binder says happened.
+    pub fn decide(
         &self,
         scheduler: &mut Scheduler,
         cache: &mut NodeCache,
@@ -451,8 +487,48 @@ impl Live {
         if let (Some(shadow), Some(candidate)) = (shadow, candidate) {
             self.record_shadow(&shadow, &output, &candidate, time_ms, set.version());
         }
-        self.record(&output, time_ms);
         output
+    }
+
+    /// Stores and streams a cycle's decisions as the binder says they turned out: a placement
+    /// whose binding failed, or that waits for its victims to leave, is recorded as pending
+    /// with that reason, never as placed.
+    ///
+    /// `preempted` are the records of the jobs the cycle evicted (pending again), so that a
+    /// victim's history says what happened to it.
+    pub fn record(
+        &self,
+        output: &CycleOutput,
+        outcomes: &[BindOutcome],
+        preempted: &[Decision],
+        time_ms: u64,
+    ) {
+        let job_to_outcome: HashMap<JobId, &BindOutcome> =
+            outcomes.iter().map(|o| (o.job(), o)).collect();
+        let mut happened = CycleOutput {
+            decisions: Vec::with_capacity(output.decisions.len()),
+            ..CycleOutput::default()
+        };
+        for decision in &output.decisions {
+            let waiting_for = match job_to_outcome.get(&decision.job) {
+                _ if !decision.placed => None,
+                Some(BindOutcome::Bound { .. }) => None,
+                Some(BindOutcome::Failed { reason, .. }) => {
+                    self.metrics.binding_failed();
+                    Some(format!("its binding to be retried (it failed: {reason})"))
+                }
+                Some(BindOutcome::Nominated { waiting_for, .. }) => Some(waiting_for.clone()),
+                None => Some("a binding the binder never reported".to_string()),
+            };
+            let mut decision = decision.clone();
+            if let Some(waiting_for) = waiting_for {
+                decision.placed = false;
+                decision.explanation.outcome = Outcome::Pending { waiting_for };
+            }
+            happened.decisions.push(decision);
+        }
+        happened.decisions.extend_from_slice(preempted);
+        self.store_decisions(&happened, time_ms);
     }
 
     fn record_shadow(
@@ -528,7 +604,7 @@ impl Live {
             .collect()
     }
 
-    fn record(&self, output: &CycleOutput, time_ms: u64) {
+    fn store_decisions(&self, output: &CycleOutput, time_ms: u64) {
         let kept = self.worth_storing(output, time_ms);
         if kept.is_empty() {
             return;
@@ -749,7 +825,7 @@ impl Live {
     /// cluster snapshot. Nothing is stored.
     pub fn validate(&self, bytes: &[u8], config: &str) -> Result<(Arc<Policy>, Validation)> {
         if bytes.len() > self.config.max_upload_bytes {
-            return Err(ApiError::TooLarge {
+            return Err(EngineError::TooLarge {
                 size: bytes.len(),
                 limit: self.config.max_upload_bytes,
             });
@@ -789,7 +865,7 @@ impl Live {
                 let nodes = WasmNodes::new(&view.nodes);
                 let codes = policy
                     .filter(&pod, &nodes)
-                    .map_err(|f| ApiError::SelfTest(f.to_string()))?;
+                    .map_err(|f| EngineError::SelfTest(f.to_string()))?;
                 Ok(format!(
                     "an 8-GPU pod on the {n} current nodes: {}",
                     policy.describe_verdicts(&codes)
@@ -799,7 +875,7 @@ impl Live {
                 let nodes = WasmNodes::new(&view.nodes);
                 let scores = policy
                     .score(&pod, &nodes)
-                    .map_err(|f| ApiError::SelfTest(f.to_string()))?;
+                    .map_err(|f| EngineError::SelfTest(f.to_string()))?;
                 let best = scores.iter().copied().max().unwrap_or(0);
                 let mean =
                     scores.iter().map(|&s| u64::from(s)).sum::<u64>() / scores.len().max(1) as u64;
@@ -821,7 +897,7 @@ impl Live {
                 };
                 let verdict = policy
                     .admit(&job, &queue, cohort.as_ref())
-                    .map_err(|f| ApiError::SelfTest(f.to_string()))?;
+                    .map_err(|f| EngineError::SelfTest(f.to_string()))?;
                 let verdict = match verdict {
                     QuotaVerdict::Admit => "admit".to_string(),
                     QuotaVerdict::AdmitBorrowing { borrowed } => {
@@ -838,14 +914,7 @@ impl Live {
     }
 
     /// Validates and stores a policy (audited as `policy.upload`).
-    pub fn upload(
-        &self,
-        caller: &Caller,
-        from: &str,
-        bytes: &[u8],
-        config: &str,
-    ) -> Result<Upload> {
-        caller.require_admin("upload a policy")?;
+    pub fn upload(&self, actor: &Actor, bytes: &[u8], config: &str) -> Result<Upload> {
         let (policy, validation) = self.validate(bytes, config)?;
         let role = match policy.role() {
             Role::Filter => PolicyRole::Filter,
@@ -853,7 +922,7 @@ impl Live {
             Role::Quota => PolicyRole::Quota,
         };
         let put = self.store.put_policy(
-            &Actor::new(&caller.name, from),
+            actor,
             bytes,
             NewPolicy {
                 name: validation.name.clone(),
@@ -894,7 +963,7 @@ impl Live {
                 Some(policy) => policy,
                 None => {
                     let bytes = self.store.policy_bytes(&entry.sha256)?.ok_or_else(|| {
-                        ApiError::NotFound(format!(
+                        EngineError::NotFound(format!(
                             "no policy with sha256 {} is stored",
                             entry.sha256
                         ))
@@ -930,53 +999,45 @@ impl Live {
     /// Returns once every cycle that starts from now on runs on it.
     pub fn activate(
         &self,
-        caller: &Caller,
-        from: &str,
+        actor: &Actor,
         version: u64,
         rollback: bool,
     ) -> Result<gantry_store::PolicySet> {
-        caller.require_admin(if rollback {
-            "roll back the policy set"
-        } else {
-            "activate a policy set"
-        })?;
         let _guard = self.activation.lock().unwrap_or_else(|e| e.into_inner());
-        let stored = self.store.get_set(version)?.ok_or(ApiError::Store(
+        let stored = self.store.get_set(version)?.ok_or(EngineError::Store(
             gantry_store::StoreError::UnknownSetVersion(version),
         ))?;
         let runtime = Arc::new(self.build_set(&stored)?);
-        let actor = Actor::new(&caller.name, from);
         let stored = if rollback {
-            self.store.rollback_to(&actor, version, now_ms())?
+            self.store.rollback_to(actor, version, now_ms())?
         } else {
-            self.store.activate(&actor, version, now_ms())?
+            self.store.activate(actor, version, now_ms())?
         };
         self.active.activate(runtime);
         self.metrics.active_set.set(version as i64);
         self.metrics.activations.inc();
         self.wake_loop();
-        tracing::info!(version, by = %caller.name, rollback, "policy set activated");
+        tracing::info!(version, by = %actor.who, rollback, "policy set activated");
         Ok(stored)
     }
 
     /// Starts a shadow run of a stored set version beside the active set (replacing any run).
-    pub fn shadow_start(&self, caller: &Caller, from: &str, version: u64) -> Result<ShadowReport> {
-        caller.require_admin("start shadow mode")?;
-        let stored = self.store.get_set(version)?.ok_or(ApiError::Store(
+    pub fn shadow_start(&self, actor: &Actor, version: u64) -> Result<ShadowReport> {
+        let stored = self.store.get_set(version)?.ok_or(EngineError::Store(
             gantry_store::StoreError::UnknownSetVersion(version),
         ))?;
         let set = Arc::new(self.build_set(&stored)?);
         let report = ShadowReport {
             candidate_version: version,
             started_ms: now_ms(),
-            started_by: caller.name.clone(),
+            started_by: actor.who.clone(),
             cycles: 0,
             decisions_compared: 0,
             counts: BTreeMap::new(),
             recent: VecDeque::new(),
         };
         self.store.audit(
-            &Actor::new(&caller.name, from),
+            actor,
             "shadow.start",
             &format!("version {version}"),
             now_ms(),
@@ -989,10 +1050,9 @@ impl Live {
     }
 
     /// Stops the shadow run, returning its final report.
-    pub fn shadow_stop(&self, caller: &Caller, from: &str) -> Result<ShadowReport> {
-        caller.require_admin("stop shadow mode")?;
+    pub fn shadow_stop(&self, actor: &Actor) -> Result<ShadowReport> {
         let Some(shadow) = self.shadow.swap(None) else {
-            return Err(ApiError::NotFound("no shadow run is active".into()));
+            return Err(EngineError::NotFound("no shadow run is active".into()));
         };
         let report = shadow
             .report
@@ -1000,7 +1060,7 @@ impl Live {
             .unwrap_or_else(|e| e.into_inner())
             .clone();
         self.store.audit(
-            &Actor::new(&caller.name, from),
+            actor,
             "shadow.stop",
             &format!(
                 "version {}, {} cycles, {} disagreements",

@@ -141,6 +141,11 @@ impl Metrics {
         }
     }
 
+    /// Counts a binding that failed, as kube-scheduler does: an attempt with result `error`.
+    pub fn binding_failed(&self) {
+        self.attempts.with_label_values(&["error", PROFILE]).inc();
+    }
+
     /// Counts a cycle's attempts and their time.
     pub fn observe_cycle(&self, output: &CycleOutput, elapsed: Duration) {
         self.cycles.inc();

@@ -1,0 +1,84 @@
+//! The two seams of the one scheduling loop, in the core's own types: a [`ClusterSource`] tells
+//! the scheduler what changed, and a [`Binder`] applies a cycle's decisions and reports what
+//! happened to each. They are the only parts that differ between the simulator and a live
+//! cluster; the loop itself (`gantry-engine`) is the same for both.
+
+use crate::scheduler::{CycleOutput, JobId, Scheduler};
+
+/// What a source brought in on one sync: for the loop's figures and the store's pod index.
+#[derive(Debug, Clone, Default, PartialEq)]
+pub struct Changes {
+    /// Jobs submitted.
+    pub submitted: u32,
+    /// Pods of those jobs (kube-scheduler's incoming pods).
+    pub submitted_pods: u64,
+    /// Jobs that ended or were withdrawn.
+    pub ended: u32,
+    /// Nodes added, changed or removed.
+    pub nodes: u32,
+    /// Whether the queue tree changed.
+    pub queues: bool,
+    /// `(pod, job)` for each pod of a new gang, so decisions can be found by pod name.
+    pub pod_to_job: Vec<(String, String)>,
+}
+
+impl Changes {
+    /// Whether anything changed.
+    pub fn any(&self) -> bool {
+        self.submitted > 0 || self.ended > 0 || self.nodes > 0 || self.queues
+    }
+}
+
+/// Where the scheduler learns what changed: jobs submitted or withdrawn, jobs that ended,
+/// nodes and queues. A simulator makes the changes up; a live cluster reads them from watches.
+pub trait ClusterSource {
+    /// Apply to `scheduler` everything that changed up to `now_s` since the last call.
+    fn sync(&mut self, scheduler: &mut Scheduler, now_s: f64) -> Changes;
+}
+
+/// What happened to one placed job when its decision was applied.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum BindOutcome {
+    /// Every pod is bound where the decision put it.
+    Bound {
+        /// The job.
+        job: JobId,
+    },
+    /// The binding failed; whatever was bound of it was rolled back.
+    Failed {
+        /// The job.
+        job: JobId,
+        /// Why, as the cluster said it.
+        reason: String,
+    },
+    /// Nominated to its nodes, waiting for its preemption victims to leave.
+    Nominated {
+        /// The job.
+        job: JobId,
+        /// What it waits for.
+        waiting_for: String,
+    },
+}
+
+impl BindOutcome {
+    /// The job this outcome is about.
+    pub fn job(&self) -> JobId {
+        match self {
+            Self::Bound { job } | Self::Failed { job, .. } | Self::Nominated { job, .. } => *job,
+        }
+    }
+}
+
+/// Applies a cycle's decisions (bindings and evictions) and reports an outcome for every job
+/// the cycle placed.
+pub trait Binder {
+    /// Apply `output`'s placements and evictions, decided on `scheduler`'s state, at `now_s`.
+    fn bind(&mut self, scheduler: &Scheduler, output: &CycleOutput, now_s: f64)
+    -> Vec<BindOutcome>;
+}
+
+/// A cluster as the loop sees it: where changes come from and where decisions go. A simulated
+/// world is both at once; so is a live cluster's client.
+pub trait Cluster: ClusterSource + Binder {}
+
+impl<T: ClusterSource + Binder> Cluster for T {}

@@ -1,0 +1,626 @@
+//! The one scheduling loop. Each pass: the cluster (a [`gantry_core::ClusterSource`]) brings the
+//! long-lived scheduler up to date, [`Live::decide`] runs a cycle on the active set (with the
+//! shadow set beside it), the cluster (a [`gantry_core::Binder`]) applies it and reports each job's outcome, the scheduler hears of failed
+//! bindings, and [`Live::record`] stores what happened. Between passes it publishes the view
+//! the API serves, applies retention, beats the heartbeat and keeps the run's figures.
+//!
+//! Only the source, the binder and the clock differ between a simulated cluster and a live
+//! one; this loop does not know which it drives.
+
+use std::sync::Arc;
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::time::{Duration, Instant};
+
+use gantry_core::{Admission, BindOutcome, Changes, Cluster, CycleOutput, Decision, Scheduler};
+use gantry_policy::NodeCache;
+use serde::Serialize;
+
+use crate::live::{Live, now_ms};
+
+/// How the loop paces itself.
+#[derive(Debug, Clone)]
+pub struct EngineConfig {
+    /// The cluster's name in the published view.
+    pub cluster_name: String,
+    /// The longest pause between passes; an activation cuts it short.
+    pub pause: Duration,
+    /// How often the view is published.
+    pub publish_every: Duration,
+    /// How often retention runs.
+    pub compact_every: Duration,
+    /// The run's figures leave out this first stretch (the cluster filling up).
+    pub warmup_s: f64,
+}
+
+impl Default for EngineConfig {
+    fn default() -> Self {
+        Self {
+            cluster_name: "cluster".into(),
+            pause: Duration::from_millis(50),
+            publish_every: Duration::from_millis(500),
+            compact_every: Duration::from_secs(60),
+            warmup_s: 60.0,
+        }
+    }
+}
+
+/// What one pass did.
+#[derive(Debug, Clone, Default)]
+pub struct Pass {
+    /// What the source brought in.
+    pub changes: Changes,
+    /// The cycle's output, as decided.
+    pub output: CycleOutput,
+    /// The binder's outcome per placed job.
+    pub outcomes: Vec<BindOutcome>,
+    /// How long the cycle took to decide.
+    pub cycle_time: Duration,
+}
+
+/// The figures of a run (`gantry serve --report`): what a new user sees in the progress lines,
+/// measured over the whole run after the warm-up.
+#[derive(Debug, Clone, Default, Serialize)]
+pub struct RunStats {
+    /// Seconds the run lasted.
+    pub duration_s: f64,
+    /// The warm-up left out of the time-weighted figures.
+    pub warmup_s: f64,
+    /// GPUs in the cluster.
+    pub gpus: u64,
+    /// Time-weighted share of GPUs allocated (work and balloons) after the warm-up.
+    pub gpu_allocation: f64,
+    /// The same, counting only work (balloons left out).
+    pub gpu_allocation_by_work: f64,
+    /// Share of GPU-seconds after the warm-up in which a GPU sat idle while a pending job could
+    /// have used it: that job's queue admitted it and enough idle GPUs of its shape existed.
+    pub idle_while_wanted: f64,
+    /// Share of GPU-seconds after the warm-up held by balloons while a pending job of the
+    /// same shape waited that preempting balloons would have admitted: room kept for work
+    /// that did not get it (normally the time until the next cycle).
+    pub balloons_while_wanted: f64,
+    /// Pending jobs (balloons left out), sampled every few seconds: `(t_s, jobs)`.
+    pub pending: Vec<(f64, u64)>,
+    /// Mean pending jobs over minutes 2-5, and over the last 5 minutes.
+    pub pending_mean_minutes_2_5: f64,
+    /// See `pending_mean_minutes_2_5`.
+    pub pending_mean_last_5_minutes: f64,
+    /// Cycles run.
+    pub cycles: u64,
+    /// Jobs evaluated per cycle: mean and most.
+    pub attempts_per_cycle_mean: f64,
+    /// See `attempts_per_cycle_mean`.
+    pub attempts_per_cycle_max: u32,
+    /// Cycle time percentiles, in milliseconds.
+    pub cycle_ms_p50: f64,
+    /// See `cycle_ms_p50`.
+    pub cycle_ms_p99: f64,
+    /// Jobs placed (and bound), jobs whose binding failed, jobs evicted.
+    pub placed: u64,
+    /// See `placed`.
+    pub binding_failures: u64,
+    /// See `placed`.
+    pub evicted: u64,
+}
+
+/// The integrals and samples behind [`RunStats`].
+#[derive(Debug, Default)]
+struct Tally {
+    last_s: Option<f64>,
+    measured_s: f64,
+    allocated: f64,
+    by_work: f64,
+    idle_wanted: f64,
+    balloons_wanted: f64,
+    cycle_ms: Vec<f64>,
+    attempts: u64,
+    attempts_max: u32,
+    next_sample_s: f64,
+    /// What the last pass left, credited to the interval up to the next pass.
+    last_measure: Option<Measure>,
+}
+
+/// How often pending work is sampled for [`RunStats::pending`].
+const SAMPLE_EVERY_S: f64 = 5.0;
+
+/// The loop: one long-lived scheduler, the shared [`Live`], and the run's figures.
+pub struct Engine {
+    live: Arc<Live>,
+    scheduler: Scheduler,
+    /// The active set's view of the node table, refreshed from the state's change log.
+    cache: NodeCache,
+    config: EngineConfig,
+    stats: RunStats,
+    tally: Tally,
+}
+
+impl Engine {
+    /// An engine for `scheduler` (its cluster and queues set up, no jobs needed yet).
+    pub fn new(live: Arc<Live>, scheduler: Scheduler, config: EngineConfig) -> Self {
+        let gpus = scheduler
+            .state
+            .nodes
+            .gpu_total
+            .iter()
+            .map(|&g| u64::from(g))
+            .sum();
+        let stats = RunStats {
+            gpus,
+            warmup_s: config.warmup_s,
+            ..RunStats::default()
+        };
+        Self {
+            live,
+            scheduler,
+            cache: NodeCache::default(),
+            config,
+            stats,
+            tally: Tally::default(),
+        }
+    }
+
+    /// The scheduler as the last pass left it.
+    pub fn scheduler(&self) -> &Scheduler {
+        &self.scheduler
+    }
+
+    /// The shared state.
+    pub fn live(&self) -> &Arc<Live> {
+        &self.live
+    }
+
+    /// One pass at `now_s` (seconds on the run's clock).
+    pub fn step(&mut self, cluster: &mut dyn Cluster, now_s: f64) -> Pass {
+        let _span = tracing::debug_span!("pass", now_s).entered();
+        let changes = {
+            let _span = tracing::debug_span!("sync").entered();
+            cluster.sync(&mut self.scheduler, now_s)
+        };
+        if changes.submitted_pods > 0 {
+            self.live
+                .metrics
+                .incoming_pods
+                .inc_by(changes.submitted_pods);
+        }
+        if !changes.pod_to_job.is_empty() {
+            self.live.record_pods(&changes.pod_to_job);
+        }
+        let time_ms = now_ms();
+        let started = Instant::now();
+        let output = self
+            .live
+            .decide(&mut self.scheduler, &mut self.cache, now_s, time_ms);
+        let cycle_time = started.elapsed();
+        let outcomes = {
+            let _span = tracing::debug_span!("bind").entered();
+            cluster.bind(&self.scheduler, &output, now_s)
+        };
+        for outcome in &outcomes {
+            match outcome {
+                BindOutcome::Failed { job, .. } => {
+                    self.scheduler.binding_failed(*job, now_s);
+                    self.stats.binding_failures += 1;
+                }
+                BindOutcome::Bound { .. } => self.stats.placed += 1,
+                BindOutcome::Nominated { .. } => {}
+            }
+        }
+        self.stats.evicted += output.evicted.len() as u64;
+        let preempted: Vec<Decision> = output
+            .decisions
+            .iter()
+            .flat_map(|d| d.victims.iter().map(move |&v| (v, &d.explanation)))
+            .filter_map(|(victim, by)| {
+                let mut explanation = self
+                    .scheduler
+                    .preempted_explanation(victim, &by.job, now_s)?;
+                explanation.policy_set = by.policy_set;
+                explanation.policies.clone_from(&by.policies);
+                Some(Decision {
+                    job: victim,
+                    placed: false,
+                    placement: Vec::new(),
+                    victims: Vec::new(),
+                    explanation,
+                })
+            })
+            .collect();
+        self.live.record(&output, &outcomes, &preempted, time_ms);
+        self.observe(now_s, &output, cycle_time);
+        self.live.beat();
+        Pass {
+            changes,
+            output,
+            outcomes,
+            cycle_time,
+        }
+    }
+
+    /// Runs passes on the wall clock until `stop` is set or `duration_s` has passed, publishing
+    /// the view, applying retention and calling `progress` after every pass.
+    pub fn run(
+        &mut self,
+        cluster: &mut dyn Cluster,
+        stop: &AtomicBool,
+        duration_s: Option<f64>,
+        progress: &mut dyn FnMut(&Engine, f64, &Pass),
+    ) {
+        let started = Instant::now();
+        let mut last_publish: Option<Instant> = None;
+        let mut last_compact = Instant::now();
+        loop {
+            let now_s = started.elapsed().as_secs_f64();
+            if duration_s.is_some_and(|d| now_s >= d) || stop.load(Ordering::Relaxed) {
+                break;
+            }
+            let pass = self.step(cluster, now_s);
+            if last_publish.is_none_or(|t| t.elapsed() >= self.config.publish_every) {
+                self.publish();
+                last_publish = Some(Instant::now());
+            }
+            if last_compact.elapsed() >= self.config.compact_every {
+                self.live.compact();
+                last_compact = Instant::now();
+            }
+            progress(self, now_s, &pass);
+            self.live.idle(self.config.pause);
+        }
+        self.stats.duration_s = started.elapsed().as_secs_f64();
+    }
+
+    /// Publishes the view the API serves.
+    pub fn publish(&self) {
+        self.live
+            .publish(&self.scheduler, &self.config.cluster_name);
+    }
+
+    /// The run's figures so far.
+    pub fn stats(&self) -> RunStats {
+        let t = &self.tally;
+        let gpu_s = t.measured_s * self.stats.gpus as f64;
+        let ratio = |x: f64| if gpu_s > 0.0 { x / gpu_s } else { 0.0 };
+        let mut cycle_ms = t.cycle_ms.clone();
+        cycle_ms.sort_by(f64::total_cmp);
+        let pct = |p: f64| {
+            if cycle_ms.is_empty() {
+                0.0
+            } else {
+                let rank = ((p / 100.0) * cycle_ms.len() as f64).ceil() as usize;
+                cycle_ms[rank.clamp(1, cycle_ms.len()) - 1]
+            }
+        };
+        let mean_between = |from: f64, to: f64| {
+            let inside: Vec<f64> = self
+                .stats
+                .pending
+                .iter()
+                .filter(|(at, _)| *at >= from && *at < to)
+                .map(|(_, n)| *n as f64)
+                .collect();
+            if inside.is_empty() {
+                0.0
+            } else {
+                inside.iter().sum::<f64>() / inside.len() as f64
+            }
+        };
+        let end = self.stats.duration_s.max(t.last_s.unwrap_or(0.0));
+        RunStats {
+            duration_s: end,
+            gpu_allocation: ratio(t.allocated),
+            gpu_allocation_by_work: ratio(t.by_work),
+            idle_while_wanted: ratio(t.idle_wanted),
+            balloons_while_wanted: ratio(t.balloons_wanted),
+            pending_mean_minutes_2_5: mean_between(120.0, 300.0),
+            pending_mean_last_5_minutes: mean_between(end - 300.0, f64::INFINITY),
+            attempts_per_cycle_mean: if self.stats.cycles > 0 {
+                t.attempts as f64 / self.stats.cycles as f64
+            } else {
+                0.0
+            },
+            attempts_per_cycle_max: t.attempts_max,
+            cycle_ms_p50: pct(50.0),
+            cycle_ms_p99: pct(99.0),
+            ..self.stats.clone()
+        }
+    }
+
+    /// Integrates the state the pass left over the time until the next pass, and counts the
+    /// cycle.
+    fn observe(&mut self, now_s: f64, output: &CycleOutput, cycle_time: Duration) {
+        self.stats.cycles += 1;
+        let t = &mut self.tally;
+        t.cycle_ms.push(cycle_time.as_secs_f64() * 1000.0);
+        t.attempts += u64::from(output.attempts);
+        t.attempts_max = t.attempts_max.max(output.attempts);
+        // What the last pass left held from then until now; what this pass leaves is
+        // measured for the next interval.
+        let measure = self.measure();
+        let t = &mut self.tally;
+        if let (Some(last), Some(held)) = (t.last_s, t.last_measure.take()) {
+            let from = last.max(self.config.warmup_s);
+            let dt = now_s - from;
+            if dt > 0.0 {
+                t.measured_s += dt;
+                t.allocated += held.allocated * dt;
+                t.by_work += held.by_work * dt;
+                t.idle_wanted += held.idle_wanted * dt;
+                t.balloons_wanted += held.balloons_wanted * dt;
+            }
+        }
+        t.last_s = Some(now_s);
+        if now_s >= t.next_sample_s {
+            self.stats.pending.push((now_s, measure.pending));
+            t.next_sample_s = now_s + SAMPLE_EVERY_S;
+        }
+        t.last_measure = Some(measure);
+    }
+
+    /// The instantaneous figures of the current state.
+    fn measure(&self) -> Measure {
+        let s = &self.scheduler;
+        let free = s.state.pods_fit(1);
+        let allocated = self.stats.gpus.saturating_sub(free) as f64;
+        let mut balloon_gpus = 0u64;
+        for id in s.running() {
+            let spec = s.job(id);
+            if spec.balloon {
+                balloon_gpus += spec.total().gpus;
+            }
+        }
+        let by_work = s.running_gpus().saturating_sub(balloon_gpus) as f64;
+        let mut pending = 0u64;
+        let (mut wanted_idle, mut wanted_balloons) = (false, false);
+        for id in s.pending() {
+            let spec = s.job(id);
+            if spec.balloon {
+                continue;
+            }
+            pending += 1;
+            if wanted_idle && wanted_balloons {
+                continue;
+            }
+            let admitted = !matches!(
+                s.queues.admission(spec.queue, spec.total().gpus),
+                Admission::Denied { .. }
+            );
+            if !admitted {
+                continue;
+            }
+            let gpus = spec.shape.gpus;
+            if gpus > 0 && s.state.pods_fit(gpus) >= u64::from(spec.pods) {
+                wanted_idle = true;
+            }
+            // Balloons hold whole nodes: count the nodes they could give back.
+            if gpus > 0 && free + balloon_gpus >= spec.total().gpus {
+                wanted_balloons = true;
+            }
+        }
+        Measure {
+            allocated,
+            by_work,
+            idle_wanted: if wanted_idle { free as f64 } else { 0.0 },
+            balloons_wanted: if wanted_balloons {
+                balloon_gpus as f64
+            } else {
+                0.0
+            },
+            pending,
+        }
+    }
+}
+
+/// One instant's figures.
+#[derive(Debug)]
+struct Measure {
+    allocated: f64,
+    by_work: f64,
+    idle_wanted: f64,
+    balloons_wanted: f64,
+    pending: u64,
+}
+
+#[cfg(test)]
+mod tests {
+    use std::collections::BTreeSet;
+
+    use gantry_core::{
+        ClusterSource, ClusterState, JobId, JobSpec, LevelColumn, NodeTable, Outcome, PodShape,
+        QueueDef, Queues, Resources, SchedulerConfig, Symbols, TopologyPref,
+    };
+    use gantry_policy::{PolicyEngine, PolicySet};
+    use gantry_store::Store;
+
+    use super::*;
+    use crate::live::LiveConfig;
+
+    /// Four nodes of 8 GPUs in one queue of 32.
+    fn scheduler(symbols: &Arc<Symbols>) -> Scheduler {
+        let n = 4;
+        let mut nodes = NodeTable {
+            name: (0..n)
+                .map(|i| symbols.intern(&format!("node-{i}")))
+                .collect(),
+            gpu_total: vec![8; n],
+            gpu_free: vec![8; n],
+            gpu_milli_free_max: vec![1000; n],
+            gpu_type: vec![0; n],
+            cpu_free_milli: vec![64_000; n],
+            memory_free_mib: vec![512_000; n],
+            health: vec![0; n],
+            taint_set: vec![0; n],
+            taint_sets: vec![Vec::new()],
+            levels: Vec::new(),
+        };
+        let rack = LevelColumn::from_node_domains(symbols.intern("rack"), vec![0; n], &nodes);
+        nodes.levels.push(rack);
+        let queues = Queues::new(
+            &[QueueDef {
+                name: "default".into(),
+                parent: None,
+                nominal_gpus: 32,
+                weight: 1,
+                borrowing_limit_gpus: None,
+                lending_limit_gpus: None,
+            }],
+            Resources::gpus(32),
+            3600.0,
+        )
+        .expect("queues");
+        Scheduler::new(
+            ClusterState::new(nodes),
+            queues,
+            symbols.clone(),
+            SchedulerConfig::default(),
+        )
+    }
+
+    /// An in-memory cluster: submits the jobs it is given, and fails the binding of the jobs
+    /// named in `fail_once` the first time they are bound.
+    #[derive(Default)]
+    struct Memory {
+        to_submit: Vec<(String, u32, u32)>,
+        fail_once: BTreeSet<String>,
+        bound: Vec<String>,
+    }
+
+    impl ClusterSource for Memory {
+        fn sync(&mut self, scheduler: &mut Scheduler, now_s: f64) -> Changes {
+            let mut changes = Changes::default();
+            let symbols = scheduler.symbols().clone();
+            for (name, pods, gpus) in self.to_submit.drain(..) {
+                scheduler.submit(JobSpec {
+                    name: name.clone(),
+                    queue: 0,
+                    priority: 0,
+                    pods,
+                    shape: PodShape {
+                        name: symbols.intern(&name),
+                        gpus,
+                        gang_size: pods,
+                        ..PodShape::default()
+                    },
+                    balloon: false,
+                    topology: TopologyPref::default(),
+                    submit_s: now_s,
+                });
+                changes.submitted += 1;
+            }
+            changes
+        }
+    }
+
+    impl gantry_core::Binder for Memory {
+        fn bind(
+            &mut self,
+            scheduler: &Scheduler,
+            output: &CycleOutput,
+            _now_s: f64,
+        ) -> Vec<BindOutcome> {
+            let placed: Vec<JobId> = output
+                .decisions
+                .iter()
+                .filter(|d| d.placed)
+                .map(|d| d.job)
+                .collect();
+            placed
+                .into_iter()
+                .map(|job| {
+                    let name = scheduler.job(job).name.clone();
+                    if self.fail_once.remove(&name) {
+                        BindOutcome::Failed {
+                            job,
+                            reason: "admission webhook denied the binding".into(),
+                        }
+                    } else {
+                        self.bound.push(name);
+                        BindOutcome::Bound { job }
+                    }
+                })
+                .collect()
+        }
+    }
+
+    fn engine(dir: &std::path::Path) -> Engine {
+        let symbols = Symbols::new();
+        let store = Store::open(gantry_store::StoreConfig::new(dir)).expect("store");
+        let policies = Arc::new(
+            PolicyEngine::new(gantry_policy::Limits::default(), symbols.clone()).expect("engine"),
+        );
+        let live = Live::new(
+            store,
+            policies,
+            PolicySet::new(0, Vec::new()),
+            LiveConfig::default(),
+        );
+        Engine::new(live, scheduler(&symbols), EngineConfig::default())
+    }
+
+    fn waiting_for(outcome: &Outcome) -> Option<&str> {
+        match outcome {
+            Outcome::Pending { waiting_for } => Some(waiting_for),
+            Outcome::Placed { .. } => None,
+        }
+    }
+
+    #[test]
+    fn a_failed_binding_is_recorded_as_pending_and_retried_after_its_backoff() {
+        let dir = tempfile::tempdir().expect("tempdir");
+        let mut engine = engine(dir.path());
+        let mut cluster = Memory {
+            to_submit: vec![("ok".into(), 1, 8), ("denied".into(), 2, 8)],
+            fail_once: ["denied".to_string()].into(),
+            ..Memory::default()
+        };
+        assert_eq!(engine.live().heartbeat_age(), None);
+        let pass = engine.step(&mut cluster, 0.0);
+        assert_eq!(pass.outcomes.len(), 2);
+        assert_eq!(cluster.bound, ["ok"]);
+        assert!(engine.live().heartbeat_age().is_some());
+        let store = &engine.live().store;
+        let ok = store.job_history("ok").expect("history");
+        assert!(matches!(
+            ok.last().map(|r| &r.explanation.outcome),
+            Some(Outcome::Placed { .. })
+        ));
+        // The failed one is stored as what happened: pending, with the API server's reason.
+        let denied = store.job_history("denied").expect("history");
+        let last = &denied.last().expect("a record").explanation;
+        assert_eq!(
+            waiting_for(&last.outcome),
+            Some("its binding to be retried (it failed: admission webhook denied the binding)")
+        );
+        let id = engine
+            .scheduler()
+            .pending()
+            .into_iter()
+            .find(|&id| engine.scheduler().job(id).name == "denied")
+            .expect("the failed job is pending again");
+        assert!(!engine.scheduler().is_running(id));
+        // Within its backoff it is not tried again; after it, it binds.
+        let pass = engine.step(&mut cluster, 0.5);
+        assert!(pass.output.decisions.is_empty());
+        let pass = engine.step(&mut cluster, 1.5);
+        assert_eq!(pass.outcomes, [BindOutcome::Bound { job: id }]);
+        assert_eq!(cluster.bound, ["ok", "denied"]);
+        let stats = engine.stats();
+        assert_eq!((stats.placed, stats.binding_failures), (2, 1));
+    }
+
+    #[test]
+    fn the_run_reports_allocation_over_the_time_after_the_warmup() {
+        let dir = tempfile::tempdir().expect("tempdir");
+        let mut engine = engine(dir.path());
+        engine.config.warmup_s = 10.0;
+        let mut cluster = Memory {
+            to_submit: vec![("half".into(), 2, 8)],
+            ..Memory::default()
+        };
+        for t in [0.0, 5.0, 10.0, 20.0, 30.0] {
+            engine.step(&mut cluster, t);
+        }
+        let stats = engine.stats();
+        // Half the GPUs from 10 s to 30 s; nothing was pending.
+        assert!((stats.gpu_allocation - 0.5).abs() < 1e-9, "{stats:?}");
+        assert_eq!(stats.idle_while_wanted, 0.0);
+        assert_eq!(stats.cycles, 5);
+    }
+}

@@ -1,0 +1,23 @@
+//! Gantry's engine: the one scheduling loop, and the state it shares with the API.
+//! - `engine`: the loop itself ([`Engine`]): clock, wake-ups, the long-lived scheduler fed by
+//!   a [`gantry_core::ClusterSource`], cycles on the active policy set (and a shadow one),
+//!   binding through a [`gantry_core::Binder`], recording what the binder says happened,
+//!   retention, the heartbeat, and the run's figures ([`RunStats`]);
+//! - `live`: [`Live`], the policy-set registry (upload, validate, activate, shadow), the
+//!   decision recorder (store and SSE feed), and the read-only cluster view the API serves;
+//! - `metrics`: the Prometheus registry, named like kube-scheduler's;
+//! - `error`: [`EngineError`].
+
+pub mod engine;
+pub mod error;
+pub mod live;
+pub mod metrics;
+
+pub use engine::{Engine, EngineConfig, Pass, RunStats};
+pub use error::{EngineError, Result};
+pub use live::{
+    ClusterView, DecisionEvent, HISTORY_EVERY, HISTORY_KEEP, JobView, Live, LiveConfig,
+    QueueHistoryView, QueueSeries, QueueView, ShadowDisagreement, ShadowReport, Upload, Validation,
+    lent_gpus, now_ms,
+};
+pub use metrics::Metrics;
