@@ -524,6 +524,7 @@ pub fn run_schedule(args: ScheduleBenchArgs) -> anyhow::Result<()> {
     }
     single.sort_unstable();
     gang.sort_unstable();
+    let (incremental, rebuild) = incremental_against_rebuild(&args, &engine, &symbols, &queue_ids)?;
     let report = json!({
         "cluster": scheduler.state.len(),
         "policies": ["gpu-fit", "gpu-binpack", "team-quota"],
@@ -534,6 +535,18 @@ pub fn run_schedule(args: ScheduleBenchArgs) -> anyhow::Result<()> {
         "gangs": args.gangs,
         "gang_128x8_p50_ms": round2(ns(percentile(&gang, 50.0)) / 1e6),
         "gang_128x8_p99_ms": round2(ns(percentile(&gang, 99.0)) / 1e6),
+        "steady_cycle": {
+            "running_jobs": RUNNING,
+            "pending_jobs": PENDING,
+            "changes_per_cycle": CHANGES,
+            "incremental_ms_p50": round2(ns(percentile(&incremental, 50.0)) / 1e6),
+            "incremental_ms_p99": round2(ns(percentile(&incremental, 99.0)) / 1e6),
+            "rebuild_ms_p50": round2(ns(percentile(&rebuild, 50.0)) / 1e6),
+            "rebuild_ms_p99": round2(ns(percentile(&rebuild, 99.0)) / 1e6),
+            "rebuild_over_incremental": round2(
+                ns(percentile(&rebuild, 50.0)) / ns(percentile(&incremental, 50.0)).max(1.0)
+            ),
+        },
     });
     if args.json {
         println!("{report}");
@@ -541,6 +554,110 @@ pub fn run_schedule(args: ScheduleBenchArgs) -> anyhow::Result<()> {
         println!("{}", serde_json::to_string_pretty(&report)?);
     }
     Ok(())
+}
+
+/// Running 8-GPU single-node jobs in the steady-state comparison (80% of 7,500 nodes).
+const RUNNING: usize = 6000;
+/// Pending gangs (64 pods × 8 GPUs) in it, more than the free nodes hold.
+const PENDING: usize = 50;
+/// Changes between two cycles: half the jobs that end, half new arrivals.
+const CHANGES: usize = 10;
+/// Cycles measured each way.
+const ROUNDS: usize = 20;
+
+/// A cycle of the long-lived scheduler after `CHANGES` changes, against what the live path did
+/// before the engine: a scheduler rebuilt from the whole cluster (every running job adopted,
+/// every pending job submitted) and its cycle. Both on the same state, with the example
+/// policies; each sample is one cycle, the rebuild's including its build.
+fn incremental_against_rebuild(
+    args: &ScheduleBenchArgs,
+    engine: &PolicyEngine,
+    symbols: &std::sync::Arc<Symbols>,
+    queue_ids: &[(usize, String)],
+) -> anyhow::Result<(Vec<Duration>, Vec<Duration>)> {
+    let (mut scheduler, set, _) = bench_scheduler(args, engine, symbols)?;
+    scheduler.config.max_attempts = 1000;
+    let template = scheduler.clone();
+    let mut cache = gantry_policy::NodeCache::default();
+    let nodes = scheduler.state.len();
+    anyhow::ensure!(
+        nodes > RUNNING,
+        "the steady-state comparison needs more than {RUNNING} nodes"
+    );
+    let queue = |i: usize| {
+        let (id, name) = &queue_ids[i % queue_ids.len()];
+        (*id, name.as_str())
+    };
+    // Every running job with its spec and its pods' nodes, to rebuild from.
+    type Running = (gantry_core::JobId, gantry_core::JobSpec, Vec<usize>);
+    let mut running: Vec<Running> = Vec::new();
+    for node in 0..RUNNING {
+        let spec = job(symbols, format!("run-{node}"), queue(node), 1, 8);
+        let id = scheduler.adopt(spec.clone(), &[node]);
+        running.push((id, spec, vec![node]));
+    }
+    let mut pending: Vec<gantry_core::JobSpec> = (0..PENDING)
+        .map(|i| job(symbols, format!("wide-{i}"), queue(i), 64, 8))
+        .collect();
+    for spec in &pending {
+        scheduler.submit(spec.clone());
+    }
+    let placed = |scheduler: &gantry_core::Scheduler, d: &gantry_core::Decision| -> Running {
+        let nodes = d
+            .placement
+            .iter()
+            .flat_map(|&(node, pods)| std::iter::repeat_n(node, pods as usize))
+            .collect();
+        (d.job, scheduler.job(d.job).clone(), nodes)
+    };
+    // Until nothing more fits: what fits is placed, the rest parked.
+    for _ in 0..3 {
+        let out = scheduler.cycle(0.0, &mut set.bind(&mut cache));
+        for d in out.decisions.iter().filter(|d| d.placed) {
+            running.push(placed(&scheduler, d));
+        }
+        // Preemption may have evicted some: they run no more.
+        running.retain(|(id, _, _)| scheduler.is_running(*id));
+    }
+    let mut incremental = Vec::with_capacity(ROUNDS);
+    let mut rebuild = Vec::with_capacity(ROUNDS);
+    let mut next = 0usize;
+    for round in 0..ROUNDS {
+        let now = 20.0 * (round + 1) as f64;
+        // CHANGES changes: half end (the oldest running), half arrive.
+        for _ in 0..CHANGES / 2 {
+            let (id, _, _) = running.remove(0);
+            scheduler.finish(id);
+            let spec = job(symbols, format!("new-{next}"), queue(next), 1, 8);
+            next += 1;
+            scheduler.submit(spec.clone());
+            pending.push(spec);
+        }
+        // The rebuild, on the same state: every running job adopted, every pending submitted.
+        let t = Instant::now();
+        let mut rebuilt = template.clone();
+        for (_, spec, nodes) in &running {
+            rebuilt.adopt(spec.clone(), nodes);
+        }
+        for id in scheduler.pending() {
+            rebuilt.submit(scheduler.job(id).clone());
+        }
+        let mut rebuilt_cache = gantry_policy::NodeCache::default();
+        rebuilt.cycle(now, &mut set.bind(&mut rebuilt_cache));
+        rebuild.push(t.elapsed());
+
+        let t = Instant::now();
+        let out = scheduler.cycle(now, &mut set.bind(&mut cache));
+        incremental.push(t.elapsed());
+        for d in out.decisions.iter().filter(|d| d.placed) {
+            running.push(placed(&scheduler, d));
+        }
+        // Preemption may have evicted some: they run no more.
+        running.retain(|(id, _, _)| scheduler.is_running(*id));
+    }
+    incremental.sort_unstable();
+    rebuild.sort_unstable();
+    Ok((incremental, rebuild))
 }
 
 #[derive(Args, Debug)]

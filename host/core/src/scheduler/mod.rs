@@ -668,9 +668,13 @@ impl Scheduler {
             .range(..spec.priority)
             .map(|(_, gpus)| gpus)
             .sum();
+        let preemptable = self.balloon_gpus + lower + reclaimable;
+        if preemptable == 0 {
+            // Nothing to preempt: only whole free room counts, and it did not suffice.
+            return false;
+        }
         let free = self.state.pods_fit(1);
-        (free + self.balloon_gpus + lower + reclaimable).saturating_sub(claimed)
-            >= spec.total().gpus
+        (free + preemptable).saturating_sub(claimed) >= spec.total().gpus
     }
 
     /// The queue's usage as a quota policy sees it, and its cohort's: what a cycle passes to
