@@ -8,8 +8,8 @@ use std::sync::Arc;
 use std::time::Instant;
 
 use gantry_core::{
-    ClusterState, JobId, JobSpec, PodShape, PolicyHooks, Scheduler, SchedulerConfig, Symbols,
-    TopologyPref,
+    ClusterState, JobId, JobSpec, Mode, PodShape, PolicyHooks, QueueId, Scheduler, SchedulerConfig,
+    Symbols, TopologyPref,
 };
 use serde::Serialize;
 
@@ -88,6 +88,8 @@ pub struct Report {
     pub jobs_finished: usize,
     /// Jobs that never started: larger than the cluster, or starved (a scheduler deadlock).
     pub jobs_never_started: usize,
+    /// Most jobs pending at once (after a cycle).
+    pub peak_pending: usize,
     /// GPUs held by jobs whose every pod runs, over total GPUs, time-weighted over the time
     /// when work was queued. GPUs held by a partly placed gang do no work and do not count.
     pub gpu_allocation_while_queued: f64,
@@ -135,6 +137,8 @@ impl Ord for Time {
 const RETRY_S: f64 = 30.0;
 /// Retries in a row that change nothing, with nothing running, before the replay gives up.
 const MAX_IDLE_RETRIES: u32 = 40;
+/// Stale completions (of jobs evicted since) kept in the heap before it is swept.
+const STALE_SWEEP: usize = 64;
 
 /// Every decision the replay made, for callers that keep them (the store, the UI).
 pub type OnDecision<'a> = dyn FnMut(&gantry_core::Decision) + 'a;
@@ -144,9 +148,82 @@ pub struct Replay {
     cluster_name: String,
     trace_name: String,
     scheduler: Scheduler,
-    /// Trace order: `job_ids[i]` is the scheduler's id for `jobs[i]`.
+    /// The trace in submit order; the replay consumes it as jobs arrive.
     jobs: Vec<TraceJob>,
     options: ReplayOptions,
+}
+
+/// What the replay keeps of a job while it is live (pending or running). It is dropped when
+/// the job finishes, leaving only its wait, so memory follows what is live, not history.
+struct Live {
+    queue: QueueId,
+    submit_s: f64,
+    duration_s: f64,
+    shape: Option<ShapeKey>,
+    /// Bumped by each eviction: a completion pushed before it is stale.
+    generation: u32,
+    started_s: Option<f64>,
+    partial: bool,
+}
+
+/// A pod shape as fragmentation sees it.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord)]
+enum ShapeKey {
+    /// Whole GPUs of a type (0 = any).
+    Whole { gpu_type: u32, gpus: u32 },
+    /// A fraction of one GPU, in milli-GPUs.
+    Milli(u32),
+}
+
+impl ShapeKey {
+    fn of(shape: &PodShape) -> Option<Self> {
+        if shape.gpu_milli > 0 {
+            Some(Self::Milli(shape.gpu_milli))
+        } else if shape.gpus > 0 {
+            Some(Self::Whole {
+                gpu_type: shape.gpu_type,
+                gpus: shape.gpus,
+            })
+        } else {
+            None
+        }
+    }
+}
+
+/// The pending jobs' pod shapes, counted as jobs arrive, start and are evicted, so that
+/// fragmentation costs the distinct shapes and the nodes, not the pending jobs.
+#[derive(Default)]
+struct PendingShapes(BTreeMap<ShapeKey, u64>);
+
+impl PendingShapes {
+    fn add(&mut self, shape: Option<ShapeKey>) {
+        if let Some(shape) = shape {
+            *self.0.entry(shape).or_default() += 1;
+        }
+    }
+
+    fn remove(&mut self, shape: Option<ShapeKey>) {
+        if let Some(shape) = shape
+            && let Some(count) = self.0.get_mut(&shape)
+        {
+            *count -= 1;
+            if *count == 0 {
+                self.0.remove(&shape);
+            }
+        }
+    }
+}
+
+/// Each job's wait, per queue, kept when it finishes (or when the replay ends).
+struct Waits {
+    by_queue: Vec<Vec<f64>>,
+}
+
+impl Waits {
+    fn record(&mut self, job: &Live, end_s: f64) {
+        let first = job.started_s.unwrap_or(end_s.max(job.submit_s)) - job.submit_s;
+        self.by_queue[job.queue].push(first);
+    }
 }
 
 impl Replay {
@@ -219,6 +296,10 @@ impl Replay {
     }
 
     /// Replay the whole trace. `progress` is told how many jobs have finished, now and then.
+    ///
+    /// Each step costs what is live, never what is past: the jobs arriving or ending, the
+    /// cycle itself, the decisions it made, the queues, the nodes and the distinct pending pod
+    /// shapes. A finished job leaves nothing behind but its wait.
     pub fn run(
         mut self,
         hooks: &mut dyn PolicyHooks,
@@ -234,28 +315,36 @@ impl Replay {
             .iter()
             .map(|&g| u64::from(g))
             .sum();
-        let mut arrivals = self.jobs.iter().map(|j| j.submit_s).enumerate().peekable();
-        let mut trace_to_job: Vec<JobId> = Vec::with_capacity(self.jobs.len());
+        // Baselines whose placed pods are bound and run while their siblings wait: a gang
+        // holding some nodes there is a partial gang. (Coscheduling's wait unbound, at permit.)
+        let binds_pods = matches!(self.scheduler.config.mode, Mode::K8sDefault | Mode::Kueue);
+        let first_submit = self.jobs.first().map_or(0.0, |j| j.submit_s);
+        let jobs_submitted = self.jobs.len();
+        let mut arrivals = std::mem::take(&mut self.jobs).into_iter().peekable();
+        let queue_count = self.scheduler.queues.len();
+        let mut live: BTreeMap<JobId, Live> = BTreeMap::new();
         // Completions: (end time, job, generation); an eviction bumps the job's generation so
-        // a stale completion is ignored.
+        // its completion goes stale, and stale ones are swept once they outnumber the others.
         let mut completions: BinaryHeap<Reverse<(Time, JobId, u32)>> = BinaryHeap::new();
-        let mut generation: Vec<u32> = Vec::new();
-        let mut duration: Vec<f64> = Vec::new();
-        let mut start_s: Vec<Option<f64>> = Vec::new();
-        let mut ever_partial: Vec<bool> = Vec::new();
-        let (mut finished, mut partial_gangs, mut preemptions, mut cycles, mut decisions) =
-            (0usize, 0u64, 0u64, 0u64, 0u64);
+        let mut stale = 0usize;
+        let mut waits = Waits {
+            by_queue: vec![Vec::new(); queue_count],
+        };
+        let mut shapes = PendingShapes::default();
+        let (mut started_jobs, mut finished, mut partial_gangs, mut preemptions) =
+            (0usize, 0usize, 0u64, 0u64);
+        let (mut cycles, mut decisions) = (0u64, 0u64);
+        let mut peak_pending = 0usize;
         let mut queued_time = 0.0;
         let mut allocated_integral = 0.0;
         let mut busy_integral = 0.0;
-        let mut queue_integral = vec![0.0; self.scheduler.queues.len()];
+        let mut queue_integral = vec![0.0; queue_count];
         let (mut frag_sum, mut frag_cycles) = (0.0, 0u64);
         let mut now = 0.0f64;
         let mut last_end = 0.0f64;
         let mut idle_retries = 0u32;
-        let first_submit = self.jobs.first().map_or(0.0, |j| j.submit_s);
         loop {
-            let next_arrival = arrivals.peek().map(|&(_, t)| t);
+            let next_arrival = arrivals.peek().map(|j| j.submit_s);
             let next_completion = completions.peek().map(|Reverse((Time(t), _, _))| *t);
             // With work pending, a real scheduler keeps retrying (and the Coscheduling permit
             // timeout fires) even when no job arrives or ends: retry every `RETRY_S`, until a
@@ -273,43 +362,56 @@ impl Replay {
             let retrying =
                 retry == Some(next) && next_arrival != Some(next) && next_completion != Some(next);
             // Integrate allocation over [now, next): always, and while work waits.
-            if next > now && now >= first_submit {
-                busy_integral += self.scheduler.running_gpus() as f64 * (next - now);
-            }
-            if self.scheduler.pending_count() > 0 && next > now {
+            if next > now {
                 let dt = next - now;
-                queued_time += dt;
-                allocated_integral += self.scheduler.running_gpus() as f64 * dt;
-                for (q, integral) in queue_integral.iter_mut().enumerate() {
-                    if self.scheduler.queues.parent(q).is_some()
-                        || self.scheduler.queues.children(q).is_empty()
-                    {
-                        *integral += self.scheduler.queues.used(q).gpus as f64 * dt;
+                let running = self.scheduler.running_gpus() as f64;
+                let queues = &self.scheduler.queues;
+                if now >= first_submit {
+                    busy_integral += running * dt;
+                }
+                if self.scheduler.pending_count() > 0 {
+                    queued_time += dt;
+                    allocated_integral += running * dt;
+                    for (q, integral) in queue_integral.iter_mut().enumerate() {
+                        if queues.parent(q).is_some() || queues.children(q).is_empty() {
+                            *integral += queues.used(q).gpus as f64 * dt;
+                        }
                     }
                 }
             }
             now = next;
-            while let Some(&(index, t)) = arrivals.peek() {
+            while let Some(job) = arrivals.next_if(|j| j.submit_s <= now) {
+                let spec = self.spec(&job);
+                let (queue, shape) = (spec.queue, ShapeKey::of(&spec.shape));
+                let id = self.scheduler.submit(spec);
+                shapes.add(shape);
+                live.insert(
+                    id,
+                    Live {
+                        queue,
+                        submit_s: job.submit_s,
+                        duration_s: job.duration_s,
+                        shape,
+                        generation: 0,
+                        started_s: None,
+                        partial: false,
+                    },
+                );
+            }
+            while let Some(&Reverse((Time(t), id, generation))) = completions.peek() {
                 if t > now {
                     break;
                 }
-                arrivals.next();
-                let spec = self.spec(&self.jobs[index]);
-                let id = self.scheduler.submit(spec);
-                trace_to_job.push(id);
-                generation.push(0);
-                duration.push(self.jobs[index].duration_s);
-                start_s.push(None);
-                ever_partial.push(false);
-            }
-            while let Some(Reverse((Time(t), id, gen_at))) = completions.peek() {
-                if *t > now {
-                    break;
-                }
-                let (id, gen_at) = (*id, *gen_at);
                 completions.pop();
-                if generation[id as usize] == gen_at && self.scheduler.is_running(id) {
+                let current = live.get(&id).is_some_and(|j| j.generation == generation);
+                if !current {
+                    stale = stale.saturating_sub(1);
+                    continue;
+                }
+                if self.scheduler.is_running(id) {
                     self.scheduler.finish(id);
+                    let job = live.remove(&id).expect("a live job");
+                    waits.record(&job, now);
                     finished += 1;
                     last_end = now;
                     if finished % 256 == 0 {
@@ -329,44 +431,52 @@ impl Replay {
             };
             decisions += output.decisions.len() as u64;
             for &victim in &output.evicted {
-                generation[victim as usize] += 1;
                 preemptions += 1;
-            }
-            for id in self.scheduler.partially_running() {
-                if !ever_partial[id as usize] {
-                    ever_partial[id as usize] = true;
-                    partial_gangs += 1;
+                if let Some(job) = live.get_mut(&victim) {
+                    job.generation += 1;
+                    stale += 1;
+                    shapes.add(job.shape);
                 }
             }
             for decision in &output.decisions {
                 on_decision(decision);
-                if decision.placed {
-                    let id = decision.job;
-                    let placed = self.scheduler.slots(id).len() as u32;
-                    // A job evicted later in the same cycle is pending again, with no slots.
-                    let running = self.scheduler.is_running(id);
-                    if running
-                        && placed != self.scheduler.job(id).pods
-                        && !ever_partial[id as usize]
-                    {
-                        ever_partial[id as usize] = true;
-                        partial_gangs += 1;
-                    }
-                    if !running {
-                        continue;
-                    }
-                    if start_s[id as usize].is_none() {
-                        start_s[id as usize] = Some(now);
-                    }
-                    completions.push(Reverse((
-                        Time(now + duration[id as usize]),
-                        id,
-                        generation[id as usize],
-                    )));
+                let id = decision.job;
+                let Some(job) = live.get_mut(&id) else {
+                    continue;
+                };
+                let held = self.scheduler.slots(id).len();
+                let running = self.scheduler.is_running(id);
+                // Some but not all of its pods hold nodes and run: a running job short of
+                // pods, or under a binding baseline a pending one that holds any node.
+                let partial = if running {
+                    held != self.scheduler.job(id).pods as usize
+                } else {
+                    binds_pods && held > 0
+                };
+                if partial && !job.partial {
+                    job.partial = true;
+                    partial_gangs += 1;
                 }
+                if !(decision.placed && running) {
+                    continue;
+                }
+                shapes.remove(job.shape);
+                if job.started_s.is_none() {
+                    job.started_s = Some(now);
+                    started_jobs += 1;
+                }
+                completions.push(Reverse((Time(now + job.duration_s), id, job.generation)));
             }
-            if self.scheduler.pending_count() > 0 {
-                frag_sum += self.fragmentation();
+            if stale > STALE_SWEEP && stale * 2 > completions.len() {
+                completions.retain(|Reverse((_, id, generation))| {
+                    live.get(id).is_some_and(|j| j.generation == *generation)
+                });
+                stale = 0;
+            }
+            let pending = self.scheduler.pending_count();
+            peak_pending = peak_pending.max(pending);
+            if pending > 0 {
+                frag_sum += self.fragmentation(&shapes);
                 frag_cycles += 1;
             }
             if self.options.audit {
@@ -381,29 +491,19 @@ impl Replay {
         }
         progress(finished);
 
-        // A job that never started counts its wait until the replay ended: leaving it out
-        // would make a scheduler that starves jobs look fast.
-        let waits: Vec<(usize, f64)> = trace_to_job
-            .iter()
-            .zip(&self.jobs)
-            .map(|(&id, job)| {
-                let queue = self.scheduler.queues.id(&job.queue).unwrap_or(0);
-                let start = start_s[id as usize].unwrap_or(now.max(job.submit_s));
-                (queue, start - job.submit_s)
-            })
-            .collect();
+        // A job that never started (or never restarted) counts its wait until the replay
+        // ended: leaving it out would make a scheduler that starves jobs look fast.
+        for job in live.values() {
+            waits.record(job, now);
+        }
         let mut queues = BTreeMap::new();
         for q in self.scheduler.queues.ids() {
-            let mine: Vec<f64> = waits
-                .iter()
-                .filter(|(queue, _)| *queue == q)
-                .map(|(_, w)| *w)
-                .collect();
+            let mine = std::mem::take(&mut waits.by_queue[q]);
             if self.scheduler.queues.children(q).is_empty() || !mine.is_empty() {
                 queues.insert(
                     self.scheduler.queues.name(q).to_string(),
                     QueueReport {
-                        wait: wait_stats(mine),
+                        wait: wait_stats(mine.clone()),
                         gpu_share: round6(ratio(
                             queue_integral[q],
                             queued_time * total_gpus as f64,
@@ -411,9 +511,10 @@ impl Replay {
                         fair_share: round6(self.scheduler.queues.fair_share(q)),
                     },
                 );
+                waits.by_queue[q] = mine;
             }
         }
-        let started_jobs = start_s.iter().filter(|s| s.is_some()).count();
+        let all_waits: Vec<f64> = waits.by_queue.concat();
         let seconds = started.elapsed().as_secs_f64();
         Ok(Report {
             cluster: self.cluster_name,
@@ -422,10 +523,11 @@ impl Replay {
             seed: self.options.seed,
             nodes: self.scheduler.state.len(),
             gpus: total_gpus,
-            jobs_submitted: trace_to_job.len(),
+            jobs_submitted,
             jobs_started: started_jobs,
             jobs_finished: finished,
-            jobs_never_started: trace_to_job.len() - started_jobs,
+            jobs_never_started: jobs_submitted - started_jobs,
+            peak_pending,
             gpu_allocation_while_queued: round6(ratio(
                 allocated_integral,
                 queued_time * total_gpus as f64,
@@ -434,7 +536,7 @@ impl Replay {
                 busy_integral,
                 (last_end - first_submit) * total_gpus as f64,
             )),
-            wait: wait_stats(waits.iter().map(|(_, w)| *w).collect()),
+            wait: wait_stats(all_waits),
             queues,
             partial_gangs,
             preemptions,
@@ -450,22 +552,19 @@ impl Replay {
     }
 
     /// Free GPUs that no pending job's pod shape can use, over all free GPUs.
-    fn fragmentation(&self) -> f64 {
+    fn fragmentation(&self, shapes: &PendingShapes) -> f64 {
         let nodes = &self.scheduler.state.nodes;
         // The smallest whole-GPU ask per GPU type (0 = any type), and the smallest fraction.
         let mut any_min = u32::MAX;
         let mut type_min: BTreeMap<u32, u32> = BTreeMap::new();
         let mut milli_min = u32::MAX;
-        for id in self.scheduler.pending() {
-            let shape = &self.scheduler.job(id).shape;
-            if shape.gpu_milli > 0 {
-                milli_min = milli_min.min(shape.gpu_milli);
-            } else if shape.gpus > 0 {
-                if shape.gpu_type == 0 {
-                    any_min = any_min.min(shape.gpus);
-                } else {
-                    let entry = type_min.entry(shape.gpu_type).or_insert(u32::MAX);
-                    *entry = (*entry).min(shape.gpus);
+        for &shape in shapes.0.keys() {
+            match shape {
+                ShapeKey::Milli(milli) => milli_min = milli_min.min(milli),
+                ShapeKey::Whole { gpu_type: 0, gpus } => any_min = any_min.min(gpus),
+                ShapeKey::Whole { gpu_type, gpus } => {
+                    let entry = type_min.entry(gpu_type).or_insert(u32::MAX);
+                    *entry = (*entry).min(gpus);
                 }
             }
         }
