@@ -8,8 +8,10 @@
 //! - [`trace`]: Gantry job trace v1 (`traces/FORMAT.md`) → [`TraceJob`]s in submit order.
 //! - [`alibaba`]: importers for the Alibaba GPU 2023 (`openb_*`) pod and node lists.
 //! - [`replay`]: trace replay through the core scheduler in virtual time, and its report.
+//! - [`fair`]: the max-min fair targets the report measures each queue's share against.
 
 pub mod alibaba;
+pub mod fair;
 pub mod replay;
 pub mod spec;
 pub mod trace;

@@ -13,6 +13,7 @@ use gantry_core::{
 };
 use serde::Serialize;
 
+use crate::fair;
 use crate::spec::Cluster;
 use crate::trace::TraceJob;
 
@@ -68,10 +69,22 @@ pub struct WaitStats {
 #[derive(Debug, Clone, Serialize, PartialEq)]
 pub struct QueueReport {
     pub wait: WaitStats,
-    /// Time-averaged share of the cluster's GPUs the queue held while work was queued.
+    /// Time-averaged share of the cluster's GPUs held by the queue's jobs whose every pod runs
+    /// (its quota charge aside), while work was queued.
     pub gpu_share: f64,
     /// Its share by weight, down the queue tree.
     pub fair_share: f64,
+    /// The same share over the common window (see [`Report::gpu_allocation_common_window`]).
+    pub gpu_share_common_window: f64,
+    /// Its max-min fair target over the same window, as a share of the cluster's GPUs: at each
+    /// instant, min(its demand, its fair share) by water-filling down the tree, with nominal
+    /// quota guaranteed first and the rest shared by weight (`fair::max_min_targets`), then
+    /// time-averaged. A queue with no demand has a target of 0.
+    pub max_min_fair_target: f64,
+    /// `gpu_share_common_window - max_min_fair_target`: below 0, the queue got less than it
+    /// could have used of its fair share (starved); near 0, it got its due; above 0, it used
+    /// what others left idle or could not use.
+    pub deviation_from_target: f64,
 }
 
 /// What `gantry simulate --report` writes.
@@ -92,12 +105,22 @@ pub struct Report {
     pub peak_pending: usize,
     /// GPUs held by jobs whose every pod runs, over total GPUs, time-weighted over the time
     /// when work was queued. GPUs held by a partly placed gang do no work and do not count.
+    /// The window depends on the scheduler: compare schedulers with
+    /// `gpu_allocation_common_window`.
     pub gpu_allocation_while_queued: f64,
+    /// The same over one window that depends on the trace alone, so it is the same for every
+    /// scheduler given the same trace: from the first submission to the last.
+    pub gpu_allocation_common_window: f64,
     /// The same over the whole run, from the first submission to the last completion: the
     /// same work done sooner shows here as a higher figure.
     pub gpu_allocation_over_makespan: f64,
-    /// Over every submitted job; one that never started counts its wait until the end.
+    /// Over every submitted job: the time from submission to its first start, plus any time
+    /// spent pending again after a preemption (`requeue_wait`). A job that never started (or
+    /// never restarted) counts its wait until the end.
     pub wait: WaitStats,
+    /// Over the jobs preempted at least once: the time each spent pending again after its
+    /// preemptions, summed per job.
+    pub requeue_wait: WaitStats,
     pub queues: BTreeMap<String, QueueReport>,
     /// Gangs that ever ran with some but not all of their pods. Must be 0.
     pub partial_gangs: u64,
@@ -107,7 +130,10 @@ pub struct Report {
     pub fragmentation: f64,
     pub makespan_s: f64,
     pub cycles: u64,
+    /// Every decision, retries of a pending job included.
     pub decisions: u64,
+    /// Decisions that were a job's first.
+    pub first_attempt_decisions: u64,
     pub wall_clock: WallClock,
 }
 
@@ -115,7 +141,10 @@ pub struct Report {
 #[derive(Debug, Clone, Serialize, PartialEq)]
 pub struct WallClock {
     pub seconds: f64,
+    /// Every decision per second, retries included.
     pub decisions_per_s: f64,
+    /// Decisions that were a job's first, per second: jobs decided on per second.
+    pub first_attempt_decisions_per_s: f64,
 }
 
 /// Virtual time with a total order, for the completion heap.
@@ -159,11 +188,18 @@ struct Live {
     queue: QueueId,
     submit_s: f64,
     duration_s: f64,
+    gpus: u64,
     shape: Option<ShapeKey>,
     /// Bumped by each eviction: a completion pushed before it is stale.
     generation: u32,
     started_s: Option<f64>,
+    /// When it was last evicted, while it waits to run again.
+    evicted_s: Option<f64>,
+    /// Time spent pending again after its preemptions, so far.
+    requeue_s: f64,
+    preempted: bool,
     partial: bool,
+    decided: bool,
 }
 
 /// A pod shape as fragmentation sees it.
@@ -214,15 +250,21 @@ impl PendingShapes {
     }
 }
 
-/// Each job's wait, per queue, kept when it finishes (or when the replay ends).
+/// Each job's wait, kept when it finishes (or when the replay ends).
 struct Waits {
     by_queue: Vec<Vec<f64>>,
+    /// Of the jobs preempted at least once: their time pending again.
+    requeue: Vec<f64>,
 }
 
 impl Waits {
     fn record(&mut self, job: &Live, end_s: f64) {
+        let requeue = job.requeue_s + job.evicted_s.map_or(0.0, |t| end_s - t);
         let first = job.started_s.unwrap_or(end_s.max(job.submit_s)) - job.submit_s;
-        self.by_queue[job.queue].push(first);
+        self.by_queue[job.queue].push(first + requeue);
+        if job.preempted {
+            self.requeue.push(requeue);
+        }
     }
 }
 
@@ -318,7 +360,17 @@ impl Replay {
         // Baselines whose placed pods are bound and run while their siblings wait: a gang
         // holding some nodes there is a partial gang. (Coscheduling's wait unbound, at permit.)
         let binds_pods = matches!(self.scheduler.config.mode, Mode::K8sDefault | Mode::Kueue);
-        let first_submit = self.jobs.first().map_or(0.0, |j| j.submit_s);
+        let first_submit = self
+            .jobs
+            .iter()
+            .map(|j| j.submit_s)
+            .reduce(f64::min)
+            .unwrap_or(0.0);
+        let last_submit = self
+            .jobs
+            .iter()
+            .map(|j| j.submit_s)
+            .fold(first_submit, f64::max);
         let jobs_submitted = self.jobs.len();
         let mut arrivals = std::mem::take(&mut self.jobs).into_iter().peekable();
         let queue_count = self.scheduler.queues.len();
@@ -329,16 +381,25 @@ impl Replay {
         let mut stale = 0usize;
         let mut waits = Waits {
             by_queue: vec![Vec::new(); queue_count],
+            requeue: Vec::new(),
         };
         let mut shapes = PendingShapes::default();
+        // GPUs of each queue's own pending and running jobs (its demand), and of its own
+        // jobs whose every pod runs: a queue's share counts the GPUs doing work, not its
+        // quota charge (Kueue charges an admitted workload whose pods still wait).
+        let mut own_demand = vec![0u64; queue_count];
+        let mut own_running = vec![0u64; queue_count];
         let (mut started_jobs, mut finished, mut partial_gangs, mut preemptions) =
             (0usize, 0usize, 0u64, 0u64);
-        let (mut cycles, mut decisions) = (0u64, 0u64);
+        let (mut cycles, mut decisions, mut first_decisions) = (0u64, 0u64, 0u64);
         let mut peak_pending = 0usize;
         let mut queued_time = 0.0;
         let mut allocated_integral = 0.0;
         let mut busy_integral = 0.0;
         let mut queue_integral = vec![0.0; queue_count];
+        let mut window_allocated = 0.0;
+        let mut window_queue = vec![0.0; queue_count];
+        let mut window_target = vec![0.0; queue_count];
         let (mut frag_sum, mut frag_cycles) = (0.0, 0u64);
         let mut now = 0.0f64;
         let mut last_end = 0.0f64;
@@ -361,11 +422,13 @@ impl Replay {
             };
             let retrying =
                 retry == Some(next) && next_arrival != Some(next) && next_completion != Some(next);
-            // Integrate allocation over [now, next): always, and while work waits.
+            // Integrate over [now, next): allocation always, while work waits, and within the
+            // common window; each queue's use and max-min fair target within the window.
             if next > now {
                 let dt = next - now;
                 let running = self.scheduler.running_gpus() as f64;
                 let queues = &self.scheduler.queues;
+                let queue_running = subtree_sums(queues, &own_running);
                 if now >= first_submit {
                     busy_integral += running * dt;
                 }
@@ -374,16 +437,27 @@ impl Replay {
                     allocated_integral += running * dt;
                     for (q, integral) in queue_integral.iter_mut().enumerate() {
                         if queues.parent(q).is_some() || queues.children(q).is_empty() {
-                            *integral += queues.used(q).gpus as f64 * dt;
+                            *integral += queue_running[q] as f64 * dt;
                         }
+                    }
+                }
+                let overlap = next.min(last_submit) - now.max(first_submit);
+                if overlap > 0.0 {
+                    window_allocated += running * overlap;
+                    let targets = fair::max_min_targets(queues, &own_demand, total_gpus);
+                    for q in queues.ids() {
+                        window_queue[q] += queue_running[q] as f64 * overlap;
+                        window_target[q] += targets[q] * overlap;
                     }
                 }
             }
             now = next;
             while let Some(job) = arrivals.next_if(|j| j.submit_s <= now) {
                 let spec = self.spec(&job);
-                let (queue, shape) = (spec.queue, ShapeKey::of(&spec.shape));
+                let (queue, gpus, shape) =
+                    (spec.queue, spec.total().gpus, ShapeKey::of(&spec.shape));
                 let id = self.scheduler.submit(spec);
+                own_demand[queue] += gpus;
                 shapes.add(shape);
                 live.insert(
                     id,
@@ -391,10 +465,15 @@ impl Replay {
                         queue,
                         submit_s: job.submit_s,
                         duration_s: job.duration_s,
+                        gpus,
                         shape,
                         generation: 0,
                         started_s: None,
+                        evicted_s: None,
+                        requeue_s: 0.0,
+                        preempted: false,
                         partial: false,
+                        decided: false,
                     },
                 );
             }
@@ -411,6 +490,8 @@ impl Replay {
                 if self.scheduler.is_running(id) {
                     self.scheduler.finish(id);
                     let job = live.remove(&id).expect("a live job");
+                    own_demand[job.queue] -= job.gpus;
+                    own_running[job.queue] -= job.gpus;
                     waits.record(&job, now);
                     finished += 1;
                     last_end = now;
@@ -435,6 +516,9 @@ impl Replay {
                 if let Some(job) = live.get_mut(&victim) {
                     job.generation += 1;
                     stale += 1;
+                    job.preempted = true;
+                    job.evicted_s = Some(now);
+                    own_running[job.queue] -= job.gpus;
                     shapes.add(job.shape);
                 }
             }
@@ -444,6 +528,10 @@ impl Replay {
                 let Some(job) = live.get_mut(&id) else {
                     continue;
                 };
+                if !job.decided {
+                    job.decided = true;
+                    first_decisions += 1;
+                }
                 let held = self.scheduler.slots(id).len();
                 let running = self.scheduler.is_running(id);
                 // Some but not all of its pods hold nodes and run: a running job short of
@@ -461,9 +549,17 @@ impl Replay {
                     continue;
                 }
                 shapes.remove(job.shape);
-                if job.started_s.is_none() {
-                    job.started_s = Some(now);
-                    started_jobs += 1;
+                own_running[job.queue] += job.gpus;
+                match job.started_s {
+                    None => {
+                        job.started_s = Some(now);
+                        started_jobs += 1;
+                    }
+                    Some(_) => {
+                        if let Some(evicted) = job.evicted_s.take() {
+                            job.requeue_s += now - evicted;
+                        }
+                    }
                 }
                 completions.push(Reverse((Time(now + job.duration_s), id, job.generation)));
             }
@@ -496,10 +592,13 @@ impl Replay {
         for job in live.values() {
             waits.record(job, now);
         }
+        let window = (last_submit - first_submit) * total_gpus as f64;
         let mut queues = BTreeMap::new();
         for q in self.scheduler.queues.ids() {
             let mine = std::mem::take(&mut waits.by_queue[q]);
             if self.scheduler.queues.children(q).is_empty() || !mine.is_empty() {
+                let share = ratio(window_queue[q], window);
+                let target = ratio(window_target[q], window);
                 queues.insert(
                     self.scheduler.queues.name(q).to_string(),
                     QueueReport {
@@ -509,6 +608,9 @@ impl Replay {
                             queued_time * total_gpus as f64,
                         )),
                         fair_share: round6(self.scheduler.queues.fair_share(q)),
+                        gpu_share_common_window: round6(share),
+                        max_min_fair_target: round6(target),
+                        deviation_from_target: round6(share - target),
                     },
                 );
                 waits.by_queue[q] = mine;
@@ -532,11 +634,13 @@ impl Replay {
                 allocated_integral,
                 queued_time * total_gpus as f64,
             )),
+            gpu_allocation_common_window: round6(ratio(window_allocated, window)),
             gpu_allocation_over_makespan: round6(ratio(
                 busy_integral,
                 (last_end - first_submit) * total_gpus as f64,
             )),
             wait: wait_stats(all_waits),
+            requeue_wait: wait_stats(waits.requeue),
             queues,
             partial_gangs,
             preemptions,
@@ -544,9 +648,11 @@ impl Replay {
             makespan_s: round6(last_end - first_submit),
             cycles,
             decisions,
+            first_attempt_decisions: first_decisions,
             wall_clock: WallClock {
                 seconds: round6(seconds),
                 decisions_per_s: round6(ratio(decisions as f64, seconds)),
+                first_attempt_decisions_per_s: round6(ratio(first_decisions as f64, seconds)),
             },
         })
     }
@@ -586,6 +692,19 @@ impl Replay {
         }
         ratio(unusable as f64, free as f64)
     }
+}
+
+/// Per queue, `own` summed over the queue and its descendants.
+fn subtree_sums(queues: &gantry_core::Queues, own: &[u64]) -> Vec<u64> {
+    let mut sums = vec![0u64; own.len()];
+    for q in queues.ids() {
+        let mut at = Some(q);
+        while let Some(a) = at {
+            sums[a] += own[q];
+            at = queues.parent(a);
+        }
+    }
+    sums
 }
 
 fn ratio(a: f64, b: f64) -> f64 {

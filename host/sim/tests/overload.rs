@@ -89,6 +89,8 @@ fn replay(jobs: usize) -> serde_json::Value {
         "cycles": report.cycles,
         "peak_pending": report.peak_pending,
         "decisions": report.decisions,
+        "first_attempt_decisions": report.first_attempt_decisions,
+        "gpu_allocation_common_window": report.gpu_allocation_common_window,
     })
 }
 
