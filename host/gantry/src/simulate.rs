@@ -23,7 +23,9 @@ pub struct SimulateArgs {
     #[arg(long = "policy", value_name = "FILE.wasm")]
     policies: Vec<PathBuf>,
     /// Replay as an anchor scheduler instead of Gantry: `k8s-default` (stock kube-scheduler,
-    /// pod by pod, no gangs) or `coscheduling` (scheduler-plugins Coscheduling, 60 s permit).
+    /// pod by pod, no gangs), `coscheduling` (scheduler-plugins Coscheduling, 60 s permit) or
+    /// `kueue` (Kueue's quota admission with borrowing, BestEffortFIFO, then stock
+    /// kube-scheduler).
     #[arg(long, value_name = "NAME")]
     baseline: Option<Baseline>,
     /// Divide every submit time by this, to turn a light trace into a saturated one.
@@ -50,6 +52,7 @@ pub struct SimulateArgs {
 enum Baseline {
     K8sDefault,
     Coscheduling,
+    Kueue,
 }
 
 /// A trace file in either supported format, told apart by its header.
@@ -115,6 +118,7 @@ pub fn run(args: SimulateArgs) -> anyhow::Result<()> {
         Some(Baseline::Coscheduling) => Mode::Coscheduling {
             permit_timeout_s: 60.0,
         },
+        Some(Baseline::Kueue) => Mode::Kueue,
     };
     anyhow::ensure!(
         args.baseline.is_none() || args.policies.is_empty(),

@@ -246,11 +246,16 @@ fn on_a_saturated_mix_gantry_beats_the_anchors_and_never_runs_a_gang_partially()
         &["--baseline", "coscheduling"],
         &temp("c.json"),
     );
+    let kueue = simulate(&cluster, &trace, &["--baseline", "kueue"], &temp("q.json"));
     assert_eq!(gantry["partial_gangs"], 0);
     assert_eq!(cosched["partial_gangs"], 0);
     assert!(stock["partial_gangs"].as_u64().unwrap() > 0, "{stock}");
+    // Kueue admits whole workloads, but kube-scheduler behind it still places pods one by one.
+    assert!(kueue["partial_gangs"].as_u64().unwrap() > 0, "{kueue}");
+    assert_eq!(kueue["jobs_finished"], 400, "{kueue}");
     assert_eq!(gantry["scheduler"], "gantry");
     assert_eq!(stock["scheduler"], "k8s-default");
+    assert_eq!(kueue["scheduler"], "kueue");
     // On this saturated mix Gantry's default beats both anchors on mean wait and on the GPUs
     // doing work while jobs queue (the figures are in the README).
     let f = |report: &serde_json::Value, path: &[&str]| {
@@ -267,6 +272,15 @@ fn on_a_saturated_mix_gantry_beats_the_anchors_and_never_runs_a_gang_partially()
         assert!(
             f(&gantry, &["gpu_allocation_while_queued"])
                 > f(anchor, &["gpu_allocation_while_queued"]),
+            "{anchor}"
+        );
+    }
+    // Over the window every scheduler shares (first to last submission), Gantry keeps more
+    // GPUs doing work than all three, Kueue included.
+    for anchor in [&stock, &cosched, &kueue] {
+        assert!(
+            f(&gantry, &["gpu_allocation_common_window"])
+                > f(anchor, &["gpu_allocation_common_window"]),
             "{anchor}"
         );
     }
