@@ -23,7 +23,9 @@ pub struct SimulateArgs {
     #[arg(long = "policy", value_name = "FILE.wasm")]
     policies: Vec<PathBuf>,
     /// Replay as an anchor scheduler instead of Gantry: `k8s-default` (stock kube-scheduler,
-    /// pod by pod, no gangs) or `coscheduling` (scheduler-plugins Coscheduling, 60 s permit).
+    /// pod by pod, no gangs), `coscheduling` (scheduler-plugins Coscheduling, 60 s permit) or
+    /// `kueue` (Kueue's quota admission with borrowing, BestEffortFIFO, then stock
+    /// kube-scheduler).
     #[arg(long, value_name = "NAME")]
     baseline: Option<Baseline>,
     /// Divide every submit time by this, to turn a light trace into a saturated one.
@@ -50,6 +52,7 @@ pub struct SimulateArgs {
 enum Baseline {
     K8sDefault,
     Coscheduling,
+    Kueue,
 }
 
 /// A trace file in either supported format, told apart by its header.
@@ -115,6 +118,7 @@ pub fn run(args: SimulateArgs) -> anyhow::Result<()> {
         Some(Baseline::Coscheduling) => Mode::Coscheduling {
             permit_timeout_s: 60.0,
         },
+        Some(Baseline::Kueue) => Mode::Kueue,
     };
     anyhow::ensure!(
         args.baseline.is_none() || args.policies.is_empty(),
@@ -162,6 +166,7 @@ pub fn run(args: SimulateArgs) -> anyhow::Result<()> {
     if args.no_wall_clock {
         report.wall_clock.seconds = 0.0;
         report.wall_clock.decisions_per_s = 0.0;
+        report.wall_clock.first_attempt_decisions_per_s = 0.0;
     }
     let json = serde_json::to_string_pretty(&report)?;
     std::fs::write(&args.report, json + "\n")
@@ -175,15 +180,21 @@ fn print_summary(r: &Report) {
         r.trace, r.cluster, r.nodes, r.gpus, r.scheduler
     );
     println!(
-        "  jobs: {} submitted, {} started, {} finished, {} never started",
-        r.jobs_submitted, r.jobs_started, r.jobs_finished, r.jobs_never_started
+        "  jobs: {} submitted, {} started, {} finished, {} never started, at most {} pending",
+        r.jobs_submitted, r.jobs_started, r.jobs_finished, r.jobs_never_started, r.peak_pending
     );
     println!(
-        "  wait: mean {:.0}s, p50 {:.0}s, p95 {:.0}s, p99 {:.0}s",
-        r.wait.mean_s, r.wait.p50_s, r.wait.p95_s, r.wait.p99_s
+        "  wait: mean {:.0}s, p50 {:.0}s, p95 {:.0}s, p99 {:.0}s; back in the queue after a preemption: {} jobs, mean {:.0}s",
+        r.wait.mean_s,
+        r.wait.p50_s,
+        r.wait.p95_s,
+        r.wait.p99_s,
+        r.requeue_wait.jobs,
+        r.requeue_wait.mean_s
     );
     println!(
-        "  GPU allocation while work was queued: {:.1}%   fragmentation: {:.1}%",
+        "  GPU allocation: {:.1}% over the common window, {:.1}% while work was queued   fragmentation: {:.1}%",
+        r.gpu_allocation_common_window * 100.0,
         r.gpu_allocation_while_queued * 100.0,
         r.fragmentation * 100.0
     );
@@ -193,16 +204,22 @@ fn print_summary(r: &Report) {
     );
     for (name, q) in &r.queues {
         println!(
-            "  queue {name:<12} {:>5} jobs, wait p50 {:>8.0}s p99 {:>8.0}s, GPU share {:>5.1}% (fair {:>5.1}%)",
+            "  queue {name:<12} {:>5} jobs, wait p50 {:>8.0}s p99 {:>8.0}s, GPU share {:>5.1}% (max-min fair target {:>5.1}%, deviation {:>+5.1}%)",
             q.wait.jobs,
             q.wait.p50_s,
             q.wait.p99_s,
-            q.gpu_share * 100.0,
-            q.fair_share * 100.0
+            q.gpu_share_common_window * 100.0,
+            q.max_min_fair_target * 100.0,
+            q.deviation_from_target * 100.0
         );
     }
     println!(
-        "  {} decisions in {} cycles, {:.2}s wall clock ({:.0} decisions/s)",
-        r.decisions, r.cycles, r.wall_clock.seconds, r.wall_clock.decisions_per_s
+        "  {} decisions ({} first attempts) in {} cycles, {:.2}s wall clock ({:.0} decisions/s, {:.0} first attempts/s)",
+        r.decisions,
+        r.first_attempt_decisions,
+        r.cycles,
+        r.wall_clock.seconds,
+        r.wall_clock.decisions_per_s,
+        r.wall_clock.first_attempt_decisions_per_s
     );
 }

@@ -9,8 +9,10 @@
 //! - [`alibaba`]: importers for the Alibaba GPU 2023 (`openb_*`) pod and node lists.
 //! - [`replay`]: trace replay through the core scheduler in virtual time, and its report.
 //! - [`synthetic`]: the demo's synthetic load, a cluster source and binder for the engine.
+//! - [`fair`]: the max-min fair targets the report measures each queue's share against.
 
 pub mod alibaba;
+pub mod fair;
 pub mod replay;
 pub mod spec;
 pub mod synthetic;

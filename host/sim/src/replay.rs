@@ -8,11 +8,12 @@ use std::sync::Arc;
 use std::time::Instant;
 
 use gantry_core::{
-    ClusterState, JobId, JobSpec, PodShape, PolicyHooks, Scheduler, SchedulerConfig, Symbols,
-    TopologyPref,
+    ClusterState, JobId, JobSpec, Mode, PodShape, PolicyHooks, QueueId, Scheduler, SchedulerConfig,
+    Symbols, TopologyPref,
 };
 use serde::Serialize;
 
+use crate::fair;
 use crate::spec::Cluster;
 use crate::trace::TraceJob;
 
@@ -68,10 +69,22 @@ pub struct WaitStats {
 #[derive(Debug, Clone, Serialize, PartialEq)]
 pub struct QueueReport {
     pub wait: WaitStats,
-    /// Time-averaged share of the cluster's GPUs the queue held while work was queued.
+    /// Time-averaged share of the cluster's GPUs held by the queue's jobs whose every pod runs
+    /// (its quota charge aside), while work was queued.
     pub gpu_share: f64,
     /// Its share by weight, down the queue tree.
     pub fair_share: f64,
+    /// The same share over the common window (see [`Report::gpu_allocation_common_window`]).
+    pub gpu_share_common_window: f64,
+    /// Its max-min fair target over the same window, as a share of the cluster's GPUs: at each
+    /// instant, min(its demand, its fair share) by water-filling down the tree, with nominal
+    /// quota guaranteed first and the rest shared by weight (`fair::max_min_targets`), then
+    /// time-averaged. A queue with no demand has a target of 0.
+    pub max_min_fair_target: f64,
+    /// `gpu_share_common_window - max_min_fair_target`: below 0, the queue got less than it
+    /// could have used of its fair share (starved); near 0, it got its due; above 0, it used
+    /// what others left idle or could not use.
+    pub deviation_from_target: f64,
 }
 
 /// What `gantry simulate --report` writes.
@@ -88,14 +101,26 @@ pub struct Report {
     pub jobs_finished: usize,
     /// Jobs that never started: larger than the cluster, or starved (a scheduler deadlock).
     pub jobs_never_started: usize,
+    /// Most jobs pending at once (after a cycle).
+    pub peak_pending: usize,
     /// GPUs held by jobs whose every pod runs, over total GPUs, time-weighted over the time
     /// when work was queued. GPUs held by a partly placed gang do no work and do not count.
+    /// The window depends on the scheduler: compare schedulers with
+    /// `gpu_allocation_common_window`.
     pub gpu_allocation_while_queued: f64,
+    /// The same over one window that depends on the trace alone, so it is the same for every
+    /// scheduler given the same trace: from the first submission to the last.
+    pub gpu_allocation_common_window: f64,
     /// The same over the whole run, from the first submission to the last completion: the
     /// same work done sooner shows here as a higher figure.
     pub gpu_allocation_over_makespan: f64,
-    /// Over every submitted job; one that never started counts its wait until the end.
+    /// Over every submitted job: the time from submission to its first start, plus any time
+    /// spent pending again after a preemption (`requeue_wait`). A job that never started (or
+    /// never restarted) counts its wait until the end.
     pub wait: WaitStats,
+    /// Over the jobs preempted at least once: the time each spent pending again after its
+    /// preemptions, summed per job.
+    pub requeue_wait: WaitStats,
     pub queues: BTreeMap<String, QueueReport>,
     /// Gangs that ever ran with some but not all of their pods. Must be 0.
     pub partial_gangs: u64,
@@ -105,7 +130,10 @@ pub struct Report {
     pub fragmentation: f64,
     pub makespan_s: f64,
     pub cycles: u64,
+    /// Every decision, retries of a pending job included.
     pub decisions: u64,
+    /// Decisions that were a job's first.
+    pub first_attempt_decisions: u64,
     pub wall_clock: WallClock,
 }
 
@@ -113,7 +141,10 @@ pub struct Report {
 #[derive(Debug, Clone, Serialize, PartialEq)]
 pub struct WallClock {
     pub seconds: f64,
+    /// Every decision per second, retries included.
     pub decisions_per_s: f64,
+    /// Decisions that were a job's first, per second: jobs decided on per second.
+    pub first_attempt_decisions_per_s: f64,
 }
 
 /// Virtual time with a total order, for the completion heap.
@@ -135,6 +166,8 @@ impl Ord for Time {
 const RETRY_S: f64 = 30.0;
 /// Retries in a row that change nothing, with nothing running, before the replay gives up.
 const MAX_IDLE_RETRIES: u32 = 40;
+/// Stale completions (of jobs evicted since) kept in the heap before it is swept.
+const STALE_SWEEP: usize = 64;
 
 /// Every decision the replay made, for callers that keep them (the store, the UI).
 pub type OnDecision<'a> = dyn FnMut(&gantry_core::Decision) + 'a;
@@ -144,9 +177,95 @@ pub struct Replay {
     cluster_name: String,
     trace_name: String,
     scheduler: Scheduler,
-    /// Trace order: `job_ids[i]` is the scheduler's id for `jobs[i]`.
+    /// The trace in submit order; the replay consumes it as jobs arrive.
     jobs: Vec<TraceJob>,
     options: ReplayOptions,
+}
+
+/// What the replay keeps of a job while it is live (pending or running). It is dropped when
+/// the job finishes, leaving only its wait, so memory follows what is live, not history.
+struct Live {
+    queue: QueueId,
+    submit_s: f64,
+    duration_s: f64,
+    gpus: u64,
+    shape: Option<ShapeKey>,
+    /// Bumped by each eviction: a completion pushed before it is stale.
+    generation: u32,
+    started_s: Option<f64>,
+    /// When it was last evicted, while it waits to run again.
+    evicted_s: Option<f64>,
+    /// Time spent pending again after its preemptions, so far.
+    requeue_s: f64,
+    preempted: bool,
+    partial: bool,
+    decided: bool,
+}
+
+/// A pod shape as fragmentation sees it.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord)]
+enum ShapeKey {
+    /// Whole GPUs of a type (0 = any).
+    Whole { gpu_type: u32, gpus: u32 },
+    /// A fraction of one GPU, in milli-GPUs.
+    Milli(u32),
+}
+
+impl ShapeKey {
+    fn of(shape: &PodShape) -> Option<Self> {
+        if shape.gpu_milli > 0 {
+            Some(Self::Milli(shape.gpu_milli))
+        } else if shape.gpus > 0 {
+            Some(Self::Whole {
+                gpu_type: shape.gpu_type,
+                gpus: shape.gpus,
+            })
+        } else {
+            None
+        }
+    }
+}
+
+/// The pending jobs' pod shapes, counted as jobs arrive, start and are evicted, so that
+/// fragmentation costs the distinct shapes and the nodes, not the pending jobs.
+#[derive(Default)]
+struct PendingShapes(BTreeMap<ShapeKey, u64>);
+
+impl PendingShapes {
+    fn add(&mut self, shape: Option<ShapeKey>) {
+        if let Some(shape) = shape {
+            *self.0.entry(shape).or_default() += 1;
+        }
+    }
+
+    fn remove(&mut self, shape: Option<ShapeKey>) {
+        if let Some(shape) = shape
+            && let Some(count) = self.0.get_mut(&shape)
+        {
+            *count -= 1;
+            if *count == 0 {
+                self.0.remove(&shape);
+            }
+        }
+    }
+}
+
+/// Each job's wait, kept when it finishes (or when the replay ends).
+struct Waits {
+    by_queue: Vec<Vec<f64>>,
+    /// Of the jobs preempted at least once: their time pending again.
+    requeue: Vec<f64>,
+}
+
+impl Waits {
+    fn record(&mut self, job: &Live, end_s: f64) {
+        let requeue = job.requeue_s + job.evicted_s.map_or(0.0, |t| end_s - t);
+        let first = job.started_s.unwrap_or(end_s.max(job.submit_s)) - job.submit_s;
+        self.by_queue[job.queue].push(first + requeue);
+        if job.preempted {
+            self.requeue.push(requeue);
+        }
+    }
 }
 
 impl Replay {
@@ -219,6 +338,10 @@ impl Replay {
     }
 
     /// Replay the whole trace. `progress` is told how many jobs have finished, now and then.
+    ///
+    /// Each step costs what is live, never what is past: the jobs arriving or ending, the
+    /// cycle itself, the decisions it made, the queues, the nodes and the distinct pending pod
+    /// shapes. A finished job leaves nothing behind but its wait.
     pub fn run(
         mut self,
         hooks: &mut dyn PolicyHooks,
@@ -234,28 +357,55 @@ impl Replay {
             .iter()
             .map(|&g| u64::from(g))
             .sum();
-        let mut arrivals = self.jobs.iter().map(|j| j.submit_s).enumerate().peekable();
-        let mut trace_to_job: Vec<JobId> = Vec::with_capacity(self.jobs.len());
+        // Baselines whose placed pods are bound and run while their siblings wait: a gang
+        // holding some nodes there is a partial gang. (Coscheduling's wait unbound, at permit.)
+        let binds_pods = matches!(self.scheduler.config.mode, Mode::K8sDefault | Mode::Kueue);
+        let first_submit = self
+            .jobs
+            .iter()
+            .map(|j| j.submit_s)
+            .reduce(f64::min)
+            .unwrap_or(0.0);
+        let last_submit = self
+            .jobs
+            .iter()
+            .map(|j| j.submit_s)
+            .fold(first_submit, f64::max);
+        let jobs_submitted = self.jobs.len();
+        let mut arrivals = std::mem::take(&mut self.jobs).into_iter().peekable();
+        let queue_count = self.scheduler.queues.len();
+        let mut live: BTreeMap<JobId, Live> = BTreeMap::new();
         // Completions: (end time, job, generation); an eviction bumps the job's generation so
-        // a stale completion is ignored.
+        // its completion goes stale, and stale ones are swept once they outnumber the others.
         let mut completions: BinaryHeap<Reverse<(Time, JobId, u32)>> = BinaryHeap::new();
-        let mut generation: Vec<u32> = Vec::new();
-        let mut duration: Vec<f64> = Vec::new();
-        let mut start_s: Vec<Option<f64>> = Vec::new();
-        let mut ever_partial: Vec<bool> = Vec::new();
-        let (mut finished, mut partial_gangs, mut preemptions, mut cycles, mut decisions) =
-            (0usize, 0u64, 0u64, 0u64, 0u64);
+        let mut stale = 0usize;
+        let mut waits = Waits {
+            by_queue: vec![Vec::new(); queue_count],
+            requeue: Vec::new(),
+        };
+        let mut shapes = PendingShapes::default();
+        // GPUs of each queue's own pending and running jobs (its demand), and of its own
+        // jobs whose every pod runs: a queue's share counts the GPUs doing work, not its
+        // quota charge (Kueue charges an admitted workload whose pods still wait).
+        let mut own_demand = vec![0u64; queue_count];
+        let mut own_running = vec![0u64; queue_count];
+        let (mut started_jobs, mut finished, mut partial_gangs, mut preemptions) =
+            (0usize, 0usize, 0u64, 0u64);
+        let (mut cycles, mut decisions, mut first_decisions) = (0u64, 0u64, 0u64);
+        let mut peak_pending = 0usize;
         let mut queued_time = 0.0;
         let mut allocated_integral = 0.0;
         let mut busy_integral = 0.0;
-        let mut queue_integral = vec![0.0; self.scheduler.queues.len()];
+        let mut queue_integral = vec![0.0; queue_count];
+        let mut window_allocated = 0.0;
+        let mut window_queue = vec![0.0; queue_count];
+        let mut window_target = vec![0.0; queue_count];
         let (mut frag_sum, mut frag_cycles) = (0.0, 0u64);
         let mut now = 0.0f64;
         let mut last_end = 0.0f64;
         let mut idle_retries = 0u32;
-        let first_submit = self.jobs.first().map_or(0.0, |j| j.submit_s);
         loop {
-            let next_arrival = arrivals.peek().map(|&(_, t)| t);
+            let next_arrival = arrivals.peek().map(|j| j.submit_s);
             let next_completion = completions.peek().map(|Reverse((Time(t), _, _))| *t);
             // With work pending, a real scheduler keeps retrying (and the Coscheduling permit
             // timeout fires) even when no job arrives or ends: retry every `RETRY_S`, until a
@@ -272,44 +422,77 @@ impl Replay {
             };
             let retrying =
                 retry == Some(next) && next_arrival != Some(next) && next_completion != Some(next);
-            // Integrate allocation over [now, next): always, and while work waits.
-            if next > now && now >= first_submit {
-                busy_integral += self.scheduler.running_gpus() as f64 * (next - now);
-            }
-            if self.scheduler.pending_count() > 0 && next > now {
+            // Integrate over [now, next): allocation always, while work waits, and within the
+            // common window; each queue's use and max-min fair target within the window.
+            if next > now {
                 let dt = next - now;
-                queued_time += dt;
-                allocated_integral += self.scheduler.running_gpus() as f64 * dt;
-                for (q, integral) in queue_integral.iter_mut().enumerate() {
-                    if self.scheduler.queues.parent(q).is_some()
-                        || self.scheduler.queues.children(q).is_empty()
-                    {
-                        *integral += self.scheduler.queues.used(q).gpus as f64 * dt;
+                let running = self.scheduler.running_gpus() as f64;
+                let queues = &self.scheduler.queues;
+                let queue_running = subtree_sums(queues, &own_running);
+                if now >= first_submit {
+                    busy_integral += running * dt;
+                }
+                if self.scheduler.pending_count() > 0 {
+                    queued_time += dt;
+                    allocated_integral += running * dt;
+                    for (q, integral) in queue_integral.iter_mut().enumerate() {
+                        if queues.parent(q).is_some() || queues.children(q).is_empty() {
+                            *integral += queue_running[q] as f64 * dt;
+                        }
+                    }
+                }
+                let overlap = next.min(last_submit) - now.max(first_submit);
+                if overlap > 0.0 {
+                    window_allocated += running * overlap;
+                    let targets = fair::max_min_targets(queues, &own_demand, total_gpus);
+                    for q in queues.ids() {
+                        window_queue[q] += queue_running[q] as f64 * overlap;
+                        window_target[q] += targets[q] * overlap;
                     }
                 }
             }
             now = next;
-            while let Some(&(index, t)) = arrivals.peek() {
+            while let Some(job) = arrivals.next_if(|j| j.submit_s <= now) {
+                let spec = self.spec(&job);
+                let (queue, gpus, shape) =
+                    (spec.queue, spec.total().gpus, ShapeKey::of(&spec.shape));
+                let id = self.scheduler.submit(spec);
+                own_demand[queue] += gpus;
+                shapes.add(shape);
+                live.insert(
+                    id,
+                    Live {
+                        queue,
+                        submit_s: job.submit_s,
+                        duration_s: job.duration_s,
+                        gpus,
+                        shape,
+                        generation: 0,
+                        started_s: None,
+                        evicted_s: None,
+                        requeue_s: 0.0,
+                        preempted: false,
+                        partial: false,
+                        decided: false,
+                    },
+                );
+            }
+            while let Some(&Reverse((Time(t), id, generation))) = completions.peek() {
                 if t > now {
                     break;
                 }
-                arrivals.next();
-                let spec = self.spec(&self.jobs[index]);
-                let id = self.scheduler.submit(spec);
-                trace_to_job.push(id);
-                generation.push(0);
-                duration.push(self.jobs[index].duration_s);
-                start_s.push(None);
-                ever_partial.push(false);
-            }
-            while let Some(Reverse((Time(t), id, gen_at))) = completions.peek() {
-                if *t > now {
-                    break;
-                }
-                let (id, gen_at) = (*id, *gen_at);
                 completions.pop();
-                if generation[id as usize] == gen_at && self.scheduler.is_running(id) {
+                let current = live.get(&id).is_some_and(|j| j.generation == generation);
+                if !current {
+                    stale = stale.saturating_sub(1);
+                    continue;
+                }
+                if self.scheduler.is_running(id) {
                     self.scheduler.finish(id);
+                    let job = live.remove(&id).expect("a live job");
+                    own_demand[job.queue] -= job.gpus;
+                    own_running[job.queue] -= job.gpus;
+                    waits.record(&job, now);
                     finished += 1;
                     last_end = now;
                     if finished % 256 == 0 {
@@ -329,44 +512,67 @@ impl Replay {
             };
             decisions += output.decisions.len() as u64;
             for &victim in &output.evicted {
-                generation[victim as usize] += 1;
                 preemptions += 1;
-            }
-            for id in self.scheduler.partially_running() {
-                if !ever_partial[id as usize] {
-                    ever_partial[id as usize] = true;
-                    partial_gangs += 1;
+                if let Some(job) = live.get_mut(&victim) {
+                    job.generation += 1;
+                    stale += 1;
+                    job.preempted = true;
+                    job.evicted_s = Some(now);
+                    own_running[job.queue] -= job.gpus;
+                    shapes.add(job.shape);
                 }
             }
             for decision in &output.decisions {
                 on_decision(decision);
-                if decision.placed {
-                    let id = decision.job;
-                    let placed = self.scheduler.slots(id).len() as u32;
-                    // A job evicted later in the same cycle is pending again, with no slots.
-                    let running = self.scheduler.is_running(id);
-                    if running
-                        && placed != self.scheduler.job(id).pods
-                        && !ever_partial[id as usize]
-                    {
-                        ever_partial[id as usize] = true;
-                        partial_gangs += 1;
-                    }
-                    if !running {
-                        continue;
-                    }
-                    if start_s[id as usize].is_none() {
-                        start_s[id as usize] = Some(now);
-                    }
-                    completions.push(Reverse((
-                        Time(now + duration[id as usize]),
-                        id,
-                        generation[id as usize],
-                    )));
+                let id = decision.job;
+                let Some(job) = live.get_mut(&id) else {
+                    continue;
+                };
+                if !job.decided {
+                    job.decided = true;
+                    first_decisions += 1;
                 }
+                let held = self.scheduler.slots(id).len();
+                let running = self.scheduler.is_running(id);
+                // Some but not all of its pods hold nodes and run: a running job short of
+                // pods, or under a binding baseline a pending one that holds any node.
+                let partial = if running {
+                    held != self.scheduler.job(id).pods as usize
+                } else {
+                    binds_pods && held > 0
+                };
+                if partial && !job.partial {
+                    job.partial = true;
+                    partial_gangs += 1;
+                }
+                if !(decision.placed && running) {
+                    continue;
+                }
+                shapes.remove(job.shape);
+                own_running[job.queue] += job.gpus;
+                match job.started_s {
+                    None => {
+                        job.started_s = Some(now);
+                        started_jobs += 1;
+                    }
+                    Some(_) => {
+                        if let Some(evicted) = job.evicted_s.take() {
+                            job.requeue_s += now - evicted;
+                        }
+                    }
+                }
+                completions.push(Reverse((Time(now + job.duration_s), id, job.generation)));
             }
-            if self.scheduler.pending_count() > 0 {
-                frag_sum += self.fragmentation();
+            if stale > STALE_SWEEP && stale * 2 > completions.len() {
+                completions.retain(|Reverse((_, id, generation))| {
+                    live.get(id).is_some_and(|j| j.generation == *generation)
+                });
+                stale = 0;
+            }
+            let pending = self.scheduler.pending_count();
+            peak_pending = peak_pending.max(pending);
+            if pending > 0 {
+                frag_sum += self.fragmentation(&shapes);
                 frag_cycles += 1;
             }
             if self.options.audit {
@@ -381,39 +587,36 @@ impl Replay {
         }
         progress(finished);
 
-        // A job that never started counts its wait until the replay ended: leaving it out
-        // would make a scheduler that starves jobs look fast.
-        let waits: Vec<(usize, f64)> = trace_to_job
-            .iter()
-            .zip(&self.jobs)
-            .map(|(&id, job)| {
-                let queue = self.scheduler.queues.id(&job.queue).unwrap_or(0);
-                let start = start_s[id as usize].unwrap_or(now.max(job.submit_s));
-                (queue, start - job.submit_s)
-            })
-            .collect();
+        // A job that never started (or never restarted) counts its wait until the replay
+        // ended: leaving it out would make a scheduler that starves jobs look fast.
+        for job in live.values() {
+            waits.record(job, now);
+        }
+        let window = (last_submit - first_submit) * total_gpus as f64;
         let mut queues = BTreeMap::new();
         for q in self.scheduler.queues.ids() {
-            let mine: Vec<f64> = waits
-                .iter()
-                .filter(|(queue, _)| *queue == q)
-                .map(|(_, w)| *w)
-                .collect();
+            let mine = std::mem::take(&mut waits.by_queue[q]);
             if self.scheduler.queues.children(q).is_empty() || !mine.is_empty() {
+                let share = ratio(window_queue[q], window);
+                let target = ratio(window_target[q], window);
                 queues.insert(
                     self.scheduler.queues.name(q).to_string(),
                     QueueReport {
-                        wait: wait_stats(mine),
+                        wait: wait_stats(mine.clone()),
                         gpu_share: round6(ratio(
                             queue_integral[q],
                             queued_time * total_gpus as f64,
                         )),
                         fair_share: round6(self.scheduler.queues.fair_share(q)),
+                        gpu_share_common_window: round6(share),
+                        max_min_fair_target: round6(target),
+                        deviation_from_target: round6(share - target),
                     },
                 );
+                waits.by_queue[q] = mine;
             }
         }
-        let started_jobs = start_s.iter().filter(|s| s.is_some()).count();
+        let all_waits: Vec<f64> = waits.by_queue.concat();
         let seconds = started.elapsed().as_secs_f64();
         Ok(Report {
             cluster: self.cluster_name,
@@ -422,19 +625,22 @@ impl Replay {
             seed: self.options.seed,
             nodes: self.scheduler.state.len(),
             gpus: total_gpus,
-            jobs_submitted: trace_to_job.len(),
+            jobs_submitted,
             jobs_started: started_jobs,
             jobs_finished: finished,
-            jobs_never_started: trace_to_job.len() - started_jobs,
+            jobs_never_started: jobs_submitted - started_jobs,
+            peak_pending,
             gpu_allocation_while_queued: round6(ratio(
                 allocated_integral,
                 queued_time * total_gpus as f64,
             )),
+            gpu_allocation_common_window: round6(ratio(window_allocated, window)),
             gpu_allocation_over_makespan: round6(ratio(
                 busy_integral,
                 (last_end - first_submit) * total_gpus as f64,
             )),
-            wait: wait_stats(waits.iter().map(|(_, w)| *w).collect()),
+            wait: wait_stats(all_waits),
+            requeue_wait: wait_stats(waits.requeue),
             queues,
             partial_gangs,
             preemptions,
@@ -442,30 +648,29 @@ impl Replay {
             makespan_s: round6(last_end - first_submit),
             cycles,
             decisions,
+            first_attempt_decisions: first_decisions,
             wall_clock: WallClock {
                 seconds: round6(seconds),
                 decisions_per_s: round6(ratio(decisions as f64, seconds)),
+                first_attempt_decisions_per_s: round6(ratio(first_decisions as f64, seconds)),
             },
         })
     }
 
     /// Free GPUs that no pending job's pod shape can use, over all free GPUs.
-    fn fragmentation(&self) -> f64 {
+    fn fragmentation(&self, shapes: &PendingShapes) -> f64 {
         let nodes = &self.scheduler.state.nodes;
         // The smallest whole-GPU ask per GPU type (0 = any type), and the smallest fraction.
         let mut any_min = u32::MAX;
         let mut type_min: BTreeMap<u32, u32> = BTreeMap::new();
         let mut milli_min = u32::MAX;
-        for id in self.scheduler.pending() {
-            let shape = &self.scheduler.job(id).shape;
-            if shape.gpu_milli > 0 {
-                milli_min = milli_min.min(shape.gpu_milli);
-            } else if shape.gpus > 0 {
-                if shape.gpu_type == 0 {
-                    any_min = any_min.min(shape.gpus);
-                } else {
-                    let entry = type_min.entry(shape.gpu_type).or_insert(u32::MAX);
-                    *entry = (*entry).min(shape.gpus);
+        for &shape in shapes.0.keys() {
+            match shape {
+                ShapeKey::Milli(milli) => milli_min = milli_min.min(milli),
+                ShapeKey::Whole { gpu_type: 0, gpus } => any_min = any_min.min(gpus),
+                ShapeKey::Whole { gpu_type, gpus } => {
+                    let entry = type_min.entry(gpu_type).or_insert(u32::MAX);
+                    *entry = (*entry).min(gpus);
                 }
             }
         }
@@ -487,6 +692,19 @@ impl Replay {
         }
         ratio(unusable as f64, free as f64)
     }
+}
+
+/// Per queue, `own` summed over the queue and its descendants.
+fn subtree_sums(queues: &gantry_core::Queues, own: &[u64]) -> Vec<u64> {
+    let mut sums = vec![0u64; own.len()];
+    for q in queues.ids() {
+        let mut at = Some(q);
+        while let Some(a) = at {
+            sums[a] += own[q];
+            at = queues.parent(a);
+        }
+    }
+    sums
 }
 
 fn ratio(a: f64, b: f64) -> f64 {

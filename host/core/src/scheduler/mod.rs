@@ -119,6 +119,14 @@ pub enum Mode {
     /// a time and wait at the permit stage until the whole gang is assumed; after
     /// `permit_timeout_s` the assumed pods are released and the gang waits again.
     Coscheduling { permit_timeout_s: f64 },
+    /// Kueue as most users run it, in front of stock kube-scheduler: a workload (a whole job)
+    /// is admitted when its ClusterQueue's quota, with borrowing from its cohort, admits it
+    /// (BestEffortFIFO: an inadmissible workload waits for quota to be released and does not
+    /// block the ones behind it), its quota is charged at admission, and only then are its
+    /// pods placed one by one as under `K8sDefault`: pods that do not fit hold and wait. No
+    /// preemption (Kueue's default), so quota lent to another queue comes back only when the
+    /// borrower's workloads finish.
+    Kueue,
 }
 
 impl Mode {
@@ -127,6 +135,7 @@ impl Mode {
             Mode::Gantry => "gantry",
             Mode::K8sDefault => "k8s-default",
             Mode::Coscheduling { .. } => "coscheduling",
+            Mode::Kueue => "kueue",
         }
     }
 }
@@ -462,6 +471,7 @@ impl Scheduler {
             Mode::Coscheduling { permit_timeout_s } => {
                 self.cycle_pod_by_pod(now_s, Some(permit_timeout_s))
             }
+            Mode::Kueue => self.cycle_kueue(now_s),
         }
     }
 

@@ -362,7 +362,8 @@ macro_rules! ensure {
 ///   finished;
 /// - a required topology level holds all of a gang's pods in one domain;
 /// - `running_gpus()` is what the running jobs hold;
-/// - queue usage equals what the running non-balloon jobs hold, and a queue never uses more
+/// - queue usage equals what the jobs charged to it hold (running jobs other than balloons;
+///   under `kueue` also admitted workloads whose pods still wait), and a queue never uses more
 ///   than its nominal quota plus its declared borrowing limit.
 pub fn check_state(fx: &Fixture) -> Result<(), String> {
     let sched = &fx.sched;
@@ -517,9 +518,28 @@ pub fn check_state(fx: &Fixture) -> Result<(), String> {
     // Quota.
     let queues = &sched.queues;
     let mut used = vec![0u64; queues.len()];
-    for &id in &running {
+    for &id in running.iter().chain(&pending) {
         let spec = sched.job(id);
-        if !spec.balloon {
+        let charged = sched.charged(id);
+        if running.contains(&id) {
+            ensure!(
+                charged != spec.balloon,
+                "running job {} (balloon: {}) is charged: {charged}",
+                spec.name,
+                spec.balloon
+            );
+        } else if sched.config.mode == Mode::Kueue {
+            // Kueue gates an unadmitted workload's pods: one holding a node was admitted.
+            ensure!(
+                charged || spec.balloon || sched.slots(id).is_empty(),
+                "pending job {} holds {} nodes but was never admitted",
+                spec.name,
+                sched.slots(id).len()
+            );
+        } else {
+            ensure!(!charged, "pending job {} is charged", spec.name);
+        }
+        if sched.charged(id) {
             let mut at = Some(spec.queue);
             while let Some(q) = at {
                 used[q] += spec.total().gpus;
@@ -531,7 +551,7 @@ pub fn check_state(fx: &Fixture) -> Result<(), String> {
         let name = queues.name(q);
         ensure!(
             queues.used(q).gpus == used[q],
-            "queue {name}: the tree counts {} GPUs used, the running jobs hold {}",
+            "queue {name}: the tree counts {} GPUs used, the jobs charged to it hold {}",
             queues.used(q).gpus,
             used[q]
         );
