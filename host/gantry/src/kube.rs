@@ -72,8 +72,6 @@ pub fn serve(opts: KubeServe) -> anyhow::Result<()> {
         "gantry serve: scheduling pods with schedulerName {scheduler_name} in the cluster of {}; Ctrl-C stops",
         opts.kubeconfig.display()
     );
-    cluster.wait_synced(SYNC_TIMEOUT)?;
-    println!("  watch caches synced: {} nodes", cluster.node_count());
     let (live, tokens) = start_live(
         &opts.server,
         symbols.clone(),
@@ -85,6 +83,10 @@ pub fn serve(opts: KubeServe) -> anyhow::Result<()> {
         "  API on http://{bound}/api (OpenAPI at /api/openapi.json), data in {}",
         opts.server.data_dir.display()
     );
+    // The API and /healthz are up while the caches sync; /readyz says ready once the loop
+    // has published its first view, after the sync.
+    cluster.wait_synced(SYNC_TIMEOUT)?;
+    println!("  watch caches synced: {} nodes", cluster.node_count());
     let leadership = opts.leader.leader_elect.then(|| {
         let settings = LeaderSettings::new(
             &opts.leader.leader_elect_lease_name,

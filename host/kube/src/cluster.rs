@@ -69,8 +69,11 @@ pub struct KubeCluster {
     last_failed: HashMap<String, String>,
     /// Gantry's `Queue` objects; `None` when the cluster has no such CRD.
     queues: Option<Store<DynamicObject>>,
-    /// A client without kube-rs's automatic retries, for evictions (see [`client_with`]).
+    /// A client without kube-rs's automatic retries, for evictions (see [`client_with`]),
+    /// each call bounded by [`CALL_TIMEOUT`].
     evict_client: Client,
+    /// The client for bindings, Events and statuses: each call bounded by [`CALL_TIMEOUT`].
+    write_client: Client,
     /// The Queue problems logged last, so each is logged when it appears, not every cycle.
     queue_problems: Vec<String>,
     /// The status last written to each Queue, by name, and when statuses were last written:
@@ -98,17 +101,32 @@ pub const IN_CLUSTER: &str = "in-cluster";
 /// A client from the kubeconfig at `path` (its current context), or from the pod's service
 /// account when `path` is [`IN_CLUSTER`].
 pub(crate) fn client(runtime: &tokio::runtime::Runtime, path: &Path) -> Result<Client> {
-    client_with(runtime, path, true)
+    client_with(runtime, path, true, None)
 }
+
+/// How long one write to the API server (a binding, an eviction, an Event, a status) may take
+/// before it fails: a slow or vanished API server never holds the scheduling loop longer.
+/// Watches keep the client default, since a watch is a long poll.
+pub const CALL_TIMEOUT: std::time::Duration = std::time::Duration::from_secs(10);
 
 /// [`client`], with kube-rs's retries of 429/503/504 on or off. Evictions turn them off: a 429
 /// there is a PodDisruptionBudget's answer, and retrying it in place (Retry-After 10 s, 15
 /// times) would stall the scheduling loop.
+///
+/// With `timeout`, every request (connect, send, read) fails after that long.
 pub(crate) fn client_with(
     runtime: &tokio::runtime::Runtime,
     path: &Path,
     retry: bool,
+    timeout: Option<std::time::Duration>,
 ) -> Result<Client> {
+    let bounded = |cfg: &mut kube::Config| {
+        if let Some(timeout) = timeout {
+            cfg.connect_timeout = Some(timeout);
+            cfg.read_timeout = Some(timeout);
+            cfg.write_timeout = Some(timeout);
+        }
+    };
     let unreadable = |message: String| Error::Kubeconfig {
         path: path.display().to_string(),
         message,
@@ -116,6 +134,7 @@ pub(crate) fn client_with(
     if path == Path::new(IN_CLUSTER) {
         let mut cfg = kube::Config::incluster().map_err(|e| unreadable(e.to_string()))?;
         cfg.default_retry = retry;
+        bounded(&mut cfg);
         let _guard = runtime.enter();
         return Client::try_from(cfg).map_err(|e| Error::Connect(e.to_string()));
     }
@@ -127,6 +146,7 @@ pub(crate) fn client_with(
             .await
             .map_err(|e| unreadable(e.to_string()))?;
         cfg.default_retry = retry;
+        bounded(&mut cfg);
         Client::try_from(cfg).map_err(|e| Error::Connect(e.to_string()))
     })
 }
@@ -185,7 +205,8 @@ impl KubeCluster {
     pub fn connect(path: &Path, config: KubeConfig) -> Result<Self> {
         let runtime = runtime()?;
         let client = client(&runtime, path)?;
-        let evict_client = client_with(&runtime, path, false)?;
+        let evict_client = client_with(&runtime, path, false, Some(CALL_TIMEOUT))?;
+        let write_client = client_with(&runtime, path, true, Some(CALL_TIMEOUT))?;
         // One discovery call at start: watching a kind the cluster does not serve would keep
         // the caches from ever syncing.
         let serves = |group_version: &str, plural: &str| {
@@ -275,6 +296,7 @@ impl KubeCluster {
             last_failed: HashMap::new(),
             queues,
             evict_client,
+            write_client,
             queue_problems: Vec::new(),
             queue_status: HashMap::new(),
             queue_status_at: None,
@@ -422,7 +444,7 @@ impl KubeCluster {
             }
         }
         let api: Api<DynamicObject> =
-            Api::all_with(self.client.clone(), &crate::queues::resource());
+            Api::all_with(self.write_client.clone(), &crate::queues::resource());
         let results = self
             .runtime
             .block_on(futures::future::join_all(changed.iter().map(
@@ -518,7 +540,7 @@ impl KubeCluster {
             unschedulable: to_report.len(),
             ..ApplyReport::default()
         };
-        let client = &self.client;
+        let client = &self.write_client;
         let bind_results: Vec<(gantry_core::JobId, PendingPod, String, Result<()>)> =
             self.runtime.block_on(
                 futures::stream::iter(binds)
@@ -561,7 +583,7 @@ impl KubeCluster {
         // event broadcaster: the next cycle's bindings never wait for this cycle's Events, and
         // a burst of Events never crowds bindings out of the API server.
         if !scheduled.is_empty() {
-            let client = self.client.clone();
+            let client = self.write_client.clone();
             self.runtime.spawn(async move {
                 futures::stream::iter(scheduled)
                     .for_each_concurrent(EVENT_CONCURRENCY, |(pod, node)| {
