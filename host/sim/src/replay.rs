@@ -9,7 +9,7 @@ use std::time::Instant;
 
 use gantry_core::{
     ClusterState, JobId, JobSpec, Mode, PodShape, PolicyHooks, QueueId, Scheduler, SchedulerConfig,
-    Symbols, TopologyPref,
+    Seconds, Symbols, TopologyPref,
 };
 use serde::Serialize;
 
@@ -145,21 +145,6 @@ pub struct WallClock {
     pub decisions_per_s: f64,
     /// Decisions that were a job's first, per second: jobs decided on per second.
     pub first_attempt_decisions_per_s: f64,
-}
-
-/// Virtual time with a total order, for the completion heap.
-#[derive(PartialEq)]
-struct Time(f64);
-impl Eq for Time {}
-impl PartialOrd for Time {
-    fn partial_cmp(&self, other: &Self) -> Option<std::cmp::Ordering> {
-        Some(self.cmp(other))
-    }
-}
-impl Ord for Time {
-    fn cmp(&self, other: &Self) -> std::cmp::Ordering {
-        self.0.total_cmp(&other.0)
-    }
 }
 
 /// How often a scheduler with pending work retries when nothing else happens.
@@ -377,7 +362,7 @@ impl Replay {
         let mut live: BTreeMap<JobId, Live> = BTreeMap::new();
         // Completions: (end time, job, generation); an eviction bumps the job's generation so
         // its completion goes stale, and stale ones are swept once they outnumber the others.
-        let mut completions: BinaryHeap<Reverse<(Time, JobId, u32)>> = BinaryHeap::new();
+        let mut completions: BinaryHeap<Reverse<(Seconds, JobId, u32)>> = BinaryHeap::new();
         let mut stale = 0usize;
         let mut waits = Waits {
             by_queue: vec![Vec::new(); queue_count],
@@ -406,7 +391,7 @@ impl Replay {
         let mut idle_retries = 0u32;
         loop {
             let next_arrival = arrivals.peek().map(|j| j.submit_s);
-            let next_completion = completions.peek().map(|Reverse((Time(t), _, _))| *t);
+            let next_completion = completions.peek().map(|Reverse((Seconds(t), _, _))| *t);
             // With work pending, a real scheduler keeps retrying (and the Coscheduling permit
             // timeout fires) even when no job arrives or ends: retry every `RETRY_S`, until a
             // few retries in a row change nothing and nothing runs that could.
@@ -477,7 +462,7 @@ impl Replay {
                     },
                 );
             }
-            while let Some(&Reverse((Time(t), id, generation))) = completions.peek() {
+            while let Some(&Reverse((Seconds(t), id, generation))) = completions.peek() {
                 if t > now {
                     break;
                 }
@@ -561,7 +546,7 @@ impl Replay {
                         }
                     }
                 }
-                completions.push(Reverse((Time(now + job.duration_s), id, job.generation)));
+                completions.push(Reverse((Seconds(now + job.duration_s), id, job.generation)));
             }
             if stale > STALE_SWEEP && stale * 2 > completions.len() {
                 completions.retain(|Reverse((_, id, generation))| {

@@ -11,7 +11,7 @@ use std::collections::{BinaryHeap, HashMap};
 
 use gantry_core::{
     BindOutcome, Binder, Changes, ClusterSource, CycleOutput, JobId, JobSpec, PodShape, QueueId,
-    Scheduler, TopologyPref,
+    Scheduler, Seconds, TopologyPref,
 };
 
 /// Gang sizes of the synthetic load, each as likely.
@@ -78,21 +78,6 @@ impl Rng {
     }
 }
 
-/// Virtual time with a total order, for the end-of-run heap.
-#[derive(Debug, Clone, Copy, PartialEq)]
-struct At(f64);
-impl Eq for At {}
-impl PartialOrd for At {
-    fn partial_cmp(&self, other: &Self) -> Option<std::cmp::Ordering> {
-        Some(self.cmp(other))
-    }
-}
-impl Ord for At {
-    fn cmp(&self, other: &Self) -> std::cmp::Ordering {
-        self.0.total_cmp(&other.0)
-    }
-}
-
 /// The synthetic world: the source of jobs and the binder that runs them.
 #[derive(Debug)]
 pub struct SyntheticLoad {
@@ -106,7 +91,7 @@ pub struct SyntheticLoad {
     warm_to_left_s: HashMap<JobId, f64>,
     /// Runs in progress: when each ends, by job, with the run's number so that a run cut
     /// short by preemption never ends the job's next run.
-    ends: BinaryHeap<Reverse<(At, JobId, u32)>>,
+    ends: BinaryHeap<Reverse<(Seconds, JobId, u32)>>,
     /// Per job in the world: its run length (drawn at arrival, kept across preemptions) and
     /// the number of its current run. Jobs leave when they end.
     job_to_run: HashMap<JobId, (f64, u32)>,
@@ -253,7 +238,7 @@ impl ClusterSource for SyntheticLoad {
             changes.submitted += 1;
             changes.submitted_pods += u64::from(pods);
         }
-        while let Some(Reverse((At(end), job, run))) = self.ends.peek().copied() {
+        while let Some(Reverse((Seconds(end), job, run))) = self.ends.peek().copied() {
             if end > now_s {
                 break;
             }
@@ -299,7 +284,8 @@ impl Binder for SyntheticLoad {
                 Some(left) if run.1 == 1 => left,
                 _ => run.0,
             };
-            self.ends.push(Reverse((At(now_s + run_s), job, run.1)));
+            self.ends
+                .push(Reverse((Seconds(now_s + run_s), job, run.1)));
         }
         outcomes
     }

@@ -13,11 +13,12 @@
 //!   preemptable) before it costs an attempt, so no attempt is spent twice on a job whose
 //!   situation did not change.
 
-use std::cmp::{Ordering, Reverse};
+use std::cmp::Reverse;
 use std::collections::{BTreeMap, BTreeSet};
 
 use serde::{Deserialize, Serialize};
 
+use crate::model::Seconds;
 use crate::queues::QueueId;
 
 use super::JobId;
@@ -44,23 +45,8 @@ pub enum Blocked {
     Binding,
 }
 
-/// Submission time with a total order.
-#[derive(Debug, Clone, Copy, PartialEq)]
-struct Submitted(f64);
-impl Eq for Submitted {}
-impl PartialOrd for Submitted {
-    fn partial_cmp(&self, other: &Self) -> Option<Ordering> {
-        Some(self.cmp(other))
-    }
-}
-impl Ord for Submitted {
-    fn cmp(&self, other: &Self) -> Ordering {
-        self.0.total_cmp(&other.0)
-    }
-}
-
 /// A queue's order: higher priority first, then earlier submission, then lower id.
-type ActiveKey = (Reverse<i32>, Submitted, JobId);
+type ActiveKey = (Reverse<i32>, Seconds, JobId);
 
 /// What the queue needs to know of a job to order and wake it.
 #[derive(Debug, Clone, Copy)]
@@ -74,7 +60,7 @@ pub struct JobKey {
 
 impl JobKey {
     fn active(&self, id: JobId) -> ActiveKey {
-        (Reverse(self.priority), Submitted(self.submit_s), id)
+        (Reverse(self.priority), Seconds(self.submit_s), id)
     }
 }
 
