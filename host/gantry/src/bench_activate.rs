@@ -99,7 +99,7 @@ fn measure(args: &ActivateBenchArgs, dir: &std::path::Path) -> anyhow::Result<se
         &gantry_store::Actor::new("bench", "bench"),
         entries,
         "bench: without gpu-binpack",
-        gantry_server::now_ms(),
+        gantry_engine::now_ms(),
     )?;
     let stop = Arc::new(AtomicBool::new(false));
     let (addr, api) = start_api(live.clone(), tokens, "127.0.0.1:0".parse()?, stop.clone())?;

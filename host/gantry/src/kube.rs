@@ -177,10 +177,10 @@ pub fn serve(opts: KubeServe) -> anyhow::Result<()> {
                 live.record_pods(&new_members);
                 recorded.extend(new_members.into_iter().map(|(pod, _)| pod));
             }
-            let now_s = gantry_server::now_ms() as f64 / 1000.0;
+            let now_s = gantry_engine::now_ms() as f64 / 1000.0;
             let mut cache = gantry_policy::NodeCache::default();
             queue_history.seed(&mut snap.scheduler.queues, now_s);
-            let time_ms = gantry_server::now_ms();
+            let time_ms = gantry_engine::now_ms();
             let decided = live.decide(&mut snap.scheduler, &mut cache, now_s, time_ms);
             queue_history.keep(&snap.scheduler.queues);
             // A leader that lost the Lease during the cycle binds nothing of it, and records

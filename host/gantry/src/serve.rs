@@ -114,7 +114,7 @@ pub fn start_live(
     server: &ServerArgs,
     symbols: Arc<Symbols>,
     plugins: Option<&crate::PluginDir>,
-) -> anyhow::Result<(Arc<gantry_server::Live>, gantry_server::Tokens)> {
+) -> anyhow::Result<(Arc<gantry_engine::Live>, gantry_server::Tokens)> {
     let tokens_path = server
         .tokens
         .clone()
@@ -135,13 +135,13 @@ pub fn start_live(
         gantry_policy::Limits::default(),
         symbols,
     )?);
-    let live = gantry_server::Live::new(
+    let live = gantry_engine::Live::new(
         store.clone(),
         engine,
         gantry_policy::PolicySet::new(0, Vec::new()),
-        gantry_server::LiveConfig {
+        gantry_engine::LiveConfig {
             max_upload_bytes: server.max_upload_mib << 20,
-            ..gantry_server::LiveConfig::default()
+            ..gantry_engine::LiveConfig::default()
         },
     );
     let system = gantry_store::Actor::new("gantry", "startup");
@@ -163,7 +163,7 @@ pub fn start_live(
                 &gantry_store::Actor::new("gantry", "startup"),
                 entries,
                 "the example policies",
-                gantry_server::now_ms(),
+                gantry_engine::now_ms(),
             )?;
             Some(set.version)
         }
@@ -177,7 +177,7 @@ pub fn start_live(
 
 /// Runs the API on `listen` in a background runtime until `stop` is set.
 pub fn start_api(
-    live: Arc<gantry_server::Live>,
+    live: Arc<gantry_engine::Live>,
     tokens: gantry_server::Tokens,
     listen: SocketAddr,
     stop: Arc<AtomicBool>,
@@ -397,7 +397,7 @@ pub fn run(args: ServeArgs) -> anyhow::Result<()> {
 /// `stop` is set; what it did, and the run's figures.
 pub fn run_loop(
     sim: SimCluster,
-    live: Arc<gantry_server::Live>,
+    live: Arc<gantry_engine::Live>,
     stop: &AtomicBool,
     load: &Load,
 ) -> (LoopSummary, gantry_engine::RunStats) {

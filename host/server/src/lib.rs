@@ -20,7 +20,6 @@ use std::sync::Arc;
 pub use api::{AppState, router};
 pub use auth::{Caller, Role, TokenFileError, Tokens};
 pub use error::{ApiError, Result};
-pub use gantry_engine::{Live, LiveConfig, now_ms};
 
 /// Serves the API on `listener` until `shutdown` resolves.
 pub async fn serve(
