@@ -48,9 +48,7 @@ fn balloon(name: &str, grace_s: i64) -> Pod {
 /// two balloons stay.
 #[test]
 fn balloons_give_way_to_a_high_priority_gang() {
-    let Some(bin) = cluster_bin("kube preemption e2e") else {
-        return;
-    };
+    let bin = cluster_bin("kube preemption e2e");
     let started = Instant::now();
     let plane = ControlPlane::start(&bin);
     let kubeconfig = plane.kubeconfig();
@@ -120,9 +118,7 @@ fn balloons_give_way_to_a_high_priority_gang() {
 /// finishes it), so the preemptor is nominated, not bound, until the pod is gone.
 #[test]
 fn budgets_and_graceful_termination_hold_the_preemptor_back() {
-    let Some(bin) = cluster_bin("kube preemption (PDB) e2e") else {
-        return;
-    };
+    let bin = cluster_bin("kube preemption (PDB) e2e");
     let started = Instant::now();
     let plane = ControlPlane::start(&bin);
     let kubeconfig = plane.kubeconfig();

@@ -13,18 +13,16 @@ use kube::Client;
 use kube::api::{ApiResource, GroupVersionKind};
 use serde_json::json;
 
-/// The binaries `tests/cluster/build.sh` printed, or `None` (with how to run the test) when
-/// `GANTRY_CLUSTER_BIN` is unset. `scripts/test.sh` always sets it.
-pub fn cluster_bin(test: &str) -> Option<String> {
-    match std::env::var("GANTRY_CLUSTER_BIN") {
-        Ok(bin) => Some(bin),
-        Err(_) => {
-            eprintln!(
-                "{test} not run: set GANTRY_CLUSTER_BIN=$(tests/cluster/build.sh) (scripts/test.sh does)"
-            );
-            None
-        }
-    }
+/// The binaries `tests/cluster/build.sh` printed. A test that needs the control plane fails,
+/// naming how to get it, when `GANTRY_CLUSTER_BIN` is unset: it never passes without having
+/// run. `scripts/test.sh` always sets it.
+pub fn cluster_bin(test: &str) -> String {
+    std::env::var("GANTRY_CLUSTER_BIN").unwrap_or_else(|_| {
+        panic!(
+            "{test} needs the test control plane: set GANTRY_CLUSTER_BIN=$(tests/cluster/build.sh) \
+             (scripts/test.sh does)"
+        )
+    })
 }
 
 /// A client for the control plane's admin kubeconfig.
