@@ -398,6 +398,34 @@ mod tests {
     }
 
     #[test]
+    fn room_wakes_only_as_many_as_the_free_room_holds_highest_priority_first() {
+        /// 16 GPUs free; each job asks for 8.
+        struct Free16;
+        impl WakeCheck for Free16 {
+            fn quota_admits(&self, _: QueueId, _: u64) -> bool {
+                true
+            }
+            fn room_possible(&self, _: JobId, claimed: u64) -> Option<u64> {
+                (claimed + 8 <= 16).then_some(8)
+            }
+        }
+        let mut q = SchedulingQueue::default();
+        for (id, priority) in [(1, 0), (2, 5), (3, 0), (4, 9)] {
+            q.push(id, key(0, priority, f64::from(id), 8));
+            q.park(id, Blocked::Room, 0.0, Epochs::default());
+        }
+        let freed = Epochs {
+            room: 1,
+            ..Epochs::default()
+        };
+        assert_eq!(q.wake(5.0, freed, &Free16), 2);
+        // The two of highest priority woke; the others stay parked.
+        assert_eq!(q.head(0), Some(4));
+        assert!(q.parked(1).is_some() && q.parked(3).is_some());
+        assert!(q.parked(2).is_none() && q.parked(4).is_none());
+    }
+
+    #[test]
     fn quota_wakes_the_smallest_asks_its_queue_admits() {
         struct Upto(u64);
         impl WakeCheck for Upto {
