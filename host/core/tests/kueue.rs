@@ -8,7 +8,7 @@
 
 mod common;
 
-use common::{Fixture, Pool, check_state, queue};
+use common::{Fixture, Pool, check_state, property_queue_tree, queue};
 use gantry_core::{Admission, JobId, Mode, Outcome, QueueDef, SchedulerConfig};
 use proptest::prelude::*;
 use proptest::sample::Index;
@@ -110,20 +110,6 @@ fn a_queue_borrows_idle_quota_of_its_cohort_up_to_its_limit() {
     assert_eq!(fx.sched.queues.used(0).gpus, 16);
 }
 
-/// The property tests' tree: research (pretraining, rl with a borrowing limit of 32), applied
-/// (lends at most 16) and safety (may not borrow), 256 GPUs of quota on 288 GPUs.
-fn queue_tree() -> Vec<QueueDef> {
-    let mut pretraining = queue("pretraining", Some("research"), 96);
-    pretraining.weight = 2;
-    let mut rl = queue("rl", Some("research"), 64);
-    rl.borrowing_limit_gpus = Some(32);
-    let mut applied = queue("applied", None, 64);
-    applied.lending_limit_gpus = Some(16);
-    let mut safety = queue("safety", None, 32);
-    safety.borrowing_limit_gpus = Some(0);
-    vec![queue("research", None, 0), pretraining, rl, applied, safety]
-}
-
 const QUEUES: [&str; 4] = ["pretraining", "rl", "applied", "safety"];
 
 #[derive(Debug, Clone)]
@@ -163,7 +149,10 @@ struct Coverage {
 
 /// Run `ops` on the tree, checking every invariant after each cycle and each completion.
 fn run(ops: &[Op], seen: &mut Coverage) -> Result<(), TestCaseError> {
-    let mut fx = kueue(&[Pool::h100(32, 8, Some(2)), Pool::l4(8, 4)], &queue_tree());
+    let mut fx = kueue(
+        &[Pool::h100(32, 8, Some(2)), Pool::l4(8, 4)],
+        &property_queue_tree(),
+    );
     let roots = ["research", "applied", "safety"].map(|q| fx.queue_id(q));
     let nominal: u64 = roots.iter().map(|&q| fx.sched.queues.nominal(q)).sum();
     for (n, op) in ops.iter().enumerate() {

@@ -9,26 +9,12 @@
 
 mod common;
 
-use common::{BLOCK, Fixture, Pool, RACK, check_cycle, check_state, queue};
-use gantry_core::{Admission, Health, JobId, JobSpec, QueueDef, TopologyPref};
+use common::{BLOCK, Fixture, Pool, RACK, check_cycle, check_state, property_queue_tree};
+use gantry_core::{Admission, Health, JobId, JobSpec, TopologyPref};
 use proptest::prelude::*;
 use proptest::sample::Index;
 use proptest::strategy::ValueTree;
 use proptest::test_runner::{RngAlgorithm, TestRng, TestRunner};
-
-/// research (a cohort of pretraining and rl), applied and safety: 256 GPUs of nominal quota on
-/// a cluster of 288 GPUs.
-fn queue_tree() -> Vec<QueueDef> {
-    let mut pretraining = queue("pretraining", Some("research"), 96);
-    pretraining.weight = 2;
-    let mut rl = queue("rl", Some("research"), 64);
-    rl.borrowing_limit_gpus = Some(32);
-    let mut applied = queue("applied", None, 64);
-    applied.lending_limit_gpus = Some(16);
-    let mut safety = queue("safety", None, 32);
-    safety.borrowing_limit_gpus = Some(0);
-    vec![queue("research", None, 0), pretraining, rl, applied, safety]
-}
 
 /// The leaves, then the cohort: a job may name a cohort directly (a pod label can), and the
 /// invariants must hold for it too.
@@ -38,7 +24,10 @@ const GPU_TYPES: [&str; 3] = ["", "H100-SXM5-80GB", "L4"];
 /// 32 H100 nodes (racks of 8, blocks of 2 racks) and 8 L4 nodes (racks of 4, no block);
 /// `h100-5` is Unhealthy and `h100-21` in Preflight from the start.
 fn fixture() -> Fixture {
-    let mut fx = Fixture::new(&[Pool::h100(32, 8, Some(2)), Pool::l4(8, 4)], &queue_tree());
+    let mut fx = Fixture::new(
+        &[Pool::h100(32, 8, Some(2)), Pool::l4(8, 4)],
+        &property_queue_tree(),
+    );
     let unhealthy = fx.node("h100-5");
     let preflight = fx.node("h100-21");
     fx.sched.state.set_health(unhealthy, Health::Unhealthy);
@@ -354,7 +343,7 @@ proptest! {
 fn large_fixture() -> Fixture {
     let mut fx = Fixture::new(
         &[Pool::h100(1100, 16, Some(8)), Pool::l4(100, 4)],
-        &queue_tree(),
+        &property_queue_tree(),
     );
     for (name, health) in [
         ("h100-5", Health::Unhealthy),

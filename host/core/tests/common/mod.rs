@@ -135,6 +135,21 @@ pub fn queue(name: &str, parent: Option<&str>, nominal_gpus: u64) -> QueueDef {
     }
 }
 
+/// The property tests' queue tree: research (a cohort of pretraining and rl, rl borrowing at
+/// most 32), applied (lending at most 16) and safety (never borrowing): 256 GPUs of nominal
+/// quota, for a cluster of 288 GPUs.
+pub fn property_queue_tree() -> Vec<QueueDef> {
+    let mut pretraining = queue("pretraining", Some("research"), 96);
+    pretraining.weight = 2;
+    let mut rl = queue("rl", Some("research"), 64);
+    rl.borrowing_limit_gpus = Some(32);
+    let mut applied = queue("applied", None, 64);
+    applied.lending_limit_gpus = Some(16);
+    let mut safety = queue("safety", None, 32);
+    safety.borrowing_limit_gpus = Some(0);
+    vec![queue("research", None, 0), pretraining, rl, applied, safety]
+}
+
 /// Whole-cluster totals of `nodes`, the denominator of fair shares.
 pub fn capacity(nodes: &NodeTable) -> Resources {
     Resources {
