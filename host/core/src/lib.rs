@@ -21,7 +21,7 @@ pub use explain::{Explanation, Outcome, PolicyRef};
 pub use hooks::{BuiltinOnly, PolicyHooks, Verdict};
 pub use model::{
     CohortUsage, Health, JobRequest, LevelColumn, NodeTable, PodShape, QueueUsage, QuotaVerdict,
-    Resources, Seconds, Taint, TaintEffect, Toleration,
+    Resources, Seconds, Taint, TaintEffect, Toleration, percentile,
 };
 pub use queues::{Admission, QueueDef, QueueError, QueueId, Queues};
 pub use scheduler::{

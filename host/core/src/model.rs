@@ -302,3 +302,13 @@ impl Ord for Seconds {
         self.0.total_cmp(&other.0)
     }
 }
+
+/// The nearest-rank `p`th percentile of `sorted` (ascending), or 0 when it is empty: the one
+/// definition the simulator's waits and the engine's cycle times share.
+pub fn percentile(sorted: &[f64], p: f64) -> f64 {
+    if sorted.is_empty() {
+        return 0.0;
+    }
+    let rank = ((p / 100.0) * sorted.len() as f64).ceil() as usize;
+    sorted[rank.clamp(1, sorted.len()) - 1]
+}

@@ -280,14 +280,7 @@ impl Engine {
         let ratio = |x: f64| if gpu_s > 0.0 { x / gpu_s } else { 0.0 };
         let mut cycle_ms = t.cycle_ms.clone();
         cycle_ms.sort_by(f64::total_cmp);
-        let pct = |p: f64| {
-            if cycle_ms.is_empty() {
-                0.0
-            } else {
-                let rank = ((p / 100.0) * cycle_ms.len() as f64).ceil() as usize;
-                cycle_ms[rank.clamp(1, cycle_ms.len()) - 1]
-            }
-        };
+        let pct = |p: f64| gantry_core::percentile(&cycle_ms, p);
         let mean_between = |from: f64, to: f64| {
             let inside: Vec<f64> = self
                 .stats

@@ -702,14 +702,7 @@ fn round6(x: f64) -> f64 {
 
 fn wait_stats(mut waits: Vec<f64>) -> WaitStats {
     waits.sort_by(f64::total_cmp);
-    let pct = |p: f64| {
-        if waits.is_empty() {
-            0.0
-        } else {
-            let rank = ((p / 100.0) * waits.len() as f64).ceil() as usize;
-            waits[rank.clamp(1, waits.len()) - 1]
-        }
-    };
+    let pct = |p: f64| gantry_core::percentile(&waits, p);
     WaitStats {
         jobs: waits.len(),
         mean_s: round6(ratio(waits.iter().sum(), waits.len() as f64)),
