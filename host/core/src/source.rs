@@ -20,12 +20,15 @@ pub struct Changes {
     pub queues: bool,
     /// `(pod, job)` for each pod of a new gang, so decisions can be found by pod name.
     pub pod_to_job: Vec<(String, String)>,
+    /// Whether the scheduler was built again from scratch (a live cluster's node set changed):
+    /// whatever was derived from its node table must be derived again.
+    pub rebuilt: bool,
 }
 
 impl Changes {
     /// Whether anything changed.
     pub fn any(&self) -> bool {
-        self.submitted > 0 || self.ended > 0 || self.nodes > 0 || self.queues
+        self.submitted > 0 || self.ended > 0 || self.nodes > 0 || self.queues || self.rebuilt
     }
 }
 
@@ -34,6 +37,18 @@ impl Changes {
 pub trait ClusterSource {
     /// Apply to `scheduler` everything that changed up to `now_s` since the last call.
     fn sync(&mut self, scheduler: &mut Scheduler, now_s: f64) -> Changes;
+
+    /// Whether this replica may schedule now (a live cluster's follower may not: it keeps its
+    /// view current and waits for the Lease).
+    fn leading(&self) -> bool {
+        true
+    }
+
+    /// What the published view calls the cluster now, when the source has something to say
+    /// (leader or follower).
+    fn describe(&self) -> Option<String> {
+        None
+    }
 }
 
 /// What happened to one placed job when its decision was applied.

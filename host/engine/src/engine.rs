@@ -136,13 +136,7 @@ pub struct Engine {
 impl Engine {
     /// An engine for `scheduler` (its cluster and queues set up, no jobs needed yet).
     pub fn new(live: Arc<Live>, scheduler: Scheduler, config: EngineConfig) -> Self {
-        let gpus = scheduler
-            .state
-            .nodes
-            .gpu_total
-            .iter()
-            .map(|&g| u64::from(g))
-            .sum();
+        let gpus = total_gpus(&scheduler);
         let stats = RunStats {
             gpus,
             warmup_s: config.warmup_s,
@@ -183,6 +177,22 @@ impl Engine {
         }
         if !changes.pod_to_job.is_empty() {
             self.live.record_pods(&changes.pod_to_job);
+        }
+        if changes.rebuilt {
+            // A new node table: the policies' node view and the GPU count start over.
+            self.cache = NodeCache::default();
+            self.stats.gpus = total_gpus(&self.scheduler);
+        }
+        if let Some(name) = cluster.describe() {
+            self.config.cluster_name = name;
+        }
+        if !cluster.leading() {
+            // A follower keeps its view current and decides nothing.
+            self.live.beat();
+            return Pass {
+                changes,
+                ..Pass::default()
+            };
         }
         let time_ms = now_ms();
         let started = Instant::now();
@@ -399,6 +409,17 @@ impl Engine {
             pending,
         }
     }
+}
+
+/// GPUs in the scheduler's cluster.
+fn total_gpus(scheduler: &Scheduler) -> u64 {
+    scheduler
+        .state
+        .nodes
+        .gpu_total
+        .iter()
+        .map(|&g| u64::from(g))
+        .sum()
 }
 
 /// One instant's figures.

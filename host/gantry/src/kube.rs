@@ -2,7 +2,6 @@
 //! store, with `gantry-kube` as the cluster source and binder) and `gantry kube create-nodes`
 //! (fake GPU nodes from a cluster spec, for the test control plane in `tests/cluster/`).
 
-use std::collections::HashSet;
 use std::net::SocketAddr;
 use std::path::PathBuf;
 use std::sync::Arc;
@@ -10,7 +9,10 @@ use std::sync::atomic::{AtomicBool, Ordering};
 use std::time::{Duration, Instant};
 
 use clap::Args;
-use gantry_core::{SchedulerConfig, Symbols};
+use gantry_core::{
+    BindOutcome, ClusterState, NodeTable, Queues, Resources, Scheduler, SchedulerConfig, Symbols,
+};
+use gantry_engine::{Engine, EngineConfig};
 use gantry_kube::nodes::NodeDef;
 use gantry_kube::{KubeCluster, KubeConfig, LeaderSettings, TopologyLabel};
 use gantry_sim::ClusterSpec;
@@ -19,10 +21,6 @@ use crate::serve::{ServerArgs, start_api, start_live};
 
 /// How long to wait for the watch caches' first full list.
 const SYNC_TIMEOUT: Duration = Duration::from_secs(60);
-/// How often retention runs over the decision history.
-const COMPACT_EVERY: Duration = Duration::from_secs(60);
-/// Pending pods are tried again this often even when nothing in the cluster changed.
-const RETRY_PENDING: Duration = Duration::from_secs(1);
 
 /// Leader election flags of `gantry serve --kubeconfig` (kube-scheduler's names).
 #[derive(Args, Debug, Clone)]
@@ -62,12 +60,13 @@ fn kube_config(topology_labels: &[String]) -> anyhow::Result<KubeConfig> {
     Ok(config)
 }
 
-/// Schedules the cluster of `opts.kubeconfig` until interrupted (or `duration_s`).
+/// Schedules the cluster of `opts.kubeconfig` until interrupted (or `duration_s`): the one
+/// engine loop, with the live cluster as its source and binder.
 pub fn serve(opts: KubeServe) -> anyhow::Result<()> {
     let symbols = Symbols::new();
     let config = kube_config(&opts.topology_labels)?;
     let scheduler_name = config.scheduler_name.clone();
-    let mut cluster = KubeCluster::connect(&opts.kubeconfig, config)?;
+    let mut cluster = KubeCluster::connect(&opts.kubeconfig, config)?.with_symbols(symbols.clone());
     println!(
         "gantry serve: scheduling pods with schedulerName {scheduler_name} in the cluster of {}; Ctrl-C stops",
         opts.kubeconfig.display()
@@ -98,141 +97,63 @@ pub fn serve(opts: KubeServe) -> anyhow::Result<()> {
         );
         cluster.leader_elect(settings)
     });
-    let mut leading = false;
-    let mut last_compact = Instant::now();
-    let mut last_publish = Instant::now();
-    let started = Instant::now();
-    let mut seen_generation = None;
-    let mut last_cycle = Instant::now();
-    let mut waiting = false;
-    let (mut cycles, mut bound_pods) = (0u64, 0u64);
-    // Gang members already recorded in the store, so each is written once.
-    let mut recorded: HashSet<String> = HashSet::new();
-    // Queue usage history, carried across the queue trees each cycle's snapshot rebuilds.
-    let mut queue_history = gantry_kube::queues::QueueHistory::default();
-    loop {
-        if stop.load(Ordering::Relaxed)
-            || opts
-                .duration_s
-                .is_some_and(|d| started.elapsed().as_secs_f64() >= d)
-        {
-            break;
-        }
-        // The loop goes round: the heartbeat /healthz reads, and retention in live mode too.
-        live.beat();
-        if last_compact.elapsed() >= COMPACT_EVERY {
-            live.compact();
-            last_compact = Instant::now();
-        }
-        let generation = cluster.generation();
-        let mut changed = seen_generation != Some(generation);
-        if let Some(leadership) = &leadership {
-            let now_leading = leadership.is_leader();
-            if now_leading != leading {
-                leading = now_leading;
-                // A new leader schedules at once, from caches it kept warm.
-                changed = true;
-                println!(
-                    "  {} ({})",
-                    if leading { "leading" } else { "following" },
-                    leadership.holder().unwrap_or_default()
-                );
-            }
-            if !leading {
-                // A follower schedules nothing; it shows the cluster read-only, saying who
-                // leads in the cluster name of /api/cluster.
-                if changed || last_publish.elapsed() >= RETRY_PENDING {
-                    seen_generation = Some(generation);
-                    last_publish = Instant::now();
-                    let snap = cluster.snapshot(&symbols, SchedulerConfig::default());
-                    let holder = leadership.holder().unwrap_or_else(|| "none yet".into());
-                    live.publish(
-                        &snap.scheduler,
-                        &format!("kube (follower; leader {holder})"),
+    // The first sync builds the node table and queue tree from the caches.
+    let scheduler = Scheduler::new(
+        ClusterState::new(NodeTable::default()),
+        Queues::new(&[], Resources::default(), 600.0)?,
+        symbols,
+        SchedulerConfig {
+            // Victims are evicted through the Eviction API (see gantry_kube::evict).
+            preemption: true,
+            ..SchedulerConfig::default()
+        },
+    );
+    let mut engine = Engine::new(
+        live.clone(),
+        scheduler,
+        EngineConfig {
+            cluster_name: "kube".into(),
+            ..EngineConfig::default()
+        },
+    );
+    let (mut passes, mut bound_pods) = (0u64, 0u64);
+    let mut leading = None;
+    engine.run(
+        &mut cluster,
+        &stop,
+        opts.duration_s,
+        &mut |engine, _now, pass| {
+            passes += 1;
+            let scheduler = engine.scheduler();
+            bound_pods += pass
+                .outcomes
+                .iter()
+                .filter_map(|o| match o {
+                    BindOutcome::Bound { job } => scheduler.get(*job).map(|s| u64::from(s.pods)),
+                    _ => None,
+                })
+                .sum::<u64>();
+            if let Some(leadership) = &leadership {
+                let now_leading = leadership.is_leader();
+                if leading != Some(now_leading) {
+                    leading = Some(now_leading);
+                    println!(
+                        "  {} ({})",
+                        if now_leading { "leading" } else { "following" },
+                        leadership.holder().unwrap_or_default()
                     );
                 }
-                live.idle(Duration::from_millis(50));
-                continue;
             }
-        }
-        if changed || (waiting && last_cycle.elapsed() >= RETRY_PENDING) {
-            seen_generation = Some(generation);
-            last_cycle = Instant::now();
-            let config = SchedulerConfig {
-                // A cycle costs a snapshot and a round of bindings whatever its size, so a
-                // backlog goes through in few big cycles (200 per cycle bound 5,000 pods at
-                // 78/s on 1,000 nodes; 5,000 at about 400/s).
-                max_attempts: 5000,
-                // Victims are evicted through the Eviction API (`KubeCluster::preempt`).
-                preemption: true,
-                ..SchedulerConfig::default()
-            };
-            let mut snap = cluster.snapshot(&symbols, config);
-            let new_members: Vec<(String, String)> = snap
-                .pod_to_job()
-                .into_iter()
-                .filter(|(pod, _)| !recorded.contains(pod))
-                .collect();
-            if !new_members.is_empty() {
-                live.record_pods(&new_members);
-                recorded.extend(new_members.into_iter().map(|(pod, _)| pod));
-            }
-            let now_s = gantry_engine::now_ms() as f64 / 1000.0;
-            let mut cache = gantry_policy::NodeCache::default();
-            queue_history.seed(&mut snap.scheduler.queues, now_s);
-            let time_ms = gantry_engine::now_ms();
-            let decided = live.decide(&mut snap.scheduler, &mut cache, now_s, time_ms);
-            queue_history.keep(&snap.scheduler.queues);
-            // A leader that lost the Lease during the cycle binds nothing of it, and records
-            // nothing: none of it happened.
-            if leadership.as_ref().is_some_and(|l| !l.is_leader()) {
-                continue;
-            }
-            let (output, preempting) = cluster.preempt(&snap, &decided);
-            let report = cluster.apply(&snap, &output);
-            for error in &report.errors {
-                tracing::warn!(%error, "binder");
-            }
-            // What happened to each placed job: the binder's outcomes, and nominated for the
-            // preemptors the eviction step held back.
-            let mut outcomes = report.outcomes.clone();
-            let bound_or_failed: HashSet<gantry_core::JobId> =
-                outcomes.iter().map(|o| o.job()).collect();
-            for d in decided.decisions.iter().filter(|d| d.placed) {
-                if !bound_or_failed.contains(&d.job) {
-                    outcomes.push(gantry_core::BindOutcome::Nominated {
-                        job: d.job,
-                        waiting_for: "its preemption victims to leave".into(),
-                    });
-                }
-            }
-            live.record(&decided, &outcomes, &[], time_ms);
-            live.beat();
-            let name = match &leadership {
-                Some(l) => format!("kube (leader {})", l.settings.identity),
-                None => "kube".to_string(),
-            };
-            live.publish(&snap.scheduler, &name);
-            cluster.report_queues(&snap.scheduler);
-            waiting = preempting > 0
-                || report.bound < output.decisions.iter().filter(|d| d.placed).count()
-                || output.decisions.iter().any(|d| !d.placed)
-                || !snap.waiting.is_empty();
-            cycles += 1;
-            bound_pods += report.bound as u64;
-        }
-        live.idle(Duration::from_millis(50));
-    }
+        },
+    );
     stop.store(true, Ordering::Relaxed);
-    if let Some(leadership) = &leadership {
-        cluster.resign(leadership);
-    }
+    cluster.resign();
     live.store.flush()?;
     let deadline = Instant::now() + Duration::from_secs(3);
     while !api.is_finished() && Instant::now() < deadline {
         std::thread::sleep(Duration::from_millis(20));
     }
-    println!("gantry serve: stopped after {cycles} cycles; {bound_pods} pods bound");
+    println!("gantry serve: stopped after {passes} passes; {bound_pods} pods bound");
     Ok(())
 }
 

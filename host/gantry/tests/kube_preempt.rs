@@ -260,3 +260,181 @@ fn budgets_and_graceful_termination_hold_the_preemptor_back() {
         started.elapsed().as_secs_f64()
     );
 }
+
+/// A ValidatingAdmissionPolicy that denies the binding of any pod whose name starts with
+/// `denied-`: what an admission webhook or a policy engine does to a scheduler's bindings.
+fn deny_bindings_policy() -> (serde_json::Value, serde_json::Value) {
+    let policy = json!({
+        "apiVersion": "admissionregistration.k8s.io/v1",
+        "kind": "ValidatingAdmissionPolicy",
+        "metadata": {"name": "deny-bindings"},
+        "spec": {
+            "failurePolicy": "Fail",
+            "matchConstraints": {"resourceRules": [{
+                "apiGroups": [""], "apiVersions": ["v1"],
+                "operations": ["CREATE"], "resources": ["pods/binding"]
+            }]},
+            "validations": [{
+                "expression": "!object.metadata.name.startsWith('denied-')",
+                "message": "bindings of denied-* pods are refused by policy deny-bindings"
+            }]
+        }
+    });
+    let binding = json!({
+        "apiVersion": "admissionregistration.k8s.io/v1",
+        "kind": "ValidatingAdmissionPolicyBinding",
+        "metadata": {"name": "deny-bindings"},
+        "spec": {"policyName": "deny-bindings", "validationActions": ["Deny"]}
+    });
+    (policy, binding)
+}
+
+/// The count of failed bindings gantry's /metrics reports.
+fn binding_errors(replica: &Replica) -> Option<u64> {
+    let (_, text) = replica.get("/metrics")?;
+    text.lines()
+        .filter(|l| {
+            l.starts_with("scheduler_schedule_attempts_total") && l.contains("result=\"error\"")
+        })
+        .filter_map(|l| l.rsplit(' ').next()?.parse::<u64>().ok())
+        .next()
+        .or(Some(0))
+}
+
+/// An admission policy denies the binding of one member of a gang: no member stays bound, the
+/// stored decision says the binding failed with the API server's message, FailedScheduling
+/// names it, and a binding that keeps failing is retried with a growing backoff, not every
+/// cycle.
+#[test]
+fn a_denied_binding_rolls_the_gang_back_and_backs_off() {
+    let bin = cluster_bin("kube bind faults e2e");
+    let plane = ControlPlane::start(&bin);
+    let kubeconfig = plane.kubeconfig();
+    create_gpu_nodes(&kubeconfig, "gpu", 2, 8);
+    test_runtime().block_on(async {
+        let client = client(&kubeconfig).await;
+        let (policy, binding) = deny_bindings_policy();
+        let dynamic = |kind: &str, plural: &str| {
+            let gvk = kube::api::GroupVersionKind::gvk("admissionregistration.k8s.io", "v1", kind);
+            Api::<kube::api::DynamicObject>::all_with(
+                client.clone(),
+                &kube::api::ApiResource::from_gvk_with_plural(&gvk, plural),
+            )
+        };
+        let pp = PostParams::default();
+        dynamic("ValidatingAdmissionPolicy", "validatingadmissionpolicies")
+            .create(&pp, &serde_json::from_value(policy).unwrap())
+            .await
+            .unwrap();
+        dynamic(
+            "ValidatingAdmissionPolicyBinding",
+            "validatingadmissionpolicybindings",
+        )
+        .create(&pp, &serde_json::from_value(binding).unwrap())
+        .await
+        .unwrap();
+        // The API server loads policies asynchronously: wait until a probe's binding is denied.
+        let pods: Api<Pod> = Api::namespaced(client.clone(), "default");
+        let mut probe = pod("denied-probe", 0, json!({}));
+        probe.spec.as_mut().unwrap().scheduler_name = Some("nobody".into());
+        pods.create(&pp, &probe).await.unwrap();
+        until("the policy to deny bindings", || async {
+            let binding: k8s_openapi::api::core::v1::Binding = serde_json::from_value(json!({
+                "metadata": {"name": "denied-probe"},
+                "target": {"kind": "Node", "name": "gpu-0"}
+            }))
+            .unwrap();
+            match pods
+                .create_subresource::<_, serde_json::Value>(
+                    "binding",
+                    "denied-probe",
+                    &pp,
+                    &binding,
+                )
+                .await
+            {
+                Err(kube::Error::Api(s)) if s.message.contains("deny-bindings") => Some(()),
+                _ => None,
+            }
+        })
+        .await;
+
+        let replica = Replica::start(&kubeconfig, &[]);
+        let gang = json!({"gantry.dev/gang": "train", "gantry.dev/gang-size": "2"});
+        pods.create(&pp, &pod("train-0", 8, gang.clone()))
+            .await
+            .unwrap();
+        pods.create(&pp, &pod("denied-train-1", 8, gang))
+            .await
+            .unwrap();
+        // FailedScheduling says why, quoting the API server (the condition moves on to the
+        // gang's wait once its deleted member is missed).
+        let events: Api<Event> = Api::namespaced(client.clone(), "default");
+        let failed = until("FailedScheduling on the denied member", || async {
+            let listed = events.list(&ListParams::default()).await.ok()?.items;
+            let failed = notes(&listed, "denied-train-1", "FailedScheduling");
+            failed
+                .iter()
+                .any(|n| n.starts_with("Binding failed"))
+                .then_some(failed)
+        })
+        .await;
+        assert!(
+            failed.iter().any(
+                |n| n.contains("bindings of denied-* pods are refused by policy deny-bindings")
+            ),
+            "FailedScheduling quotes the API server: {failed:?}"
+        );
+        // No member stays bound: the one whose binding went through is deleted (it terminates
+        // gracefully; kwok, like a kubelet, waits out its grace period).
+        until("no gang member to stay bound", || async {
+            let list = pods.list(&ListParams::default()).await.ok()?;
+            list.items
+                .iter()
+                .filter(|p| {
+                    p.metadata
+                        .name
+                        .as_deref()
+                        .is_some_and(|n| n.contains("train"))
+                })
+                .all(|p| node_of(p).is_none() || p.metadata.deletion_timestamp.is_some())
+                .then_some(())
+        })
+        .await;
+        let train_0 = pods.get("train-0").await.unwrap();
+        assert!(
+            train_0.metadata.deletion_timestamp.is_some(),
+            "the member bound before its peer's binding failed is being deleted"
+        );
+        // The stored record says what happened: not placed, the binding failed, and why.
+        let (status, body) = replica.get("/api/decisions/job/default%2Ftrain").unwrap();
+        assert_eq!(status, 200, "{body}");
+        assert!(
+            body.contains("its binding to be retried (it failed: ")
+                && body.contains("refused by policy deny-bindings"),
+            "stored: {body}"
+        );
+        assert!(
+            !body.contains("\"placed\""),
+            "never stored as placed: {body}"
+        );
+
+        // A lone pod whose binding always fails: retried, with a backoff (1 s, 2 s, 4 s...).
+        let before = until("metrics", || async { binding_errors(&replica) }).await;
+        let started = Instant::now();
+        pods.create(&pp, &pod("denied-solo", 8, json!({})))
+            .await
+            .unwrap();
+        until("three more failed bindings", || async {
+            (binding_errors(&replica)? >= before + 3).then_some(())
+        })
+        .await;
+        // Backoffs of 1 s then 2 s put the third failure about 3 s after the first; retried
+        // every 50 ms cycle, all three would fail within a fraction of a second.
+        let took = started.elapsed().as_secs_f64();
+        assert!(
+            took >= 2.0,
+            "three bindings failed within {took:.1} s: retried every cycle, not after backoffs"
+        );
+    });
+}

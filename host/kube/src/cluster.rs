@@ -4,30 +4,33 @@
 //! runs Wasm policies), so this type owns a small tokio runtime for the reflectors and blocks
 //! on it only to bind and report.
 
-use std::collections::HashMap;
+use std::collections::{BTreeMap, BTreeSet, HashMap, HashSet};
 use std::path::Path;
-use std::sync::Arc;
 use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
 use futures::StreamExt;
-use gantry_core::{CycleOutput, SchedulerConfig, Symbols};
+use gantry_core::{
+    BindOutcome, Binder, Changes, ClusterSource, CycleOutput, JobId, Scheduler, Symbols,
+};
 use k8s_openapi::api::core::v1::{Binding, Node, ObjectReference, Pod};
 use k8s_openapi::api::events::v1::Event;
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::{MicroTime, ObjectMeta};
 use kube::api::{ApiResource, DynamicObject, GroupVersionKind, Patch, PatchParams, PostParams};
-use kube::runtime::reflector::{self, Store};
+use kube::runtime::reflector::{self, ObjectRef, Store};
 use kube::runtime::{WatchStreamExt, watcher};
 use kube::{Api, Client, Resource, ResourceExt};
 
 use crate::config::KubeConfig;
-use crate::snapshot::{self, Inputs, PendingPod, Snapshot};
+use crate::evict::Preemption;
+use crate::leader::Leadership;
+use crate::mapping::PendingPod;
+use crate::tracker::{PodKey, Tracker, World};
 use crate::{Error, Result};
 
 /// The name Gantry reports Events and bindings under.
 const COMPONENT: &str = "gantry";
-/// How long a pod we bound counts as running before the bound-pod cache confirms it.
-const ASSUME_TTL: Duration = Duration::from_secs(60);
 /// Queue statuses are written at most this often.
 const QUEUE_STATUS_EVERY: Duration = Duration::from_secs(5);
 /// Bindings and status patches in flight at once.
@@ -35,16 +38,22 @@ pub(crate) const CONCURRENCY: usize = 16;
 /// Scheduled Events in flight at once, in the background (see [`KubeCluster::apply`]).
 const EVENT_CONCURRENCY: usize = 4;
 
-/// What one [`KubeCluster::apply`] did.
-#[derive(Debug, Default, Clone, PartialEq, Eq)]
-pub struct ApplyReport {
-    pub bound: usize,
-    pub unschedulable: usize,
-    /// One line per failed binding or report.
-    pub errors: Vec<String>,
-    /// Per placed job: bound (every pod), or failed with the API server's message for the
-    /// first pod that failed.
-    pub outcomes: Vec<gantry_core::BindOutcome>,
+/// How often the FailedScheduling memory is trimmed to the pods still pending.
+const TRIM_EVERY: Duration = Duration::from_secs(60);
+
+/// The keys one watch cache changed since the last sync; `relisted` when it had to list
+/// again (its first list included), so every key may have changed.
+#[derive(Debug, Default)]
+struct ChangeLog {
+    keys: HashSet<PodKey>,
+    relisted: bool,
+}
+
+/// Shared between a reflector's task (which writes) and the sync (which takes).
+type SharedLog = Arc<Mutex<ChangeLog>>;
+
+fn take(log: &SharedLog) -> ChangeLog {
+    std::mem::take(&mut *log.lock().unwrap_or_else(|e| e.into_inner()))
 }
 
 /// The cluster source and binder for a live cluster.
@@ -59,16 +68,27 @@ pub struct KubeCluster {
     bound: Store<Pod>,
     /// scheduler-plugins' PodGroups; `None` when the cluster has no such CRD.
     pod_groups: Option<Store<DynamicObject>>,
-    /// Bumped by every watch event (any cache); a loop rebuilds its snapshot when it moved.
+    /// Gantry's `Queue` objects; `None` when the cluster has no such CRD.
+    queues: Option<Store<DynamicObject>>,
+    /// What each cache changed since the last sync (both pod caches share one log).
+    node_log: SharedLog,
+    pod_log: SharedLog,
+    group_log: SharedLog,
+    queue_log: SharedLog,
+    /// Bumped by every watch event (any cache), so an idle loop can tell nothing happened.
     generation: Arc<AtomicU64>,
-    /// Pods this process bound, by uid, with their node and when: kube-scheduler's assume
-    /// cache, so the next cycle does not hand their room out again before the watch confirms.
-    assumed: HashMap<String, (Arc<Pod>, String, Instant)>,
+    /// The scheduler's view of the caches, kept up to date by [`ClusterSource::sync`].
+    tracker: Tracker,
+    /// Whether the tracker has been built once.
+    built: bool,
+    /// Jobs the last cycle evicted: they leave the scheduler on the next sync.
+    evicted: Vec<JobId>,
+    /// Set when leader election runs: every write checks it first.
+    leadership: Option<Arc<Leadership>>,
     /// The last FailedScheduling message posted per pod uid: the same reason is not posted
     /// again every cycle.
     last_failed: HashMap<String, String>,
-    /// Gantry's `Queue` objects; `None` when the cluster has no such CRD.
-    queues: Option<Store<DynamicObject>>,
+    last_trim: Instant,
     /// A client without kube-rs's automatic retries, for evictions (see [`client_with`]),
     /// each call bounded by [`CALL_TIMEOUT`].
     evict_client: Client,
@@ -80,9 +100,9 @@ pub struct KubeCluster {
     /// a status is written when it changed, at most every [`QUEUE_STATUS_EVERY`].
     queue_status: HashMap<String, serde_json::Value>,
     queue_status_at: Option<Instant>,
-    /// Preemptions under way, by preemptor job name: the preemptor waits, nominated, until
-    /// its victims are gone (see [`crate::evict`]).
-    preemptions: HashMap<String, crate::evict::Preemption>,
+    /// Preemptions under way, by preemptor job: the preemptor waits, nominated, until its
+    /// victims are gone (see [`crate::evict`]).
+    job_to_preemption: BTreeMap<JobId, Preemption>,
 }
 
 /// A small runtime for the caches and calls; the scheduling loop blocks on it.
@@ -157,6 +177,7 @@ fn reflect<K>(
     api: Api<K>,
     config: watcher::Config,
     generation: Arc<AtomicU64>,
+    log: SharedLog,
     what: &'static str,
     dyntype: K::DynamicType,
 ) -> Store<K>
@@ -179,6 +200,21 @@ where
         let mut lists = 0u64;
         while let Some(event) = stream.next().await {
             generation.fetch_add(1, Ordering::Relaxed);
+            {
+                let mut log = log.lock().unwrap_or_else(|e| e.into_inner());
+                match &event {
+                    Ok(
+                        watcher::Event::Apply(o)
+                        | watcher::Event::Delete(o)
+                        | watcher::Event::InitApply(o),
+                    ) => {
+                        log.keys
+                            .insert((o.namespace().unwrap_or_default(), o.name_any()));
+                    }
+                    Ok(watcher::Event::InitDone) => log.relisted = true,
+                    _ => {}
+                }
+            }
             match event {
                 Ok(watcher::Event::Init) => {
                     lists += 1;
@@ -220,11 +256,14 @@ impl KubeCluster {
         let has_pod_groups = serves("scheduling.x-k8s.io/v1alpha1", "podgroups");
         let has_queues = serves("gantry.dev/v1alpha1", "queues");
         let generation = Arc::new(AtomicU64::new(0));
+        let [node_log, pod_log, group_log, queue_log] =
+            std::array::from_fn(|_| SharedLog::default());
         let nodes = reflect(
             &runtime,
             Api::<Node>::all(client.clone()),
             watcher::Config::default(),
             generation.clone(),
+            node_log.clone(),
             "nodes",
             (),
         );
@@ -236,6 +275,7 @@ impl KubeCluster {
                 config.scheduler_name
             )),
             generation.clone(),
+            pod_log.clone(),
             "unbound pods",
             (),
         );
@@ -245,6 +285,7 @@ impl KubeCluster {
             watcher::Config::default()
                 .fields("spec.nodeName!=,status.phase!=Succeeded,status.phase!=Failed"),
             generation.clone(),
+            pod_log.clone(),
             "bound pods",
             (),
         );
@@ -258,6 +299,7 @@ impl KubeCluster {
                 Api::<DynamicObject>::all_with(client.clone(), &resource),
                 watcher::Config::default(),
                 generation.clone(),
+                group_log.clone(),
                 "pod groups",
                 resource,
             )
@@ -269,6 +311,7 @@ impl KubeCluster {
                 Api::<DynamicObject>::all_with(client.clone(), &resource),
                 watcher::Config::default(),
                 generation.clone(),
+                queue_log.clone(),
                 "queues",
                 resource,
             )
@@ -283,6 +326,7 @@ impl KubeCluster {
                 "no scheduling.x-k8s.io/v1alpha1 PodGroup in this cluster: gangs come from Gantry's labels"
             );
         }
+        let tracker = Tracker::new(config.clone(), Symbols::new());
         Ok(Self {
             runtime,
             client,
@@ -291,17 +335,31 @@ impl KubeCluster {
             pending,
             bound,
             pod_groups,
-            generation,
-            assumed: HashMap::new(),
-            last_failed: HashMap::new(),
             queues,
+            node_log,
+            pod_log,
+            group_log,
+            queue_log,
+            generation,
+            tracker,
+            built: false,
+            evicted: Vec::new(),
+            leadership: None,
+            last_failed: HashMap::new(),
+            last_trim: Instant::now(),
             evict_client,
             write_client,
             queue_problems: Vec::new(),
             queue_status: HashMap::new(),
             queue_status_at: None,
-            preemptions: HashMap::new(),
+            job_to_preemption: BTreeMap::new(),
         })
+    }
+
+    /// Uses `symbols` for the names the scheduler interns (the scheduler's own table).
+    pub fn with_symbols(mut self, symbols: Arc<Symbols>) -> Self {
+        self.tracker = Tracker::new(self.config.clone(), symbols);
+        self
     }
 
     /// Waits until every cache holds a full list. Schedule nothing before: a half-filled
@@ -335,22 +393,43 @@ impl KubeCluster {
         self.nodes.state().len()
     }
 
-    /// The cycle's input, built from the caches (no API call).
-    pub fn snapshot(&mut self, symbols: &Arc<Symbols>, config: SchedulerConfig) -> Snapshot {
-        let bound = self.bound.state();
-        let bound_uids: std::collections::HashSet<&str> = bound
-            .iter()
-            .filter_map(|p| p.metadata.uid.as_deref())
-            .collect();
-        self.assumed.retain(|uid, (_, _, at)| {
-            !bound_uids.contains(uid.as_str()) && at.elapsed() < ASSUME_TTL
-        });
-        let assumed: Vec<(Arc<Pod>, String)> = self
-            .assumed
-            .values()
-            .map(|(pod, node, _)| (pod.clone(), node.clone()))
-            .collect();
-        let pod_groups: HashMap<(String, String), u32> = self
+    /// Starts leader election on this cluster's runtime and client (see [`crate::leader`]);
+    /// from then on every write checks the Lease first.
+    pub fn leader_elect(&mut self, settings: crate::LeaderSettings) -> Arc<Leadership> {
+        let leadership = crate::leader::start(&self.runtime, self.client.clone(), settings);
+        self.leadership = Some(leadership.clone());
+        leadership
+    }
+
+    /// Stops leader election and releases the Lease if held, so a successor starts at once.
+    pub fn resign(&self) {
+        if let Some(leadership) = &self.leadership {
+            self.runtime
+                .block_on(crate::leader::resign(self.client.clone(), leadership));
+        }
+    }
+
+    /// Whether this replica may write now: no election, or it holds the Lease.
+    fn may_write(&self) -> bool {
+        self.leadership.as_ref().is_none_or(|l| l.is_leader())
+    }
+
+    /// Reads the Queue objects again, logging each new problem once.
+    fn refresh_queues(&mut self, scheduler: &mut Scheduler) {
+        let (declared, problems) = match &self.queues {
+            Some(store) => crate::queues::check(&store.state()),
+            None => (Vec::new(), Vec::new()),
+        };
+        for problem in problems.iter().filter(|p| !self.queue_problems.contains(p)) {
+            tracing::warn!(%problem, "Queue left out");
+        }
+        self.queue_problems = problems;
+        self.tracker.queues_changed(scheduler, declared);
+    }
+
+    /// Reads the PodGroups' `minMember` again.
+    fn refresh_groups(&mut self) {
+        let group_to_min: HashMap<PodKey, u32> = self
             .pod_groups
             .iter()
             .flat_map(|store| store.state())
@@ -365,42 +444,7 @@ impl KubeCluster {
                 ))
             })
             .collect();
-        let pending = self.pending.state();
-        let (held, nominated) = crate::evict::hold(&mut self.preemptions, &bound, &pending);
-        let (queues, problems) = match &self.queues {
-            Some(store) => crate::queues::check(&store.state()),
-            None => (Vec::new(), Vec::new()),
-        };
-        for problem in problems.iter().filter(|p| !self.queue_problems.contains(p)) {
-            tracing::warn!(%problem, "Queue left out");
-        }
-        self.queue_problems = problems;
-        snapshot::build(
-            &Inputs {
-                nodes: &self.nodes.state(),
-                bound: &bound,
-                pending: &pending,
-                assumed: &assumed,
-                pod_groups: &pod_groups,
-                held: &held,
-                nominated: &nominated,
-                queues: &queues,
-            },
-            &self.config,
-            symbols,
-            config,
-        )
-    }
-
-    /// Starts leader election on this cluster's runtime and client (see [`crate::leader`]).
-    pub fn leader_elect(&self, settings: crate::LeaderSettings) -> Arc<crate::Leadership> {
-        crate::leader::start(&self.runtime, self.client.clone(), settings)
-    }
-
-    /// Stops leader election and releases the Lease if held, so a successor starts at once.
-    pub fn resign(&self, leadership: &crate::Leadership) {
-        self.runtime
-            .block_on(crate::leader::resign(self.client.clone(), leadership));
+        self.tracker.pod_groups_changed(group_to_min);
     }
 
     /// Writes each Queue's status when it changed: the GPUs its running jobs hold and its
@@ -469,116 +513,213 @@ impl KubeCluster {
         }
     }
 
-    /// The Queue objects the last snapshot left out, one line each.
+    /// The Queue objects left out of the queue tree, one line each.
     pub fn queue_problems(&self) -> &[String] {
         &self.queue_problems
     }
 
-    /// Acts on the cycle's preemptions before [`KubeCluster::apply`] binds anything: evicts
-    /// each preemptor's victims through the Eviction API, posts `Preempted` on them, and
+    /// The cycle's preemptions: evicts each preemptor's victims through the Eviction API and
     /// nominates the preemptor's nodes instead of binding (victims hold their GPUs until they
-    /// are gone). Evictions a PodDisruptionBudget blocked are tried again. Returns the output
-    /// `apply` should act on: without the preemptors, and without any decision after the
-    /// first preemption (it may have counted room a victim still holds), which the next cycle
-    /// makes again.
-    pub fn preempt(&mut self, snap: &Snapshot, output: &CycleOutput) -> (CycleOutput, usize) {
-        let client = self.evict_client.clone();
-        let (rest, started) = self.runtime.block_on(crate::evict::run(
-            &client,
-            &mut self.preemptions,
-            snap,
-            output,
-        ));
-        (rest, started)
+    /// are gone). Returns the outcome per preemptor and the nodes victims are leaving.
+    fn preempt(
+        &mut self,
+        scheduler: &Scheduler,
+        output: &CycleOutput,
+        outcomes: &mut Vec<BindOutcome>,
+    ) -> HashSet<usize> {
+        let mut victim_nodes = HashSet::new();
+        self.evicted.extend_from_slice(&output.evicted);
+        for decision in output
+            .decisions
+            .iter()
+            .filter(|d| d.placed && !d.victims.is_empty())
+        {
+            let victims: Vec<(PendingPod, usize)> = decision
+                .victims
+                .iter()
+                .flat_map(|&v| self.tracker.running_pods(v))
+                .collect();
+            victim_nodes.extend(victims.iter().map(|(_, node)| *node));
+            if !self.may_write() {
+                outcomes.push(BindOutcome::Failed {
+                    job: decision.job,
+                    reason: NOT_LEADER.into(),
+                });
+                continue;
+            }
+            let names = self.tracker.node_names();
+            let nominated: Vec<(PendingPod, String)> = self
+                .tracker
+                .pods_of(decision.job)
+                .into_iter()
+                .zip(scheduler.slots(decision.job))
+                .map(|(pod, slot)| (pod, names[slot.node as usize].clone()))
+                .collect();
+            tracing::info!(
+                preemptor = %decision.explanation.job,
+                victims = ?victims.iter().map(|(p, _)| p.key()).collect::<Vec<_>>(),
+                "preempting"
+            );
+            let victim_keys: BTreeSet<PodKey> = victims
+                .iter()
+                .map(|(p, _)| (p.namespace.clone(), p.name.clone()))
+                .collect();
+            let victims: Vec<PendingPod> = victims.into_iter().map(|(p, _)| p).collect();
+            let preemption =
+                self.runtime
+                    .block_on(crate::evict::start(&self.evict_client, victims, nominated));
+            self.tracker.nominate(decision.job, victim_keys);
+            outcomes.push(BindOutcome::Nominated {
+                job: decision.job,
+                waiting_for: preemption.reason(),
+            });
+            self.job_to_preemption.insert(decision.job, preemption);
+        }
+        // Preemptions the tracker let go of (victims gone, preemptor gone or timed out) are
+        // over; blocked evictions of the rest are tried again.
+        let nominated = self.tracker.nominated();
+        self.job_to_preemption.retain(|job, preemption| {
+            let Some(n) = nominated.get(job) else {
+                return false;
+            };
+            preemption
+                .retain_victims(|p| n.victims.contains(&(p.namespace.clone(), p.name.clone())));
+            true
+        });
+        if self.may_write() {
+            self.runtime.block_on(crate::evict::retry_blocked(
+                &self.evict_client,
+                &mut self.job_to_preemption,
+            ));
+        }
+        victim_nodes
     }
 
-    /// Acts on a cycle's decisions: binds placed jobs' pods, and reports why the others wait
-    /// (a FailedScheduling Event when the reason changed, and the PodScheduled condition).
-    pub fn apply(&mut self, snap: &Snapshot, output: &CycleOutput) -> ApplyReport {
-        let mut binds: Vec<(gantry_core::JobId, PendingPod, String)> = Vec::new();
-        let mut unschedulable: Vec<(PendingPod, String)> = snap.waiting.clone();
-        for decision in &output.decisions {
-            let Some((_, pods)) = snap.jobs.get(decision.job as usize) else {
-                continue;
-            };
-            if decision.placed {
-                let slots = snap.scheduler.slots(decision.job);
-                for (pod, slot) in pods.iter().zip(slots) {
-                    binds.push((
-                        decision.job,
-                        pod.clone(),
-                        snap.node_names[slot.node as usize].clone(),
-                    ));
-                }
-            } else {
-                let message = decision.explanation.summary();
-                unschedulable.extend(pods.iter().map(|p| (p.clone(), message.clone())));
-            }
-        }
-        // Forget pods that are no longer waiting, so the map stays as small as the queue.
-        let waiting_now: std::collections::HashSet<&str> = unschedulable
+    /// Binds the cycle's placed jobs (those not preempting). A gang binds whole or not at all:
+    /// when a member's binding fails, the members already bound are deleted, and the job
+    /// fails with the API server's message.
+    fn bind_placed(
+        &mut self,
+        scheduler: &Scheduler,
+        output: &CycleOutput,
+        victim_nodes: &HashSet<usize>,
+        outcomes: &mut Vec<BindOutcome>,
+        failed: &mut Vec<(PendingPod, String)>,
+    ) {
+        let mut binds: Vec<(JobId, PendingPod, usize)> = Vec::new();
+        for decision in output
+            .decisions
             .iter()
-            .map(|(p, _)| p.uid.as_str())
-            .chain(
-                snap.jobs
-                    .iter()
-                    .flat_map(|(_, p)| p.iter().map(|p| p.uid.as_str())),
-            )
-            .collect();
-        self.last_failed
-            .retain(|uid, _| waiting_now.contains(uid.as_str()));
-        let to_report: Vec<(PendingPod, String, bool)> = unschedulable
-            .into_iter()
-            .filter_map(|(pod, message)| {
-                let event = self.last_failed.get(&pod.uid) != Some(&message);
-                let wanted = Some(("False".into(), "Unschedulable".into(), message.clone()));
-                let condition = pod.scheduled_condition != wanted;
-                (event || condition).then_some((pod, message, event))
-            })
-            .collect();
-        let mut report = ApplyReport {
-            unschedulable: to_report.len(),
-            ..ApplyReport::default()
-        };
+            .filter(|d| d.placed && d.victims.is_empty())
+        {
+            let slots = scheduler.slots(decision.job);
+            let pods = self.tracker.pods_of(decision.job);
+            let reason = if slots
+                .iter()
+                .any(|s| victim_nodes.contains(&(s.node as usize)))
+            {
+                // Its room is still held by pods this cycle is evicting.
+                Some("its nodes are still held by pods being preempted".to_string())
+            } else if pods.len() != slots.len() {
+                Some(format!(
+                    "it has {} pods, not the {} placed",
+                    pods.len(),
+                    slots.len()
+                ))
+            } else if !self.may_write() {
+                Some(NOT_LEADER.to_string())
+            } else {
+                None
+            };
+            match reason {
+                Some(reason) => outcomes.push(BindOutcome::Failed {
+                    job: decision.job,
+                    reason,
+                }),
+                None => binds.extend(
+                    pods.into_iter()
+                        .zip(slots)
+                        .map(|(pod, slot)| (decision.job, pod, slot.node as usize)),
+                ),
+            }
+        }
+        if binds.is_empty() {
+            return;
+        }
         let client = &self.write_client;
-        let bind_results: Vec<(gantry_core::JobId, PendingPod, String, Result<()>)> =
-            self.runtime.block_on(
-                futures::stream::iter(binds)
-                    .map(|(job, pod, node)| async move {
-                        let result = bind(client, &pod, &node).await;
-                        (job, pod, node, result)
-                    })
-                    .buffer_unordered(CONCURRENCY)
-                    .collect(),
-            );
-        let mut scheduled: Vec<(PendingPod, String)> = Vec::new();
-        // Per job, the first failure, if any: the job's outcome.
-        let mut job_to_failure: std::collections::BTreeMap<gantry_core::JobId, Option<String>> =
-            std::collections::BTreeMap::new();
-        for (job, pod, node, result) in bind_results {
-            let failure = job_to_failure.entry(job).or_default();
+        let names = self.tracker.node_names();
+        let leadership = self.leadership.as_deref();
+        let results: Vec<(JobId, PendingPod, usize, Result<()>)> = self.runtime.block_on(
+            futures::stream::iter(binds)
+                .map(|(job, pod, node)| async move {
+                    // The Lease is checked before each binding, not once per cycle.
+                    let result = if leadership.is_some_and(|l| !l.is_leader()) {
+                        Err(Error::NotLeader)
+                    } else {
+                        bind(client, &pod, &names[node]).await
+                    };
+                    (job, pod, node, result)
+                })
+                .buffer_unordered(CONCURRENCY)
+                .collect(),
+        );
+        type JobResult = (Vec<(PendingPod, usize)>, Option<String>);
+        let mut job_to_result: BTreeMap<JobId, JobResult> = BTreeMap::new();
+        for (job, pod, node, result) in results {
+            let entry = job_to_result.entry(job).or_default();
             match result {
-                Ok(()) => {
-                    report.bound += 1;
-                    self.assumed.insert(
-                        pod.uid.clone(),
-                        (pod.pod.clone(), node.clone(), Instant::now()),
-                    );
-                    scheduled.push((pod, node));
-                }
+                Ok(()) => entry.0.push((pod, node)),
                 Err(error) => {
-                    failure.get_or_insert_with(|| error.to_string());
-                    report.errors.push(error.to_string());
+                    tracing::warn!(%error, "binder");
+                    entry.1.get_or_insert_with(|| error.to_string());
                 }
             }
         }
-        report.outcomes = job_to_failure
-            .into_iter()
-            .map(|(job, failure)| match failure {
-                None => gantry_core::BindOutcome::Bound { job },
-                Some(reason) => gantry_core::BindOutcome::Failed { job, reason },
-            })
-            .collect();
+        let mut scheduled: Vec<(PendingPod, String)> = Vec::new();
+        let mut rollback: Vec<PendingPod> = Vec::new();
+        for (job, (bound, failure)) in job_to_result {
+            match failure {
+                None => {
+                    scheduled.extend(
+                        bound
+                            .iter()
+                            .map(|(p, node)| (p.clone(), self.tracker.node_names()[*node].clone())),
+                    );
+                    self.tracker.bound(job, &bound);
+                    outcomes.push(BindOutcome::Bound { job });
+                }
+                Some(reason) => {
+                    let message = if bound.is_empty() {
+                        format!("Binding failed: {reason}")
+                    } else {
+                        format!(
+                            "Binding failed: {reason}; the {} members bound already were deleted so the gang starts whole",
+                            bound.len()
+                        )
+                    };
+                    failed.extend(
+                        self.tracker
+                            .pods_of(job)
+                            .into_iter()
+                            .map(|p| (p, message.clone())),
+                    );
+                    rollback.extend(bound.into_iter().map(|(p, _)| p));
+                    outcomes.push(BindOutcome::Failed { job, reason });
+                }
+            }
+        }
+        if !rollback.is_empty() {
+            let client = &self.write_client;
+            self.runtime
+                .block_on(futures::stream::iter(rollback).for_each_concurrent(
+                CONCURRENCY,
+                |pod| async move {
+                    if let Err(error) = delete(client, &pod).await {
+                        tracing::warn!(pod = %pod.key(), %error, "cannot roll back a gang member");
+                    }
+                },
+            ));
+        }
         // The Scheduled Events go out in the background, a few at a time, like kube-scheduler's
         // event broadcaster: the next cycle's bindings never wait for this cycle's Events, and
         // a burst of Events never crowds bindings out of the API server.
@@ -600,7 +741,46 @@ impl KubeCluster {
                     .await;
             });
         }
-        let report_results: Vec<(String, String, std::result::Result<(), String>)> =
+    }
+
+    /// Says why pods wait, the way kube-scheduler does: a FailedScheduling Event when the
+    /// reason changed, and the PodScheduled condition.
+    fn report_waiting(&mut self, output: &CycleOutput, failed: Vec<(PendingPod, String)>) {
+        let mut waiting = failed;
+        for decision in output.decisions.iter().filter(|d| !d.placed) {
+            let message = decision.explanation.summary();
+            waiting.extend(
+                self.tracker
+                    .pods_of(decision.job)
+                    .into_iter()
+                    .map(|p| (p, message.clone())),
+            );
+        }
+        waiting.extend(self.tracker.waiting());
+        for preemption in self.job_to_preemption.values() {
+            let reason = preemption.reason();
+            waiting.extend(preemption.pods().map(|p| (p.clone(), reason.clone())));
+        }
+        if self.last_trim.elapsed() >= TRIM_EVERY {
+            // Forget pods that are no longer waiting, so the map stays as small as the queue.
+            let pending = self.tracker.pending_uids();
+            self.last_failed.retain(|uid, _| pending.contains(uid));
+            self.last_trim = Instant::now();
+        }
+        let to_report: Vec<(PendingPod, String, bool)> = waiting
+            .into_iter()
+            .filter_map(|(pod, message)| {
+                let event = self.last_failed.get(&pod.uid) != Some(&message);
+                let wanted = Some(("False".into(), "Unschedulable".into(), message.clone()));
+                let condition = pod.scheduled_condition != wanted;
+                (event || condition).then_some((pod, message, event))
+            })
+            .collect();
+        if to_report.is_empty() || !self.may_write() {
+            return;
+        }
+        let client = &self.write_client;
+        let results: Vec<(String, String, std::result::Result<(), String>)> =
             self.runtime.block_on(
                 futures::stream::iter(to_report)
                     .map(|(pod, message, post_event)| async move {
@@ -610,15 +790,143 @@ impl KubeCluster {
                     .buffer_unordered(CONCURRENCY)
                     .collect(),
             );
-        for (uid, message, result) in report_results {
+        for (uid, message, result) in results {
             match result {
                 Ok(()) => {
                     self.last_failed.insert(uid, message);
                 }
-                Err(error) => report.errors.push(error),
+                Err(error) => tracing::warn!(%error, "binder"),
             }
         }
-        report
+    }
+}
+
+/// Why a write was refused: this replica does not hold the Lease (any more).
+const NOT_LEADER: &str = "this replica is not the leader (its Lease ran out)";
+
+impl ClusterSource for KubeCluster {
+    /// Applies what the watch caches changed since the last sync: the changed keys only, or
+    /// everything after a relist or a node-set change.
+    fn sync(&mut self, scheduler: &mut Scheduler, now_s: f64) -> Changes {
+        if let Some(leadership) = &self.leadership {
+            leadership.beat();
+        }
+        let unix_s = std::time::SystemTime::now()
+            .duration_since(std::time::UNIX_EPOCH)
+            .map_or(0.0, |d| d.as_secs_f64());
+        self.tracker.set_clock(unix_s, now_s);
+        // Victims the last cycle evicted leave the scheduler first; their pods hold their room
+        // until they are gone.
+        let evicted = std::mem::take(&mut self.evicted);
+        self.tracker.evicted(scheduler, &evicted);
+        let nodes = take(&self.node_log);
+        let pods = take(&self.pod_log);
+        let groups = take(&self.group_log);
+        let queues = take(&self.queue_log);
+        let queues_changed = !self.built || queues.relisted || !queues.keys.is_empty();
+        if queues_changed {
+            self.refresh_queues(scheduler);
+        }
+        if !self.built || groups.relisted || !groups.keys.is_empty() {
+            self.refresh_groups();
+        }
+        let mut rebuild = !self.built || nodes.relisted || pods.relisted;
+        if !rebuild {
+            for (_, name) in &nodes.keys {
+                let node = self.nodes.get(&ObjectRef::new(name));
+                if self.tracker.node_changed(scheduler, name, node.as_deref()) {
+                    rebuild = true;
+                    break;
+                }
+            }
+        }
+        if rebuild {
+            let (node_list, bound, pending) =
+                (self.nodes.state(), self.bound.state(), self.pending.state());
+            tracing::info!(
+                nodes = node_list.len(),
+                bound = bound.len(),
+                pending = pending.len(),
+                "building the scheduler's view of the cluster"
+            );
+            self.tracker.rebuild(
+                scheduler,
+                &World {
+                    nodes: &node_list,
+                    bound: &bound,
+                    pending: &pending,
+                },
+            );
+            self.job_to_preemption.clear();
+            self.built = true;
+        } else {
+            let mut keys = pods.keys;
+            keys.extend(self.tracker.expired_assumptions());
+            for key in keys {
+                let at = ObjectRef::new(&key.1).within(&key.0);
+                let pending = self.pending.get(&at);
+                let bound = self.bound.get(&at);
+                self.tracker
+                    .pod_changed(scheduler, key, pending.as_ref(), bound.as_ref());
+            }
+        }
+        let mut changes = self.tracker.finish_sync(scheduler, crate::evict::GIVE_UP);
+        changes.nodes = nodes.keys.len() as u32;
+        changes.queues = queues_changed;
+        changes.rebuilt = rebuild;
+        changes
+    }
+
+    fn leading(&self) -> bool {
+        self.may_write()
+    }
+
+    fn describe(&self) -> Option<String> {
+        let leadership = self.leadership.as_ref()?;
+        Some(if leadership.is_leader() {
+            format!("kube (leader {})", leadership.settings.identity)
+        } else {
+            let holder = leadership.holder().unwrap_or_else(|| "none yet".into());
+            format!("kube (follower; leader {holder})")
+        })
+    }
+}
+
+impl Binder for KubeCluster {
+    /// Preempts, binds, and reports why the rest wait; one outcome per placed job.
+    fn bind(
+        &mut self,
+        scheduler: &Scheduler,
+        output: &CycleOutput,
+        _now_s: f64,
+    ) -> Vec<BindOutcome> {
+        let mut outcomes = Vec::new();
+        let mut failed = Vec::new();
+        let victim_nodes = self.preempt(scheduler, output, &mut outcomes);
+        self.bind_placed(scheduler, output, &victim_nodes, &mut outcomes, &mut failed);
+        self.report_waiting(output, failed);
+        if self.may_write() {
+            self.report_queues(scheduler);
+        }
+        outcomes
+    }
+}
+
+/// Deletes a gang member bound by a binding that went through while another member's failed
+/// (the uid keeps a pod recreated under the same name out of it).
+async fn delete(client: &Client, pod: &PendingPod) -> std::result::Result<(), kube::Error> {
+    let api: Api<Pod> = Api::namespaced(client.clone(), &pod.namespace);
+    let params = kube::api::DeleteParams {
+        preconditions: Some(kube::api::Preconditions {
+            uid: Some(pod.uid.clone()),
+            resource_version: None,
+        }),
+        ..kube::api::DeleteParams::default()
+    };
+    match api.delete(&pod.name, &params).await {
+        Ok(_) => Ok(()),
+        Err(kube::Error::Api(status)) if status.code == 404 || status.code == 409 => Ok(()),
+        Err(error) => Err(error),
     }
 }
 

@@ -5,17 +5,14 @@
 //! - each victim gets a `pods/eviction` (with its uid as a precondition) and a `Preempted`
 //!   Event; a 429 means a budget blocks it: the victim stays, the reason goes into the
 //!   preemptor's FailedScheduling message, and the eviction is tried again;
-//! - the preemptor is not bound: its pods get `status.nominatedNodeName`, and wait (held out of
-//!   the cycle, their room reserved as victims leave) until every victim is gone, since a
-//!   terminating pod still holds its GPUs;
+//! - the preemptor is not bound: its pods get `status.nominatedNodeName`, and it stays placed
+//!   on its nodes in the scheduler (so nobody else takes the room) until every victim is gone,
+//!   since a terminating pod still holds its GPUs; then the next cycle places it again;
 //! - a preemption that has not finished after [`GIVE_UP`] is dropped, so the next cycle
 //!   chooses again.
 
-use std::collections::{HashMap, HashSet};
-use std::sync::Arc;
 use std::time::{Duration, Instant};
 
-use gantry_core::CycleOutput;
 use k8s_openapi::api::core::v1::{ObjectReference, Pod};
 use k8s_openapi::api::events::v1::Event;
 use k8s_openapi::api::policy::v1::Eviction;
@@ -25,7 +22,7 @@ use k8s_openapi::apimachinery::pkg::apis::meta::v1::{
 use kube::api::{Patch, PatchParams, PostParams};
 use kube::{Api, Client};
 
-use crate::snapshot::{PendingPod, Snapshot};
+use crate::mapping::PendingPod;
 
 /// A blocked eviction is tried again this often.
 const RETRY_BLOCKED: Duration = Duration::from_secs(5);
@@ -44,60 +41,24 @@ struct Victim {
 pub struct Preemption {
     /// The preemptor's pods and the node nominated for each.
     pods: Vec<(PendingPod, String)>,
+    /// The victims still present.
     victims: Vec<Victim>,
-    since: Instant,
     last_try: Instant,
 }
 
-/// Pending pods held out of the cycle (by uid, with the reason), and the room kept for
-/// preemptors' pods on their nominated nodes.
-pub type Holds = (HashMap<String, String>, Vec<(Arc<Pod>, String)>);
-
-/// Drops finished, abandoned and timed-out preemptions; for the rest, the preemptors' pods to
-/// hold out of the cycle (by uid, with the reason) and the room to reserve for them.
-pub fn hold(
-    preemptions: &mut HashMap<String, Preemption>,
-    bound: &[Arc<Pod>],
-    pending: &[Arc<Pod>],
-) -> Holds {
-    let present: HashSet<&str> = bound
-        .iter()
-        .filter_map(|p| p.metadata.uid.as_deref())
-        .collect();
-    let waiting: HashSet<&str> = pending
-        .iter()
-        .filter_map(|p| p.metadata.uid.as_deref())
-        .collect();
-    preemptions.retain(|job, preemption| {
-        preemption
-            .victims
-            .retain(|v| present.contains(v.pod.uid.as_str()));
-        let keep = !preemption.victims.is_empty()
-            && preemption
-                .pods
-                .iter()
-                .all(|(p, _)| waiting.contains(p.uid.as_str()))
-            && preemption.since.elapsed() < GIVE_UP;
-        if !keep && !preemption.victims.is_empty() {
-            tracing::info!(%job, "preemption dropped (timed out or preemptor gone); choosing again");
-        }
-        keep
-    });
-    let mut held = HashMap::new();
-    let mut nominated = Vec::new();
-    for preemption in preemptions.values() {
-        let reason = preemption.reason();
-        for (pod, node) in &preemption.pods {
-            held.insert(pod.uid.clone(), reason.clone());
-            nominated.push((pod.pod.clone(), node.clone()));
-        }
-    }
-    (held, nominated)
-}
-
 impl Preemption {
+    /// The preemptor's pods.
+    pub fn pods(&self) -> impl Iterator<Item = &PendingPod> {
+        self.pods.iter().map(|(p, _)| p)
+    }
+
+    /// Keeps the victims `present` says are still there.
+    pub fn retain_victims(&mut self, present: impl Fn(&PendingPod) -> bool) {
+        self.victims.retain(|v| present(&v.pod));
+    }
+
     /// What the preemptor waits for, in a stable wording (the binder posts it when it changes).
-    fn reason(&self) -> String {
+    pub fn reason(&self) -> String {
         let mut nodes: Vec<&str> = self.pods.iter().map(|(_, n)| n.as_str()).collect();
         nodes.sort_unstable();
         nodes.dedup();
@@ -133,78 +94,36 @@ impl Preemption {
     }
 }
 
-/// Starts the cycle's new preemptions and retries blocked evictions of earlier ones; returns
-/// the output left for the binder and how many preemptions started.
-pub async fn run(
+/// Starts a preemption: evicts `victims` and nominates the preemptor's `pods` to their nodes.
+pub async fn start(
     client: &Client,
-    preemptions: &mut HashMap<String, Preemption>,
-    snap: &Snapshot,
-    output: &CycleOutput,
-) -> (CycleOutput, usize) {
-    let evicted: HashSet<u32> = output.evicted.iter().copied().collect();
-    let mut rest = CycleOutput {
-        attempts: output.attempts,
-        woken: output.woken,
-        ..CycleOutput::default()
+    victims: Vec<PendingPod>,
+    pods: Vec<(PendingPod, String)>,
+) -> Preemption {
+    let note = match pods.first() {
+        Some((pod, node)) => format!("Preempted by pod {} on node {node}", pod.key()),
+        None => "Preempted".to_string(),
     };
-    let mut started = 0;
-    let mut after_preemption = false;
-    for decision in &output.decisions {
-        let preempting = decision.placed && !decision.explanation.preempted.is_empty();
-        if !preempting {
-            // A decision after a preemption may use room a victim still holds: the next
-            // cycle makes it again, on the cluster as it then is.
-            if !(after_preemption && decision.placed) {
-                rest.decisions.push(decision.clone());
-            }
-            continue;
-        }
-        after_preemption = true;
-        let Some((job, pods)) = snap.jobs.get(decision.job as usize) else {
-            continue;
-        };
-        let slots = snap.scheduler.slots(decision.job);
-        let nominated: Vec<(PendingPod, String)> = pods
-            .iter()
-            .zip(slots)
-            .map(|(p, slot)| (p.clone(), snap.node_names[slot.node as usize].clone()))
-            .collect();
-        // The victims: adopted jobs the cycle evicted, named in the explanation.
-        let victims: Vec<PendingPod> = (0..snap.adopted)
-            .filter(|&id| evicted.contains(&(id as u32)))
-            .filter(|&id| decision.explanation.preempted.contains(&snap.jobs[id].0))
-            .flat_map(|id| snap.jobs[id].1.iter().cloned())
-            .collect();
-        let Some(first) = nominated.first() else {
-            continue;
-        };
-        let note = format!("Preempted by pod {} on node {}", first.0.key(), first.1);
-        tracing::info!(
-            preemptor = %job,
-            victims = ?victims.iter().map(PendingPod::key).collect::<Vec<_>>(),
-            "preempting"
-        );
-        let results =
-            futures::future::join_all(victims.iter().map(|v| evict(client, v, &note))).await;
-        let victims = victims
-            .into_iter()
-            .zip(results)
-            .map(|(pod, blocked)| Victim { pod, blocked })
-            .collect();
-        futures::future::join_all(nominated.iter().map(|(p, node)| nominate(client, p, node)))
-            .await;
-        preemptions.insert(
-            job.clone(),
-            Preemption {
-                pods: nominated,
-                victims,
-                since: Instant::now(),
-                last_try: Instant::now(),
-            },
-        );
-        started += 1;
+    let results = futures::future::join_all(victims.iter().map(|v| evict(client, v, &note))).await;
+    let victims = victims
+        .into_iter()
+        .zip(results)
+        .map(|(pod, blocked)| Victim { pod, blocked })
+        .collect();
+    futures::future::join_all(pods.iter().map(|(p, node)| nominate(client, p, node))).await;
+    Preemption {
+        pods,
+        victims,
+        last_try: Instant::now(),
     }
-    // Blocked evictions of earlier preemptions, again.
+}
+
+/// Tries again the evictions a PodDisruptionBudget (or an error) blocked, every
+/// [`RETRY_BLOCKED`].
+pub async fn retry_blocked<K: std::fmt::Debug>(
+    client: &Client,
+    preemptions: &mut std::collections::BTreeMap<K, Preemption>,
+) {
     for (job, preemption) in preemptions.iter_mut() {
         if preemption.last_try.elapsed() < RETRY_BLOCKED
             || preemption.victims.iter().all(|v| v.blocked.is_none())
@@ -223,11 +142,10 @@ pub async fn run(
         {
             victim.blocked = evict(client, &victim.pod, &note).await;
             if victim.blocked.is_none() {
-                tracing::info!(preemptor = %job, victim = %victim.pod.key(), "blocked eviction went through");
+                tracing::info!(preemptor = ?job, victim = %victim.pod.key(), "blocked eviction went through");
             }
         }
     }
-    (rest, started)
 }
 
 /// Evicts `victim`; `None` when it is evicted (or gone), else why not.

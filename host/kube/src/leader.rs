@@ -5,9 +5,11 @@
 //! - Every write is a resourceVersion-guarded create or replace, so two candidates can never
 //!   both win one round: the loser gets a 409 and reads again.
 //! - The holder renews every [`LeaderSettings::retry`]. It counts as leader only while its last
-//!   successful renewal is younger than [`LeaderSettings::renew_deadline`]: a leader cut off
-//!   from the API server stops binding at once, before anyone else may take the Lease
-//!   (renew deadline < lease duration; the gap, 5 s by default, is the clock skew tolerated).
+//!   successful renewal is younger than [`LeaderSettings::renew_deadline`], timed from before
+//!   the renewal request was sent: a leader cut off from the API server (or slowed) stops
+//!   binding before anyone else may take the Lease (renew deadline < lease duration; the gap,
+//!   5 s by default, is the clock skew tolerated). The binder checks it before every write.
+//! - A replica whose scheduling loop stopped going round stops renewing.
 //! - A candidate takes a Lease whose `renewTime + leaseDurationSeconds` has passed, waking at
 //!   that moment rather than on its next retry tick, so failover takes about one lease
 //!   duration after the holder's last renewal.
@@ -80,6 +82,9 @@ pub struct Leadership {
     holder: Mutex<Option<String>>,
     /// Set to stop the loop; it then releases the Lease if it holds it.
     stop: AtomicBool,
+    /// When the scheduling loop last went round: a wedged loop stops renewing, so a healthy
+    /// replica takes over. `None` until its first pass.
+    loop_beat: Mutex<Option<Instant>>,
 }
 
 impl Leadership {
@@ -99,6 +104,20 @@ impl Leadership {
             .lock()
             .unwrap_or_else(|e| e.into_inner())
             .clone()
+    }
+
+    /// The scheduling loop went round (see [`Leadership::loop_alive`]).
+    pub fn beat(&self) {
+        *self.loop_beat.lock().unwrap_or_else(|e| e.into_inner()) = Some(Instant::now());
+    }
+
+    /// Whether the scheduling loop went round within the renew deadline (or has not started):
+    /// only then is the Lease renewed.
+    pub fn loop_alive(&self) -> bool {
+        self.loop_beat
+            .lock()
+            .unwrap_or_else(|e| e.into_inner())
+            .is_none_or(|at| at.elapsed() < self.settings.renew_deadline)
     }
 
     /// Asks the loop to stop (and release the Lease).
@@ -127,6 +146,7 @@ pub fn start(
         renewed: Mutex::new(None),
         holder: Mutex::new(None),
         stop: AtomicBool::new(false),
+        loop_beat: Mutex::new(None),
     });
     let shared = leadership.clone();
     runtime.spawn(async move {
@@ -134,11 +154,23 @@ pub fn start(
         let api: Api<Lease> = Api::namespaced(client, &s.namespace);
         tracing::info!(identity = %s.identity, lease = %format!("{}/{}", s.namespace, s.name), "leader election: candidate");
         while !shared.stop.load(Ordering::Acquire) {
+            if !shared.loop_alive() {
+                // The scheduling loop is wedged: stop renewing, and stop counting as leader
+                // once the last renewal is older than the deadline.
+                if shared.holding.load(Ordering::Acquire) && !shared.is_leader() {
+                    shared.holding.store(false, Ordering::Release);
+                    tracing::error!("leader election: the scheduling loop is stuck; not renewing the lease");
+                }
+                tokio::time::sleep(s.retry).await;
+                continue;
+            }
+            // The validity clock starts before the request: the Lease the server records
+            // is at least this old.
+            let attempt = Instant::now();
             let wait = match try_acquire_or_renew(&api, s).await {
                 Ok(Round::Holding) => {
                     let was = shared.holding.swap(true, Ordering::AcqRel);
-                    *shared.renewed.lock().unwrap_or_else(|e| e.into_inner()) =
-                        Some(Instant::now());
+                    *shared.renewed.lock().unwrap_or_else(|e| e.into_inner()) = Some(attempt);
                     shared.set_holder(Some(s.identity.clone()));
                     if !was {
                         tracing::info!(identity = %s.identity, "leader election: acquired the lease; leading");

@@ -4,10 +4,11 @@
 //! - **Source** ([`KubeCluster`]): reflectors (watch caches) over nodes, over our unbound pods
 //!   (`spec.schedulerName: gantry`), over every bound pod (for accounting) and over
 //!   scheduler-plugins' `PodGroup`s. Nothing is listed per cycle or per node; nothing is scheduled
-//!   until every cache has synced. [`snapshot::build`] turns the caches into the core's model:
-//!   a node table (topology from labels, GPUs from `nvidia.com/gpu`, health from conditions and
-//!   taints) with bound pods reserved, and one job per single pod or complete gang.
-//! - **Binder** ([`KubeCluster::apply`]): binds through the `pods/binding` subresource,
+//!   until every cache has synced. [`tracker::Tracker`] keeps one long-lived scheduler up to date
+//!   from the keys each watch event changed, using [`mapping`]'s rules: a node table
+//!   (topology from labels, GPUs from `nvidia.com/gpu`, health from conditions and taints)
+//!   with bound pods reserved, and one job per single pod or complete gang.
+//! - **Binder** (`KubeCluster`'s [`gantry_core::Binder`]): binds through the `pods/binding` subresource,
 //!   idempotently (409 means bound already, and `spec.nodeName` is read back), and posts
 //!   `Scheduled` / `FailedScheduling` Events and the `PodScheduled` condition the way
 //!   kube-scheduler does.
@@ -24,15 +25,16 @@ pub mod cluster;
 pub mod config;
 pub mod evict;
 pub mod leader;
+pub mod mapping;
 pub mod nodes;
 pub mod quantity;
 pub mod queues;
-pub mod snapshot;
+pub mod tracker;
 
-pub use cluster::{ApplyReport, KubeCluster};
+pub use cluster::KubeCluster;
 pub use config::{KubeConfig, TopologyLabel};
 pub use leader::{LeaderSettings, Leadership};
-pub use snapshot::{PendingPod, Snapshot};
+pub use mapping::PendingPod;
 
 /// Why talking to the cluster failed. One line each, naming the object and the problem.
 #[derive(Debug, thiserror::Error)]
@@ -43,6 +45,8 @@ pub enum Error {
     Connect(String),
     #[error("the watch caches did not sync within {0} s (is the API server reachable?)")]
     SyncTimeout(u64),
+    #[error("this replica is not the leader (its Lease ran out); nothing was written")]
+    NotLeader,
     #[error("cannot bind pod {pod} to node {node}: {message}")]
     Bind {
         pod: String,

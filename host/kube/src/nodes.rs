@@ -1,5 +1,5 @@
 //! Fake GPU nodes for a test control plane: Node objects that kwok keeps Ready, with the GPU
-//! capacity, GPU model label and topology labels that [`crate::snapshot`] reads back.
+//! capacity, GPU model label and topology labels that [`crate::mapping`] reads back.
 
 use std::collections::BTreeMap;
 use std::path::Path;
@@ -127,8 +127,7 @@ mod tests {
     use std::sync::Arc;
 
     use super::*;
-    use crate::snapshot::{Inputs, build};
-    use gantry_core::{SchedulerConfig, Symbols};
+    use gantry_core::Symbols;
 
     #[test]
     fn created_nodes_read_back_as_written() {
@@ -151,22 +150,7 @@ mod tests {
                 ..Default::default()
             }]);
         let symbols = Symbols::new();
-        let snap = build(
-            &Inputs {
-                nodes: &[Arc::new(node)],
-                bound: &[],
-                pending: &[],
-                assumed: &[],
-                pod_groups: &Default::default(),
-                held: &Default::default(),
-                nominated: &[],
-                queues: &[],
-            },
-            &config,
-            &symbols,
-            SchedulerConfig::default(),
-        );
-        let t = &snap.scheduler.state.nodes;
+        let (t, _, _) = crate::mapping::node_table(&[Arc::new(node)], &config, &symbols);
         assert_eq!(t.gpu_total, [8]);
         assert_eq!(t.cpu_free_milli, [192_000]);
         assert_eq!(t.memory_free_mib, [2_000_000]);

@@ -7,7 +7,7 @@
 
 use std::collections::HashMap;
 
-use gantry_core::{QueueDef, Queues};
+use gantry_core::QueueDef;
 use kube::api::{ApiResource, DynamicObject, GroupVersionKind};
 
 /// The API group and version of [`resource`].
@@ -134,34 +134,6 @@ pub fn check(objects: &[std::sync::Arc<DynamicObject>]) -> (Vec<QueueDef>, Vec<S
     (usable, problems)
 }
 
-/// Decayed queue usage carried from one cycle's queue tree to the next. The live cluster
-/// rebuilds the tree from its caches every cycle; without this a queue's past use would be
-/// forgotten each time, and a fresh tree's first decay would count from t = 0 (about 1.8e9 s of
-/// wall-clock time), blowing fair-share keys up to millions.
-#[derive(Debug, Default)]
-pub struct QueueHistory {
-    /// The decay clock and decayed usage by queue name after the last cycle; `None` before the
-    /// first.
-    state: Option<(f64, HashMap<String, f64>)>,
-}
-
-impl QueueHistory {
-    /// Before the cycle at `now_s`: gives the new tree the last cycle's history or, before the
-    /// first cycle, starts its clock now with no history.
-    pub fn seed(&self, queues: &mut Queues, now_s: f64) {
-        match &self.state {
-            Some((clock, usage)) => queues.restore_decay(*clock, usage),
-            None => queues.restore_decay(now_s, &HashMap::new()),
-        }
-    }
-
-    /// After the cycle: remembers the tree's history for the next one.
-    pub fn keep(&mut self, queues: &Queues) {
-        let (clock, usage) = queues.decay_state();
-        self.state = Some((clock, usage.into_iter().collect()));
-    }
-}
-
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -205,53 +177,5 @@ mod tests {
                 "queue y: the parent chain loops: y -> x -> y",
             ]
         );
-    }
-
-    #[test]
-    fn queue_history_carries_usage_across_rebuilt_trees_with_a_sane_key() {
-        use gantry_core::Resources;
-        let defs = [
-            QueueDef {
-                name: "busy".into(),
-                parent: None,
-                nominal_gpus: 8,
-                weight: 1,
-                borrowing_limit_gpus: None,
-                lending_limit_gpus: None,
-            },
-            QueueDef {
-                name: "idle".into(),
-                parent: None,
-                nominal_gpus: 8,
-                weight: 1,
-                borrowing_limit_gpus: None,
-                lending_limit_gpus: None,
-            },
-        ];
-        let now = 1.8e9;
-        let mut history = QueueHistory::default();
-        let mut tree = Queues::new(&defs, Resources::gpus(16), 600.0).unwrap();
-        history.seed(&mut tree, now);
-        let busy = tree.id("busy").unwrap();
-        tree.charge(busy, Resources::gpus(8), true);
-        tree.decay_to(now + 600.0);
-        history.keep(&tree);
-        // The next cycle's tree, rebuilt with nothing running: busy's past use still counts.
-        let mut next = Queues::new(&defs, Resources::gpus(16), 600.0).unwrap();
-        history.seed(&mut next, now + 601.0);
-        next.decay_to(now + 601.0);
-        let (busy, idle) = (next.id("busy").unwrap(), next.id("idle").unwrap());
-        assert!(next.fair_share_key(busy) > next.fair_share_key(idle));
-        assert!(
-            next.fair_share_key(busy) < 1.0,
-            "{}",
-            next.fair_share_key(busy)
-        );
-        // Without the history the first decay counts from t = 0.
-        let mut fresh = Queues::new(&defs, Resources::gpus(16), 600.0).unwrap();
-        let b = fresh.id("busy").unwrap();
-        fresh.charge(b, Resources::gpus(8), true);
-        fresh.decay_to(now);
-        assert!(fresh.fair_share_key(b) > 1e5);
     }
 }

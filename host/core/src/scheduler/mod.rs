@@ -275,10 +275,54 @@ impl Scheduler {
         &self.symbols
     }
 
-    /// Replace the queue tree (a Queue object changed); jobs parked for quota look again.
-    pub fn set_queues(&mut self, queues: Queues) {
-        self.queues = queues;
+    /// Replace the queue tree (a Queue object changed, or a pod named a new queue). Jobs keep
+    /// their queue by name (one the new tree lacks falls to its first queue), running jobs are
+    /// charged to the new tree, each queue keeps its decayed usage, and every pending job is
+    /// tried again, since its quota may have changed.
+    pub fn set_queues(&mut self, mut queues: Queues) {
+        let (clock, usage) = self.queues.decay_state();
+        queues.restore_decay(clock, &usage.into_iter().collect());
+        let old = std::mem::replace(&mut self.queues, queues);
+        let pending = self.queue.all();
+        for id in &pending {
+            self.queue.remove(*id);
+        }
+        for entry in self.job_to_entry.values_mut() {
+            let name = old.name(entry.spec.queue);
+            entry.spec.queue = self.queues.id(name).unwrap_or(0);
+            if matches!(entry.state, JobState::Running { .. }) && !entry.spec.balloon {
+                self.queues
+                    .charge(entry.spec.queue, entry.spec.total(), true);
+            }
+        }
+        for id in pending {
+            let key = self.job_to_entry[&id].spec.queue_key();
+            self.queue.push(id, key);
+        }
         self.queue_changes += 1;
+    }
+
+    /// Start over on a new cluster and queue tree (a live cluster's node set changed, or a
+    /// watch had to relist): every job is dropped, to be submitted or adopted again. Job ids
+    /// keep counting, so none is ever reused.
+    pub fn reset(&mut self, state: ClusterState, queues: Queues) {
+        let next_id = self.next_id;
+        let cycle_no = self.cycle_no;
+        *self = Self::new(state, queues, self.symbols.clone(), self.config.clone());
+        self.next_id = next_id;
+        self.cycle_no = cycle_no;
+    }
+
+    /// Take a placed job off its nodes and back to the front of its queue, to be placed again
+    /// by the next cycle: a live cluster's preemptor whose victims are gone, or whose wait ran
+    /// out.
+    pub fn unplace(&mut self, id: JobId) {
+        if !self.job_to_entry.contains_key(&id) {
+            return;
+        }
+        self.release(id);
+        let key = self.job_to_entry[&id].spec.queue_key();
+        self.queue.push(id, key);
     }
 
     pub fn submit(&mut self, spec: JobSpec) -> JobId {

@@ -1,0 +1,393 @@
+//! What Kubernetes objects mean to the core: a node's row in the node table (GPUs, model,
+//! topology from labels, health from conditions and taints), a pod's shape, queue and gang,
+//! and the queue tree. Pure (no I/O), so every mapping rule is unit-tested without a cluster;
+//! [`crate::tracker`] applies them as objects change.
+
+use std::collections::HashMap;
+use std::sync::Arc;
+
+use gantry_core::{
+    Health, LevelColumn, NodeTable, PodShape, QueueDef, Queues, Resources, Symbols, Taint,
+    TaintEffect, Toleration,
+};
+use k8s_openapi::api::core::v1::{Node, Pod};
+
+use crate::config::KubeConfig;
+use crate::quantity;
+
+/// A pod Gantry is deciding about, with what the binder needs to act on it.
+#[derive(Debug, Clone, PartialEq)]
+pub struct PendingPod {
+    /// The cached object: once bound, it counts as running until the bound-pod cache has it.
+    pub pod: Arc<Pod>,
+    pub namespace: String,
+    pub name: String,
+    pub uid: String,
+    /// The pod's `PodScheduled` condition as the cache has it: `(status, reason, message)`.
+    /// The binder patches only when the new one differs.
+    pub scheduled_condition: Option<(String, String, String)>,
+}
+
+impl PendingPod {
+    pub(crate) fn of(pod: &Arc<Pod>) -> Self {
+        let condition = pod
+            .status
+            .as_ref()
+            .and_then(|s| s.conditions.as_ref())
+            .and_then(|c| c.iter().find(|c| c.type_ == "PodScheduled"))
+            .map(|c| {
+                (
+                    c.status.clone(),
+                    c.reason.clone().unwrap_or_default(),
+                    c.message.clone().unwrap_or_default(),
+                )
+            });
+        Self {
+            pod: pod.clone(),
+            namespace: pod.metadata.namespace.clone().unwrap_or_default(),
+            name: pod.metadata.name.clone().unwrap_or_default(),
+            uid: pod.metadata.uid.clone().unwrap_or_default(),
+            scheduled_condition: condition,
+        }
+    }
+
+    /// `namespace/name`, as kube-scheduler's messages name a pod.
+    pub fn key(&self) -> String {
+        format!("{}/{}", self.namespace, self.name)
+    }
+}
+
+/// What one pod asks for, summed over its containers (extended resources count their limit
+/// when no request is given, as the API server defaults them).
+pub(crate) fn pod_request(pod: &Pod, config: &KubeConfig) -> (u32, u32, u32) {
+    let (mut gpus, mut cpu, mut mem) = (0u64, 0u64, 0u64);
+    for container in pod.spec.iter().flat_map(|s| &s.containers) {
+        let Some(resources) = &container.resources else {
+            continue;
+        };
+        let get = |name: &str| {
+            resources
+                .requests
+                .as_ref()
+                .and_then(|r| r.get(name))
+                .or_else(|| resources.limits.as_ref().and_then(|l| l.get(name)))
+                .map(|q| q.0.as_str())
+        };
+        gpus += get(&config.gpu_resource)
+            .and_then(quantity::count)
+            .unwrap_or(0);
+        cpu += get("cpu").and_then(quantity::cpu_milli).unwrap_or(0);
+        mem += get("memory").and_then(quantity::memory_mib).unwrap_or(0);
+    }
+    let clamp = |v: u64| u32::try_from(v).unwrap_or(u32::MAX);
+    (clamp(gpus), clamp(cpu), clamp(mem))
+}
+
+fn taint_effect(effect: &str) -> Option<TaintEffect> {
+    match effect {
+        "NoSchedule" => Some(TaintEffect::NoSchedule),
+        "PreferNoSchedule" => Some(TaintEffect::PreferNoSchedule),
+        "NoExecute" => Some(TaintEffect::NoExecute),
+        _ => None,
+    }
+}
+
+/// The pod's shape as the core sees it (name and queue filled in by the caller).
+pub(crate) fn pod_shape(pod: &Pod, config: &KubeConfig, symbols: &Symbols) -> PodShape {
+    let (gpus, cpu_milli, memory_mib) = pod_request(pod, config);
+    let spec = pod.spec.as_ref();
+    let tolerations = spec
+        .and_then(|s| s.tolerations.as_ref())
+        .into_iter()
+        .flatten()
+        .map(|t| Toleration {
+            key: symbols.intern(t.key.as_deref().unwrap_or("")),
+            exists: t.operator.as_deref() == Some("Exists"),
+            value: symbols.intern(t.value.as_deref().unwrap_or("")),
+            effect: t.effect.as_deref().and_then(taint_effect),
+        })
+        .collect();
+    let gpu_type = spec
+        .and_then(|s| s.node_selector.as_ref())
+        .and_then(|s| s.get(&config.gpu_type_label))
+        .map_or(0, |t| symbols.intern(t));
+    PodShape {
+        priority: spec.and_then(|s| s.priority).unwrap_or(0),
+        gpus,
+        gpu_type,
+        cpu_milli,
+        memory_mib,
+        tolerations,
+        gang_size: 1,
+        ..PodShape::default()
+    }
+}
+
+fn label<'a>(pod: &'a Pod, key: &str) -> Option<&'a str> {
+    pod.metadata
+        .labels
+        .as_ref()
+        .and_then(|l| l.get(key))
+        .map(String::as_str)
+}
+
+/// Whether a bound pod is a balloon: a placeholder holding capacity that gives way at once.
+pub(crate) fn is_balloon(pod: &Pod, config: &KubeConfig) -> bool {
+    label(pod, &config.balloon_label) == Some("true")
+}
+
+pub(crate) fn queue_of(pod: &Pod, config: &KubeConfig) -> String {
+    config
+        .queue_labels
+        .iter()
+        .find_map(|key| label(pod, key))
+        .unwrap_or(&config.default_queue)
+        .to_string()
+}
+
+/// How a pod belongs to a gang: the key its job is grouped by.
+#[derive(Debug, Clone, PartialEq, Eq, Hash, PartialOrd, Ord)]
+pub(crate) enum Gang {
+    /// A pod of its own: `(namespace, name)`.
+    Single(String, String),
+    /// `(namespace, name)`; the size comes from the `PodGroup`'s `minMember`.
+    PodGroup(String, String),
+    /// `(namespace, name)` and the size label's text.
+    Labels(String, String, Option<String>),
+}
+
+impl Gang {
+    /// The job's name: `namespace/pod` for a single pod, `namespace/group` for a gang.
+    pub(crate) fn job_name(&self) -> String {
+        match self {
+            Gang::Single(ns, name) | Gang::PodGroup(ns, name) | Gang::Labels(ns, name, _) => {
+                format!("{ns}/{name}")
+            }
+        }
+    }
+}
+
+pub(crate) fn gang_of(pod: &Pod, config: &KubeConfig) -> Gang {
+    let namespace = pod.metadata.namespace.clone().unwrap_or_default();
+    if let Some(group) = label(pod, &config.pod_group_label) {
+        Gang::PodGroup(namespace, group.into())
+    } else if let Some(gang) = label(pod, &config.gang_label) {
+        Gang::Labels(
+            namespace,
+            gang.into(),
+            label(pod, &config.gang_size_label).map(str::to_string),
+        )
+    } else {
+        Gang::Single(namespace, pod.metadata.name.clone().unwrap_or_default())
+    }
+}
+
+/// Whether the pod is ours to schedule (`spec.schedulerName`).
+pub(crate) fn is_ours(pod: &Pod, config: &KubeConfig) -> bool {
+    pod.spec.as_ref().and_then(|s| s.scheduler_name.as_deref())
+        == Some(config.scheduler_name.as_str())
+}
+
+/// A gang's pods share one shape: the largest ask of each resource among them.
+pub(crate) fn widen(shape: &mut PodShape, other: &PodShape) {
+    shape.gpus = shape.gpus.max(other.gpus);
+    shape.cpu_milli = shape.cpu_milli.max(other.cpu_milli);
+    shape.memory_mib = shape.memory_mib.max(other.memory_mib);
+    shape.priority = shape.priority.max(other.priority);
+}
+
+fn node_health(node: &Node) -> Health {
+    if node.spec.as_ref().and_then(|s| s.unschedulable) == Some(true) {
+        return Health::Cordoned;
+    }
+    let ready = node
+        .status
+        .as_ref()
+        .and_then(|s| s.conditions.as_ref())
+        .and_then(|c| c.iter().find(|c| c.type_ == "Ready"))
+        .is_some_and(|c| c.status == "True");
+    if ready {
+        Health::Healthy
+    } else {
+        Health::NotReady
+    }
+}
+
+/// What a node's row is made of: a health change is applied in place, anything else
+/// rebuilds the node table.
+#[derive(Debug, Clone, PartialEq)]
+pub(crate) struct NodeDigest {
+    /// GPUs, CPU (milli) and memory (MiB) allocatable.
+    allocatable: (u32, u32, u32),
+    gpu_type: Option<String>,
+    /// The value of each configured topology label.
+    topology: Vec<Option<String>>,
+    taints: Vec<(String, String, String)>,
+    pub(crate) health: Health,
+}
+
+impl NodeDigest {
+    pub(crate) fn of(node: &Node, config: &KubeConfig) -> Self {
+        let allocatable = node.status.as_ref().and_then(|s| s.allocatable.as_ref());
+        let get = |key: &str, parse: fn(&str) -> Option<u64>| {
+            allocatable
+                .and_then(|a| a.get(key))
+                .and_then(|q| parse(&q.0))
+                .unwrap_or(0)
+        };
+        let clamp = |v: u64| u32::try_from(v).unwrap_or(u32::MAX);
+        let labels = node.metadata.labels.as_ref();
+        Self {
+            allocatable: (
+                get(&config.gpu_resource, quantity::count).min(u64::from(u16::MAX)) as u32,
+                clamp(get("cpu", quantity::cpu_milli)),
+                clamp(get("memory", quantity::memory_mib)),
+            ),
+            gpu_type: labels.and_then(|l| l.get(&config.gpu_type_label)).cloned(),
+            topology: config
+                .topology
+                .iter()
+                .map(|level| labels.and_then(|l| l.get(&level.key)).cloned())
+                .collect(),
+            taints: node
+                .spec
+                .as_ref()
+                .and_then(|s| s.taints.as_ref())
+                .into_iter()
+                .flatten()
+                .map(|t| {
+                    (
+                        t.key.clone(),
+                        t.value.clone().unwrap_or_default(),
+                        t.effect.clone(),
+                    )
+                })
+                .collect(),
+            health: node_health(node),
+        }
+    }
+
+    /// Whether only the health differs.
+    pub(crate) fn same_but_health(&self, other: &Self) -> bool {
+        Self {
+            health: other.health,
+            ..self.clone()
+        } == *other
+    }
+}
+
+/// The node table of `nodes` (in name order, so indexes are stable while the node set is),
+/// the node names by index, and each node's digest.
+pub(crate) fn node_table(
+    nodes: &[Arc<Node>],
+    config: &KubeConfig,
+    symbols: &Symbols,
+) -> (NodeTable, Vec<String>, HashMap<String, NodeDigest>) {
+    let mut nodes: Vec<&Node> = nodes.iter().map(Arc::as_ref).collect();
+    nodes.sort_by(|a, b| a.metadata.name.cmp(&b.metadata.name));
+    let mut table = NodeTable {
+        taint_sets: vec![Vec::new()],
+        ..NodeTable::default()
+    };
+    let mut taint_set_ids: HashMap<Vec<Taint>, u32> = HashMap::new();
+    let mut node_names = Vec::with_capacity(nodes.len());
+    let mut digests = HashMap::with_capacity(nodes.len());
+    for node in &nodes {
+        let name = node.metadata.name.clone().unwrap_or_default();
+        let digest = NodeDigest::of(node, config);
+        let (gpus, cpu, memory) = digest.allocatable;
+        table.name.push(symbols.intern(&name));
+        table.gpu_total.push(gpus);
+        table.gpu_free.push(gpus);
+        table
+            .gpu_milli_free_max
+            .push(if gpus > 0 { 1000 } else { 0 });
+        table
+            .gpu_type
+            .push(digest.gpu_type.as_deref().map_or(0, |t| symbols.intern(t)));
+        table.cpu_free_milli.push(cpu);
+        table.memory_free_mib.push(memory);
+        table.health.push(digest.health as u8);
+        let mut taints: Vec<Taint> = digest
+            .taints
+            .iter()
+            .filter_map(|(key, value, effect)| {
+                Some(Taint {
+                    key: symbols.intern(key),
+                    value: symbols.intern(value),
+                    effect: taint_effect(effect)?,
+                })
+            })
+            .collect();
+        let set = if taints.is_empty() {
+            0
+        } else {
+            taints.sort_by_key(|t| (t.key, t.value, t.effect as u8));
+            let next = table.taint_sets.len() as u32;
+            *taint_set_ids.entry(taints.clone()).or_insert_with(|| {
+                table.taint_sets.push(taints);
+                next
+            })
+        };
+        table.taint_set.push(set);
+        digests.insert(name.clone(), digest);
+        node_names.push(name);
+    }
+    // Topology: each configured level whose label some node carries, domains numbered in node
+    // order.
+    for (i, level) in config.topology.iter().enumerate() {
+        let mut domains: HashMap<&str, u32> = HashMap::new();
+        let node_domain: Vec<u32> = node_names
+            .iter()
+            .map(|name| match digests[name].topology[i].as_deref() {
+                Some(value) => {
+                    let next = domains.len() as u32;
+                    *domains.entry(value).or_insert(next)
+                }
+                None => u32::MAX,
+            })
+            .collect();
+        if !domains.is_empty() {
+            let column =
+                LevelColumn::from_node_domains(symbols.intern(&level.level), node_domain, &table);
+            table.levels.push(column);
+        }
+    }
+    (table, node_names, digests)
+}
+
+/// A pod's creation time, in Unix seconds.
+pub(crate) fn created_unix_s(pod: &Pod) -> f64 {
+    pod.metadata
+        .creation_timestamp
+        .as_ref()
+        .map_or(0.0, |t| t.0.as_second() as f64)
+}
+
+/// The core's queue tree: the declared queues, plus a root of nominal 0 (it may borrow idle
+/// quota) for each queue a pod names that none declares. With nothing declared, every queue
+/// is a root that may use the whole cluster.
+pub(crate) fn queue_tree(declared: &[QueueDef], used: &[String], capacity: Resources) -> Queues {
+    let mut defs: Vec<QueueDef> = declared.to_vec();
+    for name in used {
+        if !defs.iter().any(|d| &d.name == name) {
+            defs.push(QueueDef {
+                name: name.clone(),
+                parent: None,
+                nominal_gpus: if declared.is_empty() {
+                    capacity.gpus
+                } else {
+                    0
+                },
+                weight: 1,
+                borrowing_limit_gpus: None,
+                lending_limit_gpus: None,
+            });
+        }
+    }
+    // `crate::queues::check` left only unique names whose parents exist.
+    Queues::new(&defs, capacity, 600.0).unwrap_or_else(|error| {
+        tracing::error!(%error, "the declared queues do not form a tree; ignoring them");
+        queue_tree(&[], used, capacity)
+    })
+}

@@ -1,0 +1,1300 @@
+//! The live cluster as the long-lived scheduler sees it, kept up to date one watch event at a
+//! time. Pure (no I/O): [`crate::KubeCluster`] hands it the objects the watch caches hold for
+//! the keys that changed, and it turns them into the scheduler's changes:
+//!
+//! - **Nodes**: a health change (Ready, cordon) updates one node; a node added or removed, or
+//!   one whose capacity, labels or taints changed, rebuilds the node table ([`Tracker::rebuild`]),
+//!   and with it every job: the rare path.
+//! - **Our unbound pods** gather into gangs (a single pod is a gang of one). A gang that is
+//!   complete (its pods plus its members already bound reach `minMember`) is one pending job;
+//!   one that is not waits with a reason. A gang whose pods change is submitted again.
+//! - **Bound pods**: ours and balloons, grouped by gang, are running jobs the core may preempt
+//!   (one job per group; a group that changes is adopted again). Anything else, or a pod that
+//!   is terminating, only holds its room.
+//! - **Queues** and **PodGroups** replace the queue tree or the gangs' sizes.
+//!
+//! Work is proportional to the keys that changed, never to the cluster.
+
+use std::collections::{BTreeMap, BTreeSet, HashMap, HashSet};
+use std::sync::Arc;
+use std::time::{Duration, Instant};
+
+use gantry_core::{
+    Changes, ClusterState, JobId, JobSpec, PodShape, QueueDef, Resources, Scheduler, Slot, Symbols,
+    TopologyPref,
+};
+use k8s_openapi::api::core::v1::{Node, Pod};
+
+use crate::config::KubeConfig;
+use crate::mapping::{
+    self, Gang, NodeDigest, PendingPod, created_unix_s, gang_of, is_balloon, is_ours, pod_request,
+    pod_shape, queue_of, widen,
+};
+
+/// A pod's `(namespace, name)`: how the watch caches key it.
+pub type PodKey = (String, String);
+
+/// How long a pod this process bound counts as bound before the bound-pod cache confirms it
+/// (kube-scheduler's assume cache).
+const ASSUME_TTL: Duration = Duration::from_secs(60);
+
+/// A pending gang: its pods, and the job standing for it while it is complete.
+#[derive(Debug, Default)]
+struct PendingGang {
+    pods: BTreeMap<PodKey, PendingPod>,
+    /// The job and the pods it was submitted with.
+    job: Option<(JobId, BTreeSet<PodKey>)>,
+    /// Why an incomplete gang waits.
+    waiting: Option<String>,
+}
+
+/// The bound pods of one gang (ours or balloons): one running job while they run.
+#[derive(Debug, Default)]
+struct RunningGroup {
+    pods: BTreeMap<PodKey, (PendingPod, usize)>,
+    job: Option<(JobId, BTreeSet<PodKey>)>,
+}
+
+/// What a bound pod is to the scheduler.
+#[derive(Debug)]
+enum Role {
+    /// A member of its gang's running job.
+    Member(Gang),
+    /// Room held directly: someone else's pod, or one terminating. `charged` is the queue
+    /// charged for an own pod, with its GPUs.
+    Held {
+        slot: Slot,
+        shape: PodShape,
+        charged: Option<(String, u64)>,
+    },
+}
+
+#[derive(Debug)]
+struct BoundPod {
+    uid: String,
+    node: usize,
+    role: Role,
+    /// Set while this process bound it and the bound-pod cache has not shown it yet.
+    assumed: Option<Instant>,
+}
+
+/// A preemptor waiting, placed on its nodes, for its victims to leave.
+#[derive(Debug, Clone)]
+pub struct Nominated {
+    /// The victims' pods still present.
+    pub victims: BTreeSet<PodKey>,
+    pub since: Instant,
+}
+
+/// The scheduler's view of the live cluster, and the pods behind each job.
+pub struct Tracker {
+    config: KubeConfig,
+    symbols: Arc<Symbols>,
+    /// Unix seconds at the run's time 0: pods' creation times are put on the run's clock.
+    epoch_s: Option<f64>,
+    node_names: Vec<String>,
+    name_to_node: HashMap<String, usize>,
+    /// What each node looked like when the table was built, to tell a health change (cheap)
+    /// from a capacity, label or taint change (rebuild).
+    name_to_digest: HashMap<String, NodeDigest>,
+    capacity: Resources,
+    /// The checked `Queue` objects, and every queue name a pod ever named: the tree is both.
+    declared_queues: Vec<QueueDef>,
+    used_queues: BTreeSet<String>,
+    /// `minMember` of each scheduler-plugins PodGroup.
+    group_to_min: HashMap<PodKey, u32>,
+    /// Our unbound pods, and their gangs.
+    key_to_pending: HashMap<PodKey, Gang>,
+    gang_to_pending: HashMap<Gang, PendingGang>,
+    /// Every bound pod, and the running groups of ours and balloons.
+    key_to_bound: HashMap<PodKey, BoundPod>,
+    gang_to_running: HashMap<Gang, RunningGroup>,
+    /// Which gang each job stands for, and whether it is the running side.
+    job_to_gang: HashMap<JobId, (Gang, bool)>,
+    /// Gangs whose pods changed in this sync, handled at its end.
+    dirty_pending: BTreeSet<Gang>,
+    dirty_running: BTreeSet<Gang>,
+    /// Preemptors waiting for their victims.
+    job_to_nominated: BTreeMap<JobId, Nominated>,
+    /// Pods bound but not yet confirmed by the bound-pod cache.
+    assumed: HashSet<PodKey>,
+    /// Pod-to-job names of gangs submitted in this sync.
+    pod_to_job: Vec<(String, String)>,
+}
+
+/// Whole-cluster inputs of a rebuild.
+pub struct World<'a> {
+    pub nodes: &'a [Arc<Node>],
+    pub bound: &'a [Arc<Pod>],
+    pub pending: &'a [Arc<Pod>],
+}
+
+impl Tracker {
+    pub fn new(config: KubeConfig, symbols: Arc<Symbols>) -> Self {
+        Self {
+            config,
+            symbols,
+            epoch_s: None,
+            node_names: Vec::new(),
+            name_to_node: HashMap::new(),
+            name_to_digest: HashMap::new(),
+            capacity: Resources::default(),
+            declared_queues: Vec::new(),
+            used_queues: BTreeSet::new(),
+            group_to_min: HashMap::new(),
+            key_to_pending: HashMap::new(),
+            gang_to_pending: HashMap::new(),
+            key_to_bound: HashMap::new(),
+            gang_to_running: HashMap::new(),
+            job_to_gang: HashMap::new(),
+            dirty_pending: BTreeSet::new(),
+            dirty_running: BTreeSet::new(),
+            job_to_nominated: BTreeMap::new(),
+            assumed: HashSet::new(),
+            pod_to_job: Vec::new(),
+        }
+    }
+
+    /// Node names by node index.
+    pub fn node_names(&self) -> &[String] {
+        &self.node_names
+    }
+
+    /// Starts the run's clock: `now_s` on the run's clock is the wall clock now.
+    pub fn set_clock(&mut self, unix_now_s: f64, now_s: f64) {
+        self.epoch_s.get_or_insert(unix_now_s - now_s);
+    }
+
+    fn run_s(&self, pod: &Pod) -> f64 {
+        created_unix_s(pod) - self.epoch_s.unwrap_or(0.0)
+    }
+
+    /// Whether `node` (as the cache now holds it, `None` when deleted) needs a rebuild; a
+    /// health-only change is applied here.
+    pub fn node_changed(
+        &mut self,
+        scheduler: &mut Scheduler,
+        name: &str,
+        node: Option<&Node>,
+    ) -> bool {
+        let (Some(node), Some(old)) = (node, self.name_to_digest.get(name)) else {
+            // Added, or removed.
+            return node.is_some() || self.name_to_digest.contains_key(name);
+        };
+        let digest = NodeDigest::of(node, &self.config);
+        if digest == *old {
+            return false;
+        }
+        if digest.same_but_health(old) {
+            let index = self.name_to_node[name];
+            scheduler.state.set_health(index, digest.health);
+            self.name_to_digest.insert(name.to_string(), digest);
+            return false;
+        }
+        true
+    }
+
+    /// Builds everything again from the whole caches: a new node table and queue tree, every
+    /// pod applied anew. Job ids keep counting.
+    pub fn rebuild(&mut self, scheduler: &mut Scheduler, world: &World<'_>) {
+        let (table, names, digests) = mapping::node_table(world.nodes, &self.config, &self.symbols);
+        self.capacity = Resources {
+            gpus: table.gpu_total.iter().map(|&g| u64::from(g)).sum(),
+            cpu_milli: table.cpu_free_milli.iter().map(|&c| u64::from(c)).sum(),
+            memory_mib: table.memory_free_mib.iter().map(|&m| u64::from(m)).sum(),
+        };
+        self.name_to_node = names
+            .iter()
+            .enumerate()
+            .map(|(i, n)| (n.clone(), i))
+            .collect();
+        self.node_names = names;
+        self.name_to_digest = digests;
+        let queues = mapping::queue_tree(&self.declared_queues, &self.used_names(), self.capacity);
+        scheduler.reset(ClusterState::new(table), queues);
+        self.key_to_pending.clear();
+        self.gang_to_pending.clear();
+        self.key_to_bound.clear();
+        self.gang_to_running.clear();
+        self.job_to_gang.clear();
+        self.dirty_pending.clear();
+        self.dirty_running.clear();
+        self.job_to_nominated.clear();
+        self.assumed.clear();
+        let key = |p: &Arc<Pod>| -> PodKey {
+            (
+                p.metadata.namespace.clone().unwrap_or_default(),
+                p.metadata.name.clone().unwrap_or_default(),
+            )
+        };
+        // Bound pods first, so gangs count their bound members; pending ones oldest first,
+        // as kube-scheduler's FIFO within one priority.
+        for pod in world.bound {
+            self.pod_changed(scheduler, key(pod), None, Some(pod));
+        }
+        let mut pending: Vec<&Arc<Pod>> = world.pending.iter().collect();
+        pending.sort_by(|a, b| {
+            (&a.metadata.creation_timestamp, &a.metadata.name)
+                .cmp(&(&b.metadata.creation_timestamp, &b.metadata.name))
+        });
+        for pod in pending {
+            self.pod_changed(scheduler, key(pod), Some(pod), None);
+        }
+    }
+
+    fn used_names(&self) -> Vec<String> {
+        self.used_queues.iter().cloned().collect()
+    }
+
+    /// The declared queues changed.
+    pub fn queues_changed(&mut self, scheduler: &mut Scheduler, declared: Vec<QueueDef>) {
+        if declared == self.declared_queues {
+            return;
+        }
+        self.declared_queues = declared;
+        self.replace_queues(scheduler);
+    }
+
+    fn replace_queues(&mut self, scheduler: &mut Scheduler) {
+        let queues = mapping::queue_tree(&self.declared_queues, &self.used_names(), self.capacity);
+        scheduler.set_queues(queues);
+        // Own pods that only hold room are charged outside any job.
+        for bound in self.key_to_bound.values() {
+            if let Role::Held {
+                charged: Some((queue, gpus)),
+                ..
+            } = &bound.role
+                && let Some(id) = scheduler.queues.id(queue)
+            {
+                scheduler.queues.charge(id, Resources::gpus(*gpus), true);
+            }
+        }
+    }
+
+    /// Makes sure `queue` is in the tree (a pod named a queue nobody declared).
+    fn ensure_queue(&mut self, scheduler: &mut Scheduler, queue: &str) {
+        if self.used_queues.insert(queue.to_string()) && scheduler.queues.id(queue).is_none() {
+            self.replace_queues(scheduler);
+        }
+    }
+
+    /// PodGroups' `minMember` changed: every PodGroup gang is looked at again.
+    pub fn pod_groups_changed(&mut self, group_to_min: HashMap<PodKey, u32>) {
+        if group_to_min == self.group_to_min {
+            return;
+        }
+        self.group_to_min = group_to_min;
+        let groups: Vec<Gang> = self
+            .gang_to_pending
+            .keys()
+            .filter(|g| matches!(g, Gang::PodGroup(..)))
+            .cloned()
+            .collect();
+        self.dirty_pending.extend(groups);
+    }
+
+    /// The pod at `key` changed: `pending` and `bound` are what the unbound-pod and bound-pod
+    /// caches now hold for it.
+    pub fn pod_changed(
+        &mut self,
+        scheduler: &mut Scheduler,
+        key: PodKey,
+        pending: Option<&Arc<Pod>>,
+        bound: Option<&Arc<Pod>>,
+    ) {
+        let bound_node = bound.and_then(|p| {
+            let name = p.spec.as_ref()?.node_name.as_deref()?;
+            self.name_to_node.get(name).copied()
+        });
+        if let (Some(pod), Some(node)) = (bound, bound_node) {
+            self.forget_pending(scheduler, &key);
+            self.set_bound(scheduler, key, pod, node);
+            return;
+        }
+        // Not in the bound cache (yet): a pod this process bound stays bound for a while.
+        let assumed = self
+            .key_to_bound
+            .get(&key)
+            .and_then(|b| b.assumed)
+            .is_some_and(|at| at.elapsed() < ASSUME_TTL);
+        if assumed {
+            return;
+        }
+        self.forget_bound(scheduler, &key);
+        match pending.filter(|p| p.metadata.deletion_timestamp.is_none()) {
+            Some(pod) => self.set_pending(key, pod),
+            None => self.forget_pending(scheduler, &key),
+        }
+    }
+
+    fn set_pending(&mut self, key: PodKey, pod: &Arc<Pod>) {
+        let gang = gang_of(pod, &self.config);
+        let member = PendingPod::of(pod);
+        if let Some(old) = self.key_to_pending.get(&key)
+            && *old != gang
+        {
+            let old = old.clone();
+            if let Some(g) = self.gang_to_pending.get_mut(&old) {
+                g.pods.remove(&key);
+            }
+            self.dirty_pending.insert(old);
+        }
+        self.key_to_pending.insert(key.clone(), gang.clone());
+        let entry = self.gang_to_pending.entry(gang.clone()).or_default();
+        let same = entry.pods.get(&key).is_some_and(|p| p.uid == member.uid);
+        entry.pods.insert(key, member);
+        if !same {
+            self.dirty_pending.insert(gang);
+        }
+    }
+
+    fn forget_pending(&mut self, _scheduler: &mut Scheduler, key: &PodKey) {
+        if let Some(gang) = self.key_to_pending.remove(key) {
+            if let Some(g) = self.gang_to_pending.get_mut(&gang) {
+                g.pods.remove(key);
+            }
+            self.dirty_pending.insert(gang);
+        }
+    }
+
+    fn set_bound(&mut self, scheduler: &mut Scheduler, key: PodKey, pod: &Arc<Pod>, node: usize) {
+        let uid = pod.metadata.uid.clone().unwrap_or_default();
+        let ours = is_ours(pod, &self.config);
+        let terminating = pod.metadata.deletion_timestamp.is_some();
+        let member_of = ((ours || is_balloon(pod, &self.config)) && !terminating)
+            .then(|| gang_of(pod, &self.config));
+        if let Some(old) = self.key_to_bound.get_mut(&key)
+            && old.uid == uid
+            && old.node == node
+        {
+            let same = match (&old.role, &member_of) {
+                (Role::Member(a), Some(b)) => a == b,
+                (Role::Held { .. }, None) => true,
+                _ => false,
+            };
+            if same {
+                // Confirmed, or an update that changes nothing here.
+                old.assumed = None;
+                self.assumed.remove(&key);
+                if let Role::Member(gang) = &old.role
+                    && let Some(group) = self.gang_to_running.get_mut(gang)
+                    && let Some(entry) = group.pods.get_mut(&key)
+                {
+                    entry.0 = PendingPod::of(pod);
+                }
+                return;
+            }
+        }
+        self.forget_bound(scheduler, &key);
+        let role = match member_of {
+            Some(gang) => {
+                let group = self.gang_to_running.entry(gang.clone()).or_default();
+                group.pods.insert(key.clone(), (PendingPod::of(pod), node));
+                self.dirty_running.insert(gang.clone());
+                // The pending side counts bound members toward minMember.
+                if self.gang_to_pending.contains_key(&gang) {
+                    self.dirty_pending.insert(gang.clone());
+                }
+                Role::Member(gang)
+            }
+            None => self.hold(scheduler, pod, node, ours),
+        };
+        self.key_to_bound.insert(
+            key,
+            BoundPod {
+                uid,
+                node,
+                role,
+                assumed: None,
+            },
+        );
+    }
+
+    /// Holds a pod's room directly, never more than the node has left (pods bound by someone
+    /// else may overcommit it, and a preemptor may already sit in a victim's room).
+    fn hold(&mut self, scheduler: &mut Scheduler, pod: &Pod, node: usize, ours: bool) -> Role {
+        let (gpus, cpu, mem) = pod_request(pod, &self.config);
+        let n = &scheduler.state.nodes;
+        let shape = PodShape {
+            gpus: gpus.min(n.gpu_free[node]),
+            cpu_milli: cpu.min(n.cpu_free_milli[node]),
+            memory_mib: mem.min(n.memory_free_mib[node]),
+            ..PodShape::default()
+        };
+        let slot = scheduler.state.reserve(node, &shape);
+        let charged = ours.then(|| (queue_of(pod, &self.config), u64::from(gpus)));
+        if let Some((queue, gpus)) = &charged {
+            self.ensure_queue(scheduler, queue);
+            if let Some(id) = scheduler.queues.id(queue) {
+                scheduler.queues.charge(id, Resources::gpus(*gpus), true);
+            }
+        }
+        Role::Held {
+            slot,
+            shape,
+            charged,
+        }
+    }
+
+    fn forget_bound(&mut self, scheduler: &mut Scheduler, key: &PodKey) {
+        let Some(bound) = self.key_to_bound.remove(key) else {
+            return;
+        };
+        self.assumed.remove(key);
+        match bound.role {
+            Role::Member(gang) => {
+                if let Some(group) = self.gang_to_running.get_mut(&gang) {
+                    group.pods.remove(key);
+                }
+                if self.gang_to_pending.contains_key(&gang) {
+                    self.dirty_pending.insert(gang.clone());
+                }
+                self.dirty_running.insert(gang);
+            }
+            Role::Held {
+                slot,
+                shape,
+                charged,
+            } => {
+                scheduler.state.release(slot, &shape);
+                if let Some((queue, gpus)) = charged
+                    && let Some(id) = scheduler.queues.id(&queue)
+                {
+                    scheduler.queues.charge(id, Resources::gpus(gpus), false);
+                }
+            }
+        }
+        for nominated in self.job_to_nominated.values_mut() {
+            nominated.victims.remove(key);
+        }
+    }
+
+    /// Pods bound by this process that the bound cache never confirmed within the assume
+    /// window: looked up again by the caller.
+    pub fn expired_assumptions(&self) -> Vec<PodKey> {
+        self.assumed
+            .iter()
+            .filter(|k| {
+                self.key_to_bound
+                    .get(*k)
+                    .and_then(|b| b.assumed)
+                    .is_none_or(|at| at.elapsed() >= ASSUME_TTL)
+            })
+            .cloned()
+            .collect()
+    }
+
+    /// After the changed keys: submits, withdraws and adopts what the changed gangs now are,
+    /// and moves on preemptors whose victims are gone. Returns what changed.
+    pub fn finish_sync(&mut self, scheduler: &mut Scheduler, give_up: Duration) -> Changes {
+        let mut changes = Changes::default();
+        for gang in std::mem::take(&mut self.dirty_running) {
+            self.settle_running(scheduler, &gang, &mut changes);
+        }
+        for gang in std::mem::take(&mut self.dirty_pending) {
+            self.settle_pending(scheduler, &gang, &mut changes);
+        }
+        // Preemptors whose victims have left, or whose wait ran out, go back to the front of
+        // their queue: the cycle about to run places them on the room now free.
+        let ready: Vec<JobId> = self
+            .job_to_nominated
+            .iter()
+            .filter(|(_, n)| n.victims.is_empty() || n.since.elapsed() >= give_up)
+            .map(|(&id, _)| id)
+            .collect();
+        for id in ready {
+            if let Some(n) = self.job_to_nominated.remove(&id)
+                && !n.victims.is_empty()
+            {
+                tracing::info!(job = %scheduler.job(id).name, "preemption dropped (timed out); choosing again");
+            }
+            scheduler.unplace(id);
+        }
+        changes.pod_to_job = std::mem::take(&mut self.pod_to_job);
+        changes
+    }
+
+    fn settle_running(&mut self, scheduler: &mut Scheduler, gang: &Gang, changes: &mut Changes) {
+        let Some(group) = self.gang_to_running.get_mut(gang) else {
+            return;
+        };
+        let now: BTreeSet<PodKey> = group.pods.keys().cloned().collect();
+        if let Some((job, pods)) = &group.job {
+            if *pods == now && scheduler.is_running(*job) {
+                return;
+            }
+            let job = *job;
+            group.job = None;
+            self.job_to_gang.remove(&job);
+            tracing::debug!(job, gang = ?gang, "running pods changed");
+            if scheduler.get(job).is_some() {
+                scheduler.finish(job);
+                changes.ended += 1;
+            }
+        }
+        if group.pods.is_empty() {
+            self.gang_to_running.remove(gang);
+            return;
+        }
+        let members: Vec<(PendingPod, usize)> = group.pods.values().cloned().collect();
+        let first = members[0].0.pod.clone();
+        let mut shape = pod_shape(&first, &self.config, &self.symbols);
+        let mut per_node: HashMap<usize, u32> = HashMap::new();
+        for (pod, node) in &members {
+            widen(
+                &mut shape,
+                &pod_shape(&pod.pod, &self.config, &self.symbols),
+            );
+            *per_node.entry(*node).or_default() += 1;
+        }
+        let queue = queue_of(&first, &self.config);
+        self.ensure_queue(scheduler, &queue);
+        let fits = per_node
+            .iter()
+            .all(|(&node, &n)| scheduler.state.capacity_for(node, &shape) >= n);
+        if !fits {
+            // Someone overcommitted a node: the pods only hold what room is left, and are
+            // never preempted.
+            let ours = is_ours(&first, &self.config);
+            if let Some(group) = self.gang_to_running.remove(gang) {
+                for (key, (pod, node)) in group.pods {
+                    let role = self.hold(scheduler, &pod.pod, node, ours);
+                    if let Some(b) = self.key_to_bound.get_mut(&key) {
+                        b.role = role;
+                    }
+                }
+            }
+            return;
+        }
+        let name = gang.job_name();
+        shape.name = self.symbols.intern(&name);
+        shape.queue = self.symbols.intern(&queue);
+        shape.gang_size = members.len() as u32;
+        let nodes: Vec<usize> = members.iter().map(|(_, node)| *node).collect();
+        let spec = JobSpec {
+            name,
+            queue: scheduler.queues.id(&queue).unwrap_or(0),
+            priority: shape.priority,
+            pods: members.len() as u32,
+            shape,
+            balloon: is_balloon(&first, &self.config),
+            topology: TopologyPref::default(),
+            submit_s: self.run_s(&first),
+        };
+        let id = scheduler.adopt(spec, &nodes);
+        tracing::debug!(job = id, gang = ?gang, pods = nodes.len(), "adopted running pods");
+        self.job_to_gang.insert(id, (gang.clone(), true));
+        if let Some(group) = self.gang_to_running.get_mut(gang) {
+            group.job = Some((id, now));
+        }
+    }
+
+    fn settle_pending(&mut self, scheduler: &mut Scheduler, gang: &Gang, changes: &mut Changes) {
+        let bound_members = self
+            .gang_to_running
+            .get(gang)
+            .map_or(0, |g| g.pods.len() as u32);
+        let Some(entry) = self.gang_to_pending.get_mut(gang) else {
+            return;
+        };
+        let now: BTreeSet<PodKey> = entry.pods.keys().cloned().collect();
+        let first = entry.pods.values().next().map(|p| p.pod.clone());
+        // Why the gang cannot be a job yet, if it cannot.
+        let waiting = first.as_ref().and_then(|_| {
+            let name = gang.job_name();
+            let min = match gang {
+                Gang::Single(..) => 1,
+                Gang::PodGroup(ns, group) => match self.group_to_min.get(&(ns.clone(), group.clone())) {
+                    Some(&min) => min,
+                    None => {
+                        return Some(format!(
+                            "pod group {ns}/{group} not found (scheduling.x-k8s.io PodGroup named by label {})",
+                            self.config.pod_group_label
+                        ));
+                    }
+                },
+                Gang::Labels(ns, group, size) => match size.as_deref().map(str::parse::<u32>) {
+                    Some(Ok(size)) if size > 0 => size,
+                    _ => {
+                        return Some(format!(
+                            "gang {ns}/{group}: label {} must be a positive number of pods, found {}",
+                            self.config.gang_size_label,
+                            size.as_deref().map_or("none".to_string(), |s| format!("{s:?}"))
+                        ));
+                    }
+                },
+            };
+            let pending = entry.pods.len() as u32;
+            (pending < min.saturating_sub(bound_members)).then(|| {
+                format!(
+                    "gang {name} has {} of its {min} pods ({bound_members} bound, {pending} pending)",
+                    bound_members + pending
+                )
+            })
+        });
+        if let Some((job, pods)) = &entry.job {
+            if *pods == now && waiting.is_none() && scheduler.get(*job).is_some() {
+                return;
+            }
+            let job = *job;
+            entry.job = None;
+            self.job_to_gang.remove(&job);
+            self.job_to_nominated.remove(&job);
+            tracing::debug!(job, gang = ?gang, "withdrawn: its pods changed");
+            if scheduler.get(job).is_some() {
+                scheduler.finish(job);
+                changes.ended += 1;
+            }
+        }
+        entry.waiting = waiting;
+        let Some(first) = first else {
+            self.gang_to_pending.remove(gang);
+            return;
+        };
+        if entry.waiting.is_some() {
+            return;
+        }
+        let members: Vec<PendingPod> = entry.pods.values().cloned().collect();
+        let mut shape = pod_shape(&first, &self.config, &self.symbols);
+        for pod in &members[1..] {
+            widen(
+                &mut shape,
+                &pod_shape(&pod.pod, &self.config, &self.symbols),
+            );
+        }
+        let name = gang.job_name();
+        let queue = queue_of(&first, &self.config);
+        shape.name = self.symbols.intern(&name);
+        shape.queue = self.symbols.intern(&queue);
+        shape.gang_size = members.len() as u32;
+        let submit_s = self.run_s(&first);
+        self.ensure_queue(scheduler, &queue);
+        let spec = JobSpec {
+            name: name.clone(),
+            queue: scheduler.queues.id(&queue).unwrap_or(0),
+            priority: shape.priority,
+            pods: members.len() as u32,
+            shape,
+            // A balloon is charged to no queue and gives way to any work, pending or bound.
+            balloon: is_balloon(&first, &self.config),
+            topology: TopologyPref::default(),
+            submit_s,
+        };
+        let id = scheduler.submit(spec);
+        tracing::debug!(job = id, gang = ?gang, pods = members.len(), "submitted");
+        changes.submitted += 1;
+        changes.submitted_pods += members.len() as u64;
+        if members.len() > 1 {
+            self.pod_to_job
+                .extend(members.iter().map(|p| (p.key(), name.clone())));
+        }
+        self.job_to_gang.insert(id, (gang.clone(), false));
+        if let Some(entry) = self.gang_to_pending.get_mut(gang) {
+            entry.job = Some((id, now));
+        }
+    }
+
+    /// The pods of a pending job, in a stable order, or of a running one.
+    pub fn pods_of(&self, job: JobId) -> Vec<PendingPod> {
+        match self.job_to_gang.get(&job) {
+            Some((gang, false)) => self
+                .gang_to_pending
+                .get(gang)
+                .map(|g| g.pods.values().cloned().collect())
+                .unwrap_or_default(),
+            Some((gang, true)) => self
+                .gang_to_running
+                .get(gang)
+                .map(|g| g.pods.values().map(|(p, _)| p.clone()).collect())
+                .unwrap_or_default(),
+            None => Vec::new(),
+        }
+    }
+
+    /// A running job's pods and their nodes.
+    pub fn running_pods(&self, job: JobId) -> Vec<(PendingPod, usize)> {
+        match self.job_to_gang.get(&job) {
+            Some((gang, true)) => self
+                .gang_to_running
+                .get(gang)
+                .map(|g| g.pods.values().cloned().collect())
+                .unwrap_or_default(),
+            _ => Vec::new(),
+        }
+    }
+
+    /// The uids of our pending pods.
+    pub fn pending_uids(&self) -> HashSet<String> {
+        self.gang_to_pending
+            .values()
+            .flat_map(|g| g.pods.values().map(|p| p.uid.clone()))
+            .collect()
+    }
+
+    /// A placed job's pods are bound to `nodes` (by pod, in [`Tracker::pods_of`] order): they
+    /// count as bound until the bound cache confirms them.
+    pub fn bound(&mut self, job: JobId, pods: &[(PendingPod, usize)]) {
+        let Some((gang, false)) = self.job_to_gang.get(&job).cloned() else {
+            return;
+        };
+        let keys: BTreeSet<PodKey> = pods
+            .iter()
+            .map(|(p, _)| (p.namespace.clone(), p.name.clone()))
+            .collect();
+        if let Some(entry) = self.gang_to_pending.get_mut(&gang) {
+            for key in &keys {
+                entry.pods.remove(key);
+            }
+            entry.job = None;
+            if entry.pods.is_empty() {
+                self.gang_to_pending.remove(&gang);
+            }
+        }
+        let group = self.gang_to_running.entry(gang.clone()).or_default();
+        let fresh = group.pods.is_empty() && group.job.is_none();
+        for (pod, node) in pods {
+            let key = (pod.namespace.clone(), pod.name.clone());
+            self.key_to_pending.remove(&key);
+            group.pods.insert(key.clone(), (pod.clone(), *node));
+            self.key_to_bound.insert(
+                key.clone(),
+                BoundPod {
+                    uid: pod.uid.clone(),
+                    node: *node,
+                    role: Role::Member(gang.clone()),
+                    assumed: Some(Instant::now()),
+                },
+            );
+            self.assumed.insert(key);
+        }
+        if fresh {
+            // The job the core placed is this group's running job.
+            group.job = Some((job, keys));
+            self.job_to_gang.insert(job, (gang, true));
+        } else {
+            // Members of the gang ran already (a restarted member): adopt the group afresh.
+            self.job_to_gang.remove(&job);
+            self.dirty_running.insert(gang);
+        }
+    }
+
+    /// A preemptor is nominated to its nodes and waits for `victims` (pod keys) to go.
+    pub fn nominate(&mut self, job: JobId, victims: BTreeSet<PodKey>) {
+        self.job_to_nominated.insert(
+            job,
+            Nominated {
+                victims,
+                since: Instant::now(),
+            },
+        );
+    }
+
+    /// Preemptors waiting, with their victims.
+    pub fn nominated(&self) -> &BTreeMap<JobId, Nominated> {
+        &self.job_to_nominated
+    }
+
+    /// Jobs the core evicted for a preemptor: they leave the core (their pods are being
+    /// evicted) and their pods hold their room until gone.
+    pub fn evicted(&mut self, scheduler: &mut Scheduler, jobs: &[JobId]) {
+        for &job in jobs {
+            let Some((gang, true)) = self.job_to_gang.remove(&job) else {
+                continue;
+            };
+            if scheduler.get(job).is_some() {
+                scheduler.finish(job);
+            }
+            let Some(group) = self.gang_to_running.remove(&gang) else {
+                continue;
+            };
+            for (key, (pod, node)) in group.pods {
+                let ours = is_ours(&pod.pod, &self.config);
+                let role = self.hold(scheduler, &pod.pod, node, ours);
+                if let Some(b) = self.key_to_bound.get_mut(&key) {
+                    b.role = role;
+                }
+            }
+        }
+    }
+
+    /// Pods waiting before any placement is tried, with why: incomplete gangs, unknown
+    /// PodGroups.
+    pub fn waiting(&self) -> Vec<(PendingPod, String)> {
+        self.gang_to_pending
+            .values()
+            .filter_map(|g| Some((g, g.waiting.clone()?)))
+            .flat_map(|(g, why)| g.pods.values().map(move |p| (p.clone(), why.clone())))
+            .collect()
+    }
+
+    /// How many of our pods are pending, and how many of them wait outside any job.
+    pub fn pending_pods(&self) -> usize {
+        self.key_to_pending.len()
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use gantry_core::{BuiltinOnly, Health, Queues, SchedulerConfig};
+    use k8s_openapi::api::core::v1::{
+        Container, NodeCondition, NodeSpec, NodeStatus, PodSpec, ResourceRequirements,
+        Taint as KTaint,
+    };
+    use k8s_openapi::apimachinery::pkg::api::resource::Quantity;
+    use k8s_openapi::apimachinery::pkg::apis::meta::v1::ObjectMeta;
+
+    fn node(name: &str, gpus: u32, labels: &[(&str, &str)], ready: bool) -> Arc<Node> {
+        Arc::new(Node {
+            metadata: ObjectMeta {
+                name: Some(name.into()),
+                labels: Some(
+                    labels
+                        .iter()
+                        .map(|(k, v)| (k.to_string(), v.to_string()))
+                        .collect(),
+                ),
+                ..ObjectMeta::default()
+            },
+            spec: Some(NodeSpec::default()),
+            status: Some(NodeStatus {
+                allocatable: Some(
+                    [
+                        ("nvidia.com/gpu", gpus.to_string()),
+                        ("cpu", "64".into()),
+                        ("memory", "512Gi".into()),
+                    ]
+                    .into_iter()
+                    .map(|(k, v)| (k.to_string(), Quantity(v)))
+                    .collect(),
+                ),
+                conditions: Some(vec![NodeCondition {
+                    type_: "Ready".into(),
+                    status: if ready { "True" } else { "False" }.into(),
+                    ..NodeCondition::default()
+                }]),
+                ..NodeStatus::default()
+            }),
+        })
+    }
+
+    fn pod(name: &str, gpus: u32, labels: &[(&str, &str)], node: Option<&str>) -> Arc<Pod> {
+        Arc::new(Pod {
+            metadata: ObjectMeta {
+                name: Some(name.into()),
+                namespace: Some("ns".into()),
+                uid: Some(format!("uid-{name}")),
+                labels: Some(
+                    labels
+                        .iter()
+                        .map(|(k, v)| (k.to_string(), v.to_string()))
+                        .collect(),
+                ),
+                ..ObjectMeta::default()
+            },
+            spec: Some(PodSpec {
+                scheduler_name: Some("gantry".into()),
+                node_name: node.map(str::to_string),
+                containers: vec![Container {
+                    name: "main".into(),
+                    resources: Some(ResourceRequirements {
+                        limits: Some(
+                            [("nvidia.com/gpu".to_string(), Quantity(gpus.to_string()))].into(),
+                        ),
+                        ..ResourceRequirements::default()
+                    }),
+                    ..Container::default()
+                }],
+                ..PodSpec::default()
+            }),
+            status: None,
+        })
+    }
+
+    fn key(name: &str) -> PodKey {
+        ("ns".to_string(), name.to_string())
+    }
+
+    /// A tracker and its scheduler, built from whole caches.
+    fn build(
+        nodes: &[Arc<Node>],
+        bound: &[Arc<Pod>],
+        pending: &[Arc<Pod>],
+        groups: &[(&str, u32)],
+        queues: &[QueueDef],
+    ) -> (Tracker, Scheduler) {
+        let symbols = Symbols::new();
+        let mut scheduler = Scheduler::new(
+            ClusterState::new(gantry_core::NodeTable::default()),
+            Queues::new(&[], Resources::default(), 600.0).unwrap(),
+            symbols.clone(),
+            SchedulerConfig::default(),
+        );
+        let mut tracker = Tracker::new(KubeConfig::default(), symbols);
+        tracker.set_clock(0.0, 0.0);
+        tracker.queues_changed(&mut scheduler, queues.to_vec());
+        tracker.pod_groups_changed(groups.iter().map(|(name, min)| (key(name), *min)).collect());
+        tracker.rebuild(
+            &mut scheduler,
+            &World {
+                nodes,
+                bound,
+                pending,
+            },
+        );
+        tracker.finish_sync(&mut scheduler, Duration::from_secs(120));
+        (tracker, scheduler)
+    }
+
+    /// `(name, pods)` of every job, by id.
+    fn jobs(s: &Scheduler) -> Vec<(String, u32)> {
+        let mut ids: Vec<JobId> = s.pending().into_iter().chain(s.running()).collect();
+        ids.sort_unstable();
+        ids.into_iter()
+            .map(|id| (s.job(id).name.clone(), s.job(id).pods))
+            .collect()
+    }
+
+    fn cycle(s: &mut Scheduler) -> gantry_core::CycleOutput {
+        s.cycle(0.0, &mut BuiltinOnly)
+    }
+
+    #[test]
+    fn nodes_map_gpus_topology_health_and_taints() {
+        let mut tainted = (*node("c", 4, &[], true)).clone();
+        tainted.spec.as_mut().unwrap().taints = Some(vec![KTaint {
+            key: "team".into(),
+            value: Some("rl".into()),
+            effect: "NoSchedule".into(),
+            ..KTaint::default()
+        }]);
+        let nodes = [
+            node(
+                "b",
+                8,
+                &[
+                    ("topology.gantry.dev/rack", "r2"),
+                    ("nvidia.com/gpu.product", "H100"),
+                ],
+                true,
+            ),
+            node("a", 8, &[("topology.gantry.dev/rack", "r1")], false),
+            Arc::new(tainted),
+        ];
+        let (tracker, s) = build(&nodes, &[], &[], &[], &[]);
+        let t = &s.state.nodes;
+        assert_eq!(tracker.node_names(), ["a", "b", "c"]);
+        assert_eq!(t.gpu_total, [8, 8, 4]);
+        assert_eq!(t.cpu_free_milli, [64_000; 3]);
+        assert_eq!(t.memory_free_mib, [512 * 1024; 3]);
+        assert_eq!(t.health(0), Health::NotReady);
+        assert_eq!(t.health(1), Health::Healthy);
+        assert_eq!(t.levels.len(), 1, "only the rack level is labelled");
+        assert_eq!(t.levels[0].node_domain, [0, 1, u32::MAX]);
+        assert_eq!(t.taints(2).len(), 1);
+        assert!(t.taints(0).is_empty());
+        assert_eq!(&*s.symbols().resolve(t.gpu_type[1]), "H100");
+    }
+
+    #[test]
+    fn a_health_change_updates_one_node_and_anything_else_asks_for_a_rebuild() {
+        let nodes = [node("a", 8, &[], true), node("b", 8, &[], true)];
+        let (mut tracker, mut s) = build(&nodes, &[], &[], &[], &[]);
+        let sick = node("a", 8, &[], false);
+        assert!(!tracker.node_changed(&mut s, "a", Some(&sick)));
+        assert_eq!(s.state.nodes.health(0), Health::NotReady);
+        assert!(!tracker.node_changed(&mut s, "a", Some(&sick)), "no change");
+        let bigger = node("b", 16, &[], true);
+        assert!(tracker.node_changed(&mut s, "b", Some(&bigger)));
+        assert!(tracker.node_changed(&mut s, "c", Some(&node("c", 8, &[], true))));
+        assert!(tracker.node_changed(&mut s, "b", None));
+    }
+
+    #[test]
+    fn bound_pods_use_capacity_and_queues() {
+        let nodes = [node("a", 8, &[], true)];
+        let mut foreign = (*pod("x", 6, &[("gantry.dev/queue", "team-a")], Some("a"))).clone();
+        foreign.spec.as_mut().unwrap().scheduler_name = Some("default-scheduler".into());
+        let (_, s) = build(&nodes, &[Arc::new(foreign)], &[], &[], &[]);
+        assert_eq!(s.state.nodes.gpu_free, [2]);
+        let ours = [pod("y", 6, &[("gantry.dev/queue", "team-a")], Some("a"))];
+        let (_, s) = build(&nodes, &ours, &[], &[], &[]);
+        assert_eq!(s.state.nodes.gpu_free, [2]);
+        assert_eq!(s.queues.used(s.queues.id("team-a").unwrap()).gpus, 6);
+    }
+
+    #[test]
+    fn gangs_from_pod_groups_and_labels_become_one_job() {
+        let nodes = [node("a", 8, &[], true)];
+        let pg = [("scheduling.x-k8s.io/pod-group", "pg")];
+        let own = [("gantry.dev/gang", "g"), ("gantry.dev/gang-size", "2")];
+        let pending = [
+            pod("p0", 1, &pg, None),
+            pod("p1", 2, &pg, None),
+            pod("g0", 1, &own, None),
+            pod("g1", 1, &own, None),
+            pod(
+                "single",
+                1,
+                &[("kueue.x-k8s.io/queue-name", "team-b")],
+                None,
+            ),
+        ];
+        let (tracker, s) = build(&nodes, &[], &pending, &[("pg", 2)], &[]);
+        let mut names = jobs(&s);
+        names.sort();
+        assert_eq!(
+            names,
+            [
+                ("ns/g".into(), 2),
+                ("ns/pg".into(), 2),
+                ("ns/single".into(), 1)
+            ]
+        );
+        let id = |name: &str| {
+            s.pending()
+                .into_iter()
+                .find(|&id| s.job(id).name == name)
+                .unwrap()
+        };
+        assert_eq!(
+            s.job(id("ns/pg")).shape.gpus,
+            2,
+            "a gang's shape is its largest ask"
+        );
+        assert_eq!(s.queues.name(s.job(id("ns/single")).queue), "team-b");
+        assert_eq!(s.queues.name(s.job(id("ns/g")).queue), "default");
+        assert!(tracker.waiting().is_empty());
+    }
+
+    #[test]
+    fn incomplete_gangs_wait_with_a_reason() {
+        let nodes = [node("a", 8, &[], true)];
+        let pending = [
+            pod("p0", 1, &[("scheduling.x-k8s.io/pod-group", "pg")], None),
+            pod(
+                "q0",
+                1,
+                &[("scheduling.x-k8s.io/pod-group", "missing")],
+                None,
+            ),
+            pod("g0", 1, &[("gantry.dev/gang", "g")], None),
+        ];
+        let (tracker, s) = build(&nodes, &[], &pending, &[("pg", 3)], &[]);
+        assert!(jobs(&s).is_empty());
+        let mut reasons: Vec<String> = tracker.waiting().into_iter().map(|(_, r)| r).collect();
+        reasons.sort();
+        assert_eq!(
+            reasons,
+            [
+                "gang ns/g: label gantry.dev/gang-size must be a positive number of pods, found none",
+                "gang ns/pg has 1 of its 3 pods (0 bound, 1 pending)",
+                "pod group ns/missing not found (scheduling.x-k8s.io PodGroup named by label scheduling.x-k8s.io/pod-group)",
+            ]
+        );
+    }
+
+    #[test]
+    fn bound_members_count_toward_min_member() {
+        let nodes = [node("a", 8, &[], true)];
+        let pg = [("scheduling.x-k8s.io/pod-group", "pg")];
+        let bound = [pod("p0", 1, &pg, Some("a"))];
+        let pending = [pod("p1", 1, &pg, None)];
+        let (_, s) = build(&nodes, &bound, &pending, &[("pg", 2)], &[]);
+        assert_eq!(s.running().count(), 1, "the bound member is a running job");
+        assert_eq!(
+            s.pending_count(),
+            1,
+            "and the pending one completes the gang"
+        );
+    }
+
+    #[test]
+    fn bound_balloons_and_our_pods_are_preemptable_jobs() {
+        let nodes = [node("a", 8, &[], true), node("b", 8, &[], true)];
+        let mut balloon =
+            (*pod("balloon", 8, &[("gantry.dev/balloon", "true")], Some("a"))).clone();
+        balloon.spec.as_mut().unwrap().scheduler_name = Some("default-scheduler".into());
+        let mut foreign = (*pod("foreign", 4, &[], Some("b"))).clone();
+        foreign.spec.as_mut().unwrap().scheduler_name = Some("default-scheduler".into());
+        let mut leaving = (*pod("leaving", 4, &[], Some("b"))).clone();
+        leaving.metadata.deletion_timestamp =
+            Some(k8s_openapi::apimachinery::pkg::apis::meta::v1::Time(
+                k8s_openapi::jiff::Timestamp::now(),
+            ));
+        let bound = [Arc::new(balloon), Arc::new(foreign), Arc::new(leaving)];
+        let mut urgent = (*pod("urgent", 8, &[], None)).clone();
+        urgent.spec.as_mut().unwrap().priority = Some(1000);
+        let (_, mut s) = build(&nodes, &bound, &[Arc::new(urgent)], &[], &[]);
+        let running: Vec<JobId> = s.running().collect();
+        assert_eq!(
+            running.len(),
+            1,
+            "only the balloon: the others are foreign or leaving"
+        );
+        assert!(s.job(running[0]).balloon);
+        assert_eq!(s.state.nodes.gpu_free, [0, 0]);
+        let output = cycle(&mut s);
+        assert_eq!(output.evicted, running);
+        assert!(output.decisions[0].placed);
+        assert_eq!(output.decisions[0].explanation.preempted, ["ns/balloon"]);
+    }
+
+    #[test]
+    fn a_preemptor_keeps_its_room_while_victims_leave_then_is_placed_again() {
+        let nodes = [node("a", 8, &[], true)];
+        let bound = [pod(
+            "victim",
+            8,
+            &[("gantry.dev/balloon", "true")],
+            Some("a"),
+        )];
+        let mut urgent = (*pod("urgent", 8, &[], None)).clone();
+        urgent.spec.as_mut().unwrap().priority = Some(1000);
+        let (mut tracker, mut s) = build(&nodes, &bound, &[Arc::new(urgent)], &[], &[]);
+        let output = cycle(&mut s);
+        let preemptor = output.decisions[0].job;
+        assert_eq!(tracker.running_pods(output.evicted[0]).len(), 1);
+        tracker.nominate(preemptor, [key("victim")].into());
+        // The next sync: the victim leaves the scheduler, its pod holds only what is left
+        // (nothing: the preemptor sits in its room), and nothing else fits.
+        tracker.evicted(&mut s, &output.evicted);
+        tracker.pod_changed(&mut s, key("q"), Some(&pod("q", 8, &[], None)), None);
+        tracker.finish_sync(&mut s, Duration::from_secs(120));
+        assert!(s.is_running(preemptor), "nominated: placed on its nodes");
+        assert_eq!(s.state.nodes.gpu_free, [0]);
+        assert_eq!(s.running().count(), 1);
+        assert!(cycle(&mut s).decisions.iter().all(|d| !d.placed));
+        // The victim is gone: the preemptor goes back to be placed by the next cycle.
+        tracker.pod_changed(&mut s, key("victim"), None, None);
+        tracker.finish_sync(&mut s, Duration::from_secs(120));
+        assert!(!s.is_running(preemptor));
+        assert!(tracker.nominated().is_empty());
+        let output = cycle(&mut s);
+        assert!(
+            output
+                .decisions
+                .iter()
+                .any(|d| d.job == preemptor && d.placed)
+        );
+    }
+
+    #[test]
+    fn declared_queues_bound_what_their_pods_use() {
+        let nodes = [node("a", 8, &[], true)];
+        let bound = [pod("x", 2, &[("gantry.dev/queue", "small")], Some("a"))];
+        let pending = [pod("y", 1, &[("gantry.dev/queue", "small")], None)];
+        let small = QueueDef {
+            name: "small".into(),
+            parent: None,
+            nominal_gpus: 2,
+            weight: 1,
+            borrowing_limit_gpus: Some(0),
+            lending_limit_gpus: None,
+        };
+        let (_, mut s) = build(&nodes, &bound, &pending, &[], &[small]);
+        let output = cycle(&mut s);
+        let decision = output.decisions.last().unwrap();
+        assert!(!decision.placed);
+        assert_eq!(
+            decision.explanation.summary(),
+            "Waiting for quota: queue small would borrow 1 GPUs, over its borrowing limit of 0."
+        );
+    }
+
+    #[test]
+    fn a_pod_the_bound_cache_holds_is_not_pending_even_if_the_unbound_cache_still_lists_it() {
+        let nodes = [node("n0", 8, &[], true), node("n1", 8, &[], true)];
+        let unbound = pod("p", 2, &[], None);
+        let bound = pod("p", 2, &[], Some("n0"));
+        let (mut tracker, mut s) = build(&nodes, &[], std::slice::from_ref(&unbound), &[], &[]);
+        assert_eq!(s.pending_count(), 1);
+        tracker.pod_changed(&mut s, key("p"), Some(&unbound), Some(&bound));
+        tracker.finish_sync(&mut s, Duration::from_secs(120));
+        assert_eq!(s.pending_count(), 0);
+        assert_eq!(s.running().count(), 1);
+        assert_eq!(s.state.nodes.gpu_free, [6, 8]);
+    }
+
+    #[test]
+    fn pods_coming_and_going_submit_withdraw_and_finish_jobs() {
+        let nodes = [node("a", 8, &[], true)];
+        let (mut tracker, mut s) = build(&nodes, &[], &[], &[], &[]);
+        let p = pod("p", 8, &[], None);
+        tracker.pod_changed(&mut s, key("p"), Some(&p), None);
+        let changes = tracker.finish_sync(&mut s, Duration::from_secs(120));
+        assert_eq!((changes.submitted, s.pending_count()), (1, 1));
+        // An update that changes nothing the scheduler reads leaves the job alone.
+        let id = s.pending()[0];
+        tracker.pod_changed(&mut s, key("p"), Some(&p), None);
+        tracker.finish_sync(&mut s, Duration::from_secs(120));
+        assert_eq!(s.pending(), [id]);
+        // Deleted before it was placed: withdrawn.
+        tracker.pod_changed(&mut s, key("p"), None, None);
+        let changes = tracker.finish_sync(&mut s, Duration::from_secs(120));
+        assert_eq!((changes.ended, s.pending_count()), (1, 0));
+        // Placed, bound, confirmed, then finished.
+        tracker.pod_changed(&mut s, key("p"), Some(&p), None);
+        tracker.finish_sync(&mut s, Duration::from_secs(120));
+        let output = cycle(&mut s);
+        let job = output.decisions[0].job;
+        let pods: Vec<(PendingPod, usize)> =
+            tracker.pods_of(job).into_iter().map(|p| (p, 0)).collect();
+        tracker.bound(job, &pods);
+        let on_a = pod("p", 8, &[], Some("a"));
+        tracker.pod_changed(&mut s, key("p"), None, Some(&on_a));
+        tracker.finish_sync(&mut s, Duration::from_secs(120));
+        assert_eq!(
+            s.running().collect::<Vec<_>>(),
+            [job],
+            "the same job, confirmed"
+        );
+        assert_eq!(s.state.nodes.gpu_free, [0]);
+        tracker.pod_changed(&mut s, key("p"), None, None);
+        tracker.finish_sync(&mut s, Duration::from_secs(120));
+        assert_eq!(s.running().count(), 0);
+        assert_eq!(s.state.nodes.gpu_free, [8]);
+    }
+
+    #[test]
+    fn a_gang_member_leaving_leaves_the_rest_running_as_one_job() {
+        let nodes = [node("a", 8, &[], true)];
+        let own = [("gantry.dev/gang", "g"), ("gantry.dev/gang-size", "2")];
+        let bound = [pod("g0", 2, &own, Some("a")), pod("g1", 2, &own, Some("a"))];
+        let (mut tracker, mut s) = build(&nodes, &bound, &[], &[], &[]);
+        assert_eq!(jobs(&s), [("ns/g".into(), 2)]);
+        tracker.pod_changed(&mut s, key("g1"), None, None);
+        tracker.finish_sync(&mut s, Duration::from_secs(120));
+        assert_eq!(jobs(&s), [("ns/g".into(), 1)]);
+        assert_eq!(s.state.nodes.gpu_free, [6]);
+    }
+
+    #[test]
+    fn a_new_queue_or_a_changed_quota_keeps_what_runs_charged() {
+        let nodes = [node("a", 8, &[], true)];
+        let bound = [pod("x", 2, &[("gantry.dev/queue", "small")], Some("a"))];
+        let (mut tracker, mut s) = build(&nodes, &bound, &[], &[], &[]);
+        tracker.pod_changed(
+            &mut s,
+            key("y"),
+            Some(&pod("y", 1, &[("gantry.dev/queue", "new")], None)),
+            None,
+        );
+        tracker.finish_sync(&mut s, Duration::from_secs(120));
+        assert!(s.queues.id("new").is_some());
+        assert_eq!(s.queues.used(s.queues.id("small").unwrap()).gpus, 2);
+        let small = QueueDef {
+            name: "small".into(),
+            parent: None,
+            nominal_gpus: 4,
+            weight: 1,
+            borrowing_limit_gpus: None,
+            lending_limit_gpus: None,
+        };
+        tracker.queues_changed(&mut s, vec![small]);
+        assert_eq!(s.queues.nominal(s.queues.id("small").unwrap()), 4);
+        assert_eq!(s.queues.used(s.queues.id("small").unwrap()).gpus, 2);
+        let y = s.pending()[0];
+        assert_eq!(s.queues.name(s.job(y).queue), "new");
+    }
+}
