@@ -1,7 +1,8 @@
 //! Leader election on a real control plane: two `gantry serve --leader-elect` replicas share
 //! one `coordination.k8s.io/v1` Lease. Only the holder schedules (the other stores no decision
-//! and says in /api/cluster that it follows, and whom); SIGKILL the holder and the other takes
-//! the Lease once it expires and binds a new pod.
+//! and says in /api/cluster that it follows, and whom); freeze the holder past its Lease and
+//! the other takes over, while the thawed one writes nothing; SIGKILL the holder and the other
+//! takes the Lease once it expires and binds a new pod.
 //!
 //! The failover bound is functional, not a performance threshold: the holder renews every 2 s,
 //! so its last renewal is at most 2 s before the kill, and the follower takes the Lease when
@@ -115,6 +116,70 @@ fn one_replica_leads_and_the_other_takes_over_when_it_dies() {
         let spec = leases.get("gantry").await.ok()?.spec?;
         (spec.renew_time? != spec.acquire_time?).then_some(())
     }));
+
+    // Freeze the leader (SIGSTOP) past its Lease: its renewals stop, as if slowed without
+    // end. The follower takes the Lease and binds a pod created meanwhile; thawed, the old
+    // leader finds its last renewal older than the renew deadline and writes nothing: it
+    // stores no decision about either pod, and follows.
+    let signal = |replica: &Replica, sig: &str| {
+        let pid = replica.process.0.id().to_string();
+        let status = std::process::Command::new("kill")
+            .args([sig, &pid])
+            .status()
+            .unwrap();
+        assert!(status.success(), "kill {sig} {pid}");
+    };
+    signal(&replicas[leader], "-STOP");
+    runtime.block_on(async {
+        pods.create(&PostParams::default(), &pod("frozen", 1, json!({})))
+            .await
+            .unwrap();
+        until("the pod created during the freeze to bind", || async {
+            node_of(&pods.get("frozen").await.ok()?)
+        })
+        .await;
+    });
+    let lease = runtime
+        .block_on(leases.get("gantry"))
+        .unwrap()
+        .spec
+        .unwrap();
+    assert_eq!(
+        lease.holder_identity.as_deref(),
+        Some(identities[follower].as_str()),
+        "the follower took the Lease while the leader was frozen"
+    );
+    signal(&replicas[leader], "-CONT");
+    runtime.block_on(async {
+        pods.create(&PostParams::default(), &pod("thawed", 1, json!({})))
+            .await
+            .unwrap();
+        until("the pod created after the thaw to bind", || async {
+            node_of(&pods.get("thawed").await.ok()?)
+        })
+        .await;
+    });
+    wait_for(
+        &replicas[follower],
+        "/api/decisions/job/default%2Fthawed",
+        &|a| a.0 == 200,
+    );
+    wait_for(&replicas[leader], "/api/cluster", &|a| {
+        a.1.contains("follower")
+    });
+    for job in ["frozen", "thawed"] {
+        let (status, body) = replicas[leader]
+            .get(&format!("/api/decisions/job/default%2F{job}"))
+            .unwrap();
+        assert_eq!(
+            status, 404,
+            "the thawed ex-leader decided about {job}: {body}"
+        );
+    }
+    // The roles swapped.
+    let (leader, follower) = (follower, leader);
+    let leader_id = identities[leader].clone();
+    eprintln!("after the freeze: leader {leader_id}");
 
     // SIGKILL the leader: no release, the Lease must expire.
     let mut dead = replicas.remove(leader);

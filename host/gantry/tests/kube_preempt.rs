@@ -415,7 +415,7 @@ fn a_denied_binding_rolls_the_gang_back_and_backs_off() {
             "stored: {body}"
         );
         assert!(
-            !body.contains("\"placed\""),
+            !body.contains("\"kind\":\"placed\""),
             "never stored as placed: {body}"
         );
 
