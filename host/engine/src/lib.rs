@@ -8,6 +8,8 @@
 //! - `metrics`: the Prometheus registry, named like kube-scheduler's;
 //! - `error`: [`EngineError`].
 
+#![warn(missing_docs)]
+
 pub mod engine;
 pub mod error;
 pub mod live;

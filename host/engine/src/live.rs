@@ -65,10 +65,13 @@ impl Default for LiveConfig {
 /// so a handler reads a consistent picture without a lock.
 #[derive(Debug, Clone, Default)]
 pub struct ClusterView {
+    /// The cluster's name, as the cluster summary reports it.
     pub cluster: String,
+    /// When this view was published (ms since the epoch), so a reader can tell how fresh it is.
     pub at_ms: u64,
     /// The node table as the core sees it; names resolve through the engine's symbols.
     pub nodes: Arc<NodeTable>,
+    /// Every queue's quota, usage and fair share, in declaration order: what `/api/queues` serves.
     pub queues: Vec<QueueView>,
     /// Jobs pending or running now, by name.
     pub job_to_state: HashMap<String, JobView>,
@@ -76,16 +79,22 @@ pub struct ClusterView {
     pub node_to_jobs: HashMap<u32, Vec<String>>,
     /// The first leaf queue's usage, for the quota self-test of an upload.
     pub sample_usage: Option<(QueueUsage, Option<CohortUsage>)>,
+    /// Pods of all pending jobs (each pod of a gang counted), for the cluster summary.
     pub pending_pods: u64,
+    /// Pods of all running jobs, for the cluster summary.
     pub running_pods: u64,
 }
 
 /// One queue's quota, usage, borrowing and fair share.
 #[derive(Debug, Clone, Serialize)]
 pub struct QueueView {
+    /// The queue's name, as declared.
     pub name: String,
+    /// The cohort it belongs to; `None` for a top-level queue.
     pub parent: Option<String>,
+    /// GPUs guaranteed to the queue: declared, or its children's sum when it declares none.
     pub nominal_gpus: u64,
+    /// GPUs its running jobs hold now (a cohort's include its children's).
     pub used_gpus: u64,
     /// GPUs used beyond the nominal quota, lent by siblings.
     pub borrowed_gpus: u64,
@@ -93,29 +102,42 @@ pub struct QueueView {
     pub lendable_gpus: u64,
     /// Of the nominal quota, what other queues use now by borrowing it (see [`lent_gpus`]).
     pub lent_gpus: u64,
+    /// Most GPUs it may borrow beyond its nominal quota; `None` = no limit.
     pub borrowing_limit_gpus: Option<u64>,
+    /// Most of its idle nominal quota it may lend; `None` = all of it.
     pub lending_limit_gpus: Option<u64>,
+    /// Its weight against its siblings' in fair share: a higher weight earns a larger share.
     pub weight: u32,
     /// Dominant share of the queue, decayed over time (0 = idle).
     pub fair_share: f64,
     /// Lower goes first among siblings.
     pub fair_share_key: f64,
+    /// Jobs submitted to this queue itself (not its children) that wait to be placed.
     pub pending_jobs: u32,
+    /// Jobs submitted to this queue itself (not its children) that run now.
     pub running_jobs: u32,
 }
 
 /// A job the loop knows about now.
 #[derive(Debug, Clone, Serialize)]
 pub struct JobView {
+    /// The queue it was submitted to.
     pub queue: String,
+    /// Pods in its gang (1 for a single pod).
     pub pods: u32,
+    /// GPUs each pod asks for.
     pub gpus_per_pod: u32,
+    /// Its priority: higher goes first within its queue.
     pub priority: i32,
+    /// When it was submitted, in seconds on the scheduler's clock: among equal priorities the
+    /// oldest goes first.
     pub submitted_s: f64,
     /// `pending` or `running`.
     pub state: &'static str,
     /// Place among its queue's pending jobs (1 = next), by priority then age.
     pub queue_position: Option<u32>,
+    /// A placeholder that holds idle capacity and gives way to real work; `/api/jobs` leaves
+    /// these out.
     pub balloon: bool,
 }
 
@@ -129,10 +151,15 @@ struct Shadow {
 /// Where a candidate set disagrees with the active one, over the shadow run so far.
 #[derive(Debug, Clone, Serialize)]
 pub struct ShadowReport {
+    /// The policy-set version under test.
     pub candidate_version: u64,
+    /// When the shadow run started (ms since the epoch).
     pub started_ms: u64,
+    /// Who started it, as the audit log names them.
     pub started_by: String,
+    /// Cycles in which the candidate decided beside the active set.
     pub cycles: u64,
+    /// Decisions of the active set compared with the candidate's: what the counts are out of.
     pub decisions_compared: u64,
     /// Disagreements by kind (`other-nodes`, `other-domain`, `rejected-by-candidate`,
     /// `admitted-by-candidate`).
@@ -144,22 +171,35 @@ pub struct ShadowReport {
 /// One job decided differently by the candidate.
 #[derive(Debug, Clone, Serialize)]
 pub struct ShadowDisagreement {
+    /// When the cycle that decided ran (ms since the epoch).
     pub time_ms: u64,
+    /// The job decided differently.
     pub job: String,
+    /// How the two differ: one of the kinds counted in [`ShadowReport::counts`].
     pub kind: String,
+    /// The version of the active set that made the real decision.
     pub active_set: u64,
+    /// The active set's explanation of what it decided.
     pub active: Explanation,
+    /// The candidate's explanation of what it would have decided.
     pub candidate: Explanation,
 }
 
 /// What validating an upload found: the policy's own description and its self-test.
 #[derive(Debug, Clone, Serialize)]
 pub struct Validation {
+    /// The name the policy declares.
     pub name: String,
+    /// The version the policy declares.
     pub version: String,
+    /// `filter`, `score` or `quota`: the interface it exports, so where in a cycle it runs.
     pub role: String,
+    /// SHA-256 of the module's bytes: the key it is stored under and sets refer to it by.
     pub sha256: String,
+    /// Size of the module, in bytes.
     pub size: u64,
+    /// Declared reason codes and their texts, sorted by code: how its verdicts will read in
+    /// explanations.
     pub reasons: Vec<(u16, String)>,
     /// One line on how it answered a sample request against the current cluster snapshot.
     pub self_test: String,
@@ -168,23 +208,36 @@ pub struct Validation {
 /// The answer to an upload.
 #[derive(Debug, Clone, Serialize)]
 pub struct Upload {
+    /// The stored policy's manifest.
     pub manifest: PolicyManifest,
+    /// True when the same bytes were stored before; the API then answers 200 rather than 201.
     pub already_stored: bool,
+    /// What validating the upload found.
     pub validation: Validation,
 }
 
 /// A decision as the SSE feed sends it: small, with the one-line summary.
 #[derive(Debug, Clone, Serialize)]
 pub struct DecisionEvent {
+    /// When the cycle that decided ran (ms since the epoch).
     pub time_ms: u64,
+    /// The job decided about.
     pub job: String,
+    /// The queue it was submitted to.
     pub queue: String,
+    /// True when every pod has a node; false when the job stays pending.
     pub placed: bool,
+    /// Pods in its gang (1 for a single pod).
     pub pods: u32,
+    /// GPUs each pod asks for.
     pub gpus_per_pod: u32,
+    /// Names of the nodes it was placed on; empty when pending.
     pub nodes: Vec<String>,
+    /// The topology domain a gang was placed in, e.g. `rack 12`.
     pub domain: Option<String>,
+    /// The policy-set version that decided.
     pub policy_set: u64,
+    /// The decision's one-line summary, as the live feed shows it.
     pub summary: String,
 }
 
@@ -222,14 +275,23 @@ struct QueueHistory {
 /// One queue's history as columns of equal length, oldest first: what the queues page charts.
 #[derive(Debug, Clone, Default, Serialize)]
 pub struct QueueSeries {
+    /// The queue's name.
     pub name: String,
+    /// When each sample was taken (ms since the epoch): the chart's time axis.
     pub at_ms: Vec<u64>,
+    /// GPUs in use at each sample.
     pub used_gpus: Vec<u64>,
+    /// Nominal quota at each sample.
     pub nominal_gpus: Vec<u64>,
+    /// GPUs used beyond the nominal quota at each sample.
     pub borrowed_gpus: Vec<u64>,
+    /// GPUs of its nominal quota that other queues used at each sample.
     pub lent_gpus: Vec<u64>,
+    /// Fair share at each sample, as [`QueueView::fair_share`].
     pub fair_share: Vec<f64>,
+    /// Fair-share key at each sample (lower goes first among siblings).
     pub fair_share_key: Vec<f64>,
+    /// Pending jobs at each sample.
     pub pending_jobs: Vec<u32>,
 }
 
@@ -240,6 +302,7 @@ pub struct QueueHistoryView {
     pub interval_ms: u64,
     /// How far back samples are kept.
     pub keep_ms: u64,
+    /// One series per queue with samples, ordered by name.
     pub queues: Vec<QueueSeries>,
 }
 
@@ -320,8 +383,11 @@ type EntryKey = (String, String, FailurePolicy);
 
 /// The state the scheduling loop and the API handlers share. See the module docs.
 pub struct Live {
+    /// Decisions, policies, sets and the audit log; handlers read it directly.
     pub store: Store,
+    /// Server settings the loop and the handlers consult.
     pub config: LiveConfig,
+    /// Prometheus metrics: the loop and [`Live`]'s methods update them, `/metrics` renders them.
     pub metrics: Metrics,
     engine: Arc<PolicyEngine>,
     /// The set cycles run on: swapped by activations, loaded once at the start of each cycle.
@@ -390,10 +456,12 @@ impl Live {
         })
     }
 
+    /// The engine's interned names, to resolve the node table's names for the API.
     pub fn symbols(&self) -> &Arc<Symbols> {
         self.engine.symbols()
     }
 
+    /// The cluster picture the loop published last; a handler reads it without a lock.
     pub fn view(&self) -> Arc<ClusterView> {
         self.view.load_full()
     }
@@ -431,10 +499,12 @@ impl Live {
         self.ready.load(Ordering::Acquire)
     }
 
+    /// The policy set new cycles run on.
     pub fn active_set(&self) -> Arc<PolicySet> {
         self.active.load()
     }
 
+    /// A receiver of decision events for an SSE client; a lagging one loses the oldest.
     pub fn subscribe(&self) -> broadcast::Receiver<Arc<DecisionEvent>> {
         self.decisions_tx.subscribe()
     }

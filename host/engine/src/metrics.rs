@@ -31,10 +31,17 @@ pub struct Metrics {
     pub incoming_pods: IntCounter,
     /// Cycles whose decisions could not be stored.
     pub cycle_failures: IntCounter,
+    /// `gantry_cycles_total`: scheduling cycles run, counted once per cycle.
     pub cycles: IntCounter,
+    /// `scheduler_preemption_victims_total`: jobs evicted to make room for others.
     pub preemptions: IntCounter,
+    /// `gantry_policy_set_active_version`: the policy-set version new cycles run on, set at start
+    /// and on each activation.
     pub active_set: IntGauge,
+    /// `gantry_policy_set_activations_total`: activations and rollbacks of policy sets.
     pub activations: IntCounter,
+    /// `gantry_shadow_disagreements_total{kind}`: decisions where the shadow candidate disagreed
+    /// with the active set, by the kind of disagreement.
     pub shadow_disagreements: IntCounterVec,
 }
 
@@ -45,6 +52,7 @@ impl Default for Metrics {
 }
 
 impl Metrics {
+    /// The registry with every metric registered at zero; `Live` owns the one instance.
     pub fn new() -> Self {
         let registry = Registry::new();
         let attempts = IntCounterVec::new(
