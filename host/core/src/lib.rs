@@ -28,5 +28,5 @@ pub use scheduler::{
     Blocked, CycleOutput, Decision, JobId, JobSpec, Mode, Scheduler, SchedulerConfig, TopologyPref,
 };
 pub use shadow::{Disagreement, DisagreementKind, compare};
-pub use source::{BindOutcome, Binder, Changes, Cluster, ClusterSource};
+pub use source::{BindOutcome, Binder, Changes, Cluster, ClusterSource, Step, step};
 pub use symbols::{Sym, Symbols};

@@ -97,3 +97,44 @@ pub trait Binder {
 pub trait Cluster: ClusterSource + Binder {}
 
 impl<T: ClusterSource + Binder> Cluster for T {}
+
+/// What one pass of the loop did.
+#[derive(Debug, Clone, Default)]
+pub struct Step {
+    /// What the source brought in.
+    pub changes: Changes,
+    /// The cycle's output, as decided; empty when `decide` declined to run one.
+    pub output: CycleOutput,
+    /// The binder's outcome per placed job.
+    pub outcomes: Vec<BindOutcome>,
+}
+
+/// One pass of the one scheduling loop, in its one order: the cluster brings `scheduler` up to
+/// date, `decide` runs the cycle (with whatever policies; `None` declines, as a follower does),
+/// the cluster applies it and reports each outcome, and each failed binding goes back to the
+/// queue with a backoff. The engine runs it on the wall clock; the replay on a virtual one.
+pub fn step(
+    scheduler: &mut Scheduler,
+    cluster: &mut dyn Cluster,
+    now_s: f64,
+    decide: &mut dyn FnMut(&mut Scheduler, &Changes) -> Option<CycleOutput>,
+) -> Step {
+    let changes = cluster.sync(scheduler, now_s);
+    let Some(output) = decide(scheduler, &changes) else {
+        return Step {
+            changes,
+            ..Step::default()
+        };
+    };
+    let outcomes = cluster.bind(scheduler, &output, now_s);
+    for outcome in &outcomes {
+        if let BindOutcome::Failed { job, .. } = outcome {
+            scheduler.binding_failed(*job, now_s);
+        }
+    }
+    Step {
+        changes,
+        output,
+        outcomes,
+    }
+}

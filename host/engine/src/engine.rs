@@ -162,54 +162,58 @@ impl Engine {
         &self.live
     }
 
-    /// One pass at `now_s` (seconds on the run's clock).
+    /// One pass at `now_s` (seconds on the run's clock): [`gantry_core::step`], with the
+    /// active policy set deciding, and what happened recorded.
     pub fn step(&mut self, cluster: &mut dyn Cluster, now_s: f64) -> Pass {
         let _span = tracing::debug_span!("pass", now_s).entered();
-        let changes = {
-            let _span = tracing::debug_span!("sync").entered();
-            cluster.sync(&mut self.scheduler, now_s)
-        };
-        if changes.submitted_pods > 0 {
-            self.live
-                .metrics
-                .incoming_pods
-                .inc_by(changes.submitted_pods);
-        }
-        if !changes.pod_to_job.is_empty() {
-            self.live.record_pods(&changes.pod_to_job);
-        }
-        if changes.rebuilt {
-            // A new node table: the policies' node view and the GPU count start over.
-            self.cache = NodeCache::default();
-            self.stats.gpus = total_gpus(&self.scheduler);
-        }
+        let time_ms = now_ms();
+        let mut cycle_time = Duration::ZERO;
+        let leading = cluster.leading();
         if let Some(name) = cluster.describe() {
             self.config.cluster_name = name;
         }
-        if !cluster.leading() {
-            // A follower keeps its view current and decides nothing.
+        let (live, cache, stats) = (&self.live, &mut self.cache, &mut self.stats);
+        let step = gantry_core::step(
+            &mut self.scheduler,
+            cluster,
+            now_s,
+            &mut |scheduler, changes| {
+                if changes.submitted_pods > 0 {
+                    live.metrics.incoming_pods.inc_by(changes.submitted_pods);
+                }
+                if !changes.pod_to_job.is_empty() {
+                    live.record_pods(&changes.pod_to_job);
+                }
+                if changes.rebuilt {
+                    // A new node table: the policies' node view and the GPU count start over.
+                    *cache = NodeCache::default();
+                    stats.gpus = total_gpus(scheduler);
+                }
+                if !leading {
+                    // A follower keeps its view current and decides nothing.
+                    return None;
+                }
+                let started = Instant::now();
+                let output = live.decide(scheduler, cache, now_s, time_ms);
+                cycle_time = started.elapsed();
+                Some(output)
+            },
+        );
+        let gantry_core::Step {
+            changes,
+            output,
+            outcomes,
+        } = step;
+        if !leading {
             self.live.beat();
             return Pass {
                 changes,
                 ..Pass::default()
             };
         }
-        let time_ms = now_ms();
-        let started = Instant::now();
-        let output = self
-            .live
-            .decide(&mut self.scheduler, &mut self.cache, now_s, time_ms);
-        let cycle_time = started.elapsed();
-        let outcomes = {
-            let _span = tracing::debug_span!("bind").entered();
-            cluster.bind(&self.scheduler, &output, now_s)
-        };
         for outcome in &outcomes {
             match outcome {
-                BindOutcome::Failed { job, .. } => {
-                    self.scheduler.binding_failed(*job, now_s);
-                    self.stats.binding_failures += 1;
-                }
+                BindOutcome::Failed { .. } => self.stats.binding_failures += 1,
                 BindOutcome::Bound { .. } => self.stats.placed += 1,
                 BindOutcome::Nominated { .. } => {}
             }

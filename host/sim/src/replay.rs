@@ -292,41 +292,14 @@ impl Replay {
         })
     }
 
-    fn spec(&self, job: &TraceJob) -> JobSpec {
-        let symbols = self.scheduler.symbols();
-        let queue = self.scheduler.queues.id(&job.queue).unwrap_or(0);
-        JobSpec {
-            name: job.job_id.clone(),
-            queue,
-            priority: job.priority,
-            pods: job.pods,
-            shape: PodShape {
-                name: symbols.intern(&job.job_id),
-                queue: symbols.intern(&job.queue),
-                priority: job.priority,
-                gpus: job.gpus_per_pod,
-                gpu_milli: job.gpu_milli.unwrap_or(0),
-                gpu_type: job.gpu_type.as_deref().map_or(0, |t| symbols.intern(t)),
-                cpu_milli: job
-                    .cpu_milli
-                    .map_or(0, |c| u32::try_from(c).unwrap_or(u32::MAX)),
-                memory_mib: job
-                    .memory_mib
-                    .map_or(0, |m| u32::try_from(m).unwrap_or(u32::MAX)),
-                tolerations: Vec::new(),
-                gang_size: job.pods,
-            },
-            balloon: false,
-            topology: TopologyPref::default(),
-            submit_s: job.submit_s,
-        }
-    }
-
     /// Replay the whole trace. `progress` is told how many jobs have finished, now and then.
     ///
-    /// Each step costs what is live, never what is past: the jobs arriving or ending, the
-    /// cycle itself, the decisions it made, the queues, the nodes and the distinct pending pod
-    /// shapes. A finished job leaves nothing behind but its wait.
+    /// The replay drives [`gantry_core::step`], the engine's own pass, on a virtual clock: the
+    /// trace's arrivals and the jobs' completions are its cluster source, and its binder books
+    /// what each cycle started (see [`World`]). Each step costs what is live, never what is
+    /// past: the jobs arriving or ending, the cycle itself, the decisions it made, the queues,
+    /// the nodes and the distinct pending pod shapes. A finished job leaves nothing behind but
+    /// its wait.
     pub fn run(
         mut self,
         hooks: &mut dyn PolicyHooks,
@@ -342,9 +315,6 @@ impl Replay {
             .iter()
             .map(|&g| u64::from(g))
             .sum();
-        // Baselines whose placed pods are bound and run while their siblings wait: a gang
-        // holding some nodes there is a partial gang. (Coscheduling's wait unbound, at permit.)
-        let binds_pods = matches!(self.scheduler.config.mode, Mode::K8sDefault | Mode::Kueue);
         let first_submit = self
             .jobs
             .iter()
@@ -357,26 +327,34 @@ impl Replay {
             .map(|j| j.submit_s)
             .fold(first_submit, f64::max);
         let jobs_submitted = self.jobs.len();
-        let mut arrivals = std::mem::take(&mut self.jobs).into_iter().peekable();
         let queue_count = self.scheduler.queues.len();
-        let mut live: BTreeMap<JobId, Live> = BTreeMap::new();
-        // Completions: (end time, job, generation); an eviction bumps the job's generation so
-        // its completion goes stale, and stale ones are swept once they outnumber the others.
-        let mut completions: BinaryHeap<Reverse<(Seconds, JobId, u32)>> = BinaryHeap::new();
-        let mut stale = 0usize;
-        let mut waits = Waits {
-            by_queue: vec![Vec::new(); queue_count],
-            requeue: Vec::new(),
+        let mut world = World {
+            // Baselines whose placed pods are bound and run while their siblings wait: a gang
+            // holding some nodes there is a partial gang. (Coscheduling's wait unbound, at
+            // permit.)
+            binds_pods: matches!(self.scheduler.config.mode, Mode::K8sDefault | Mode::Kueue),
+            arrivals: std::mem::take(&mut self.jobs).into_iter().peekable(),
+            live: BTreeMap::new(),
+            completions: BinaryHeap::new(),
+            stale: 0,
+            waits: Waits {
+                by_queue: vec![Vec::new(); queue_count],
+                requeue: Vec::new(),
+            },
+            shapes: PendingShapes::default(),
+            own_demand: vec![0u64; queue_count],
+            own_running: vec![0u64; queue_count],
+            started_jobs: 0,
+            finished: 0,
+            partial_gangs: 0,
+            preemptions: 0,
+            decisions: 0,
+            first_decisions: 0,
+            last_end: 0.0,
+            progress,
+            on_decision,
         };
-        let mut shapes = PendingShapes::default();
-        // GPUs of each queue's own pending and running jobs (its demand), and of its own
-        // jobs whose every pod runs: a queue's share counts the GPUs doing work, not its
-        // quota charge (Kueue charges an admitted workload whose pods still wait).
-        let mut own_demand = vec![0u64; queue_count];
-        let mut own_running = vec![0u64; queue_count];
-        let (mut started_jobs, mut finished, mut partial_gangs, mut preemptions) =
-            (0usize, 0usize, 0u64, 0u64);
-        let (mut cycles, mut decisions, mut first_decisions) = (0u64, 0u64, 0u64);
+        let mut cycles = 0u64;
         let mut peak_pending = 0usize;
         let mut queued_time = 0.0;
         let mut allocated_integral = 0.0;
@@ -387,11 +365,13 @@ impl Replay {
         let mut window_target = vec![0.0; queue_count];
         let (mut frag_sum, mut frag_cycles) = (0.0, 0u64);
         let mut now = 0.0f64;
-        let mut last_end = 0.0f64;
         let mut idle_retries = 0u32;
         loop {
-            let next_arrival = arrivals.peek().map(|j| j.submit_s);
-            let next_completion = completions.peek().map(|Reverse((Seconds(t), _, _))| *t);
+            let next_arrival = world.arrivals.peek().map(|j| j.submit_s);
+            let next_completion = world
+                .completions
+                .peek()
+                .map(|Reverse((Seconds(t), _, _))| *t);
             // With work pending, a real scheduler keeps retrying (and the Coscheduling permit
             // timeout fires) even when no job arrives or ends: retry every `RETRY_S`, until a
             // few retries in a row change nothing and nothing runs that could.
@@ -413,7 +393,7 @@ impl Replay {
                 let dt = next - now;
                 let running = self.scheduler.running_gpus() as f64;
                 let queues = &self.scheduler.queues;
-                let queue_running = subtree_sums(queues, &own_running);
+                let queue_running = subtree_sums(queues, &world.own_running);
                 if now >= first_submit {
                     busy_integral += running * dt;
                 }
@@ -429,7 +409,7 @@ impl Replay {
                 let overlap = next.min(last_submit) - now.max(first_submit);
                 if overlap > 0.0 {
                     window_allocated += running * overlap;
-                    let targets = fair::max_min_targets(queues, &own_demand, total_gpus);
+                    let targets = fair::max_min_targets(queues, &world.own_demand, total_gpus);
                     for q in queues.ids() {
                         window_queue[q] += queue_running[q] as f64 * overlap;
                         window_target[q] += targets[q] * overlap;
@@ -437,127 +417,22 @@ impl Replay {
                 }
             }
             now = next;
-            while let Some(job) = arrivals.next_if(|j| j.submit_s <= now) {
-                let spec = self.spec(&job);
-                let (queue, gpus, shape) =
-                    (spec.queue, spec.total().gpus, ShapeKey::of(&spec.shape));
-                let id = self.scheduler.submit(spec);
-                own_demand[queue] += gpus;
-                shapes.add(shape);
-                live.insert(
-                    id,
-                    Live {
-                        queue,
-                        submit_s: job.submit_s,
-                        duration_s: job.duration_s,
-                        gpus,
-                        shape,
-                        generation: 0,
-                        started_s: None,
-                        evicted_s: None,
-                        requeue_s: 0.0,
-                        preempted: false,
-                        partial: false,
-                        decided: false,
-                    },
-                );
-            }
-            while let Some(&Reverse((Seconds(t), id, generation))) = completions.peek() {
-                if t > now {
-                    break;
-                }
-                completions.pop();
-                let current = live.get(&id).is_some_and(|j| j.generation == generation);
-                if !current {
-                    stale = stale.saturating_sub(1);
-                    continue;
-                }
-                if self.scheduler.is_running(id) {
-                    self.scheduler.finish(id);
-                    let job = live.remove(&id).expect("a live job");
-                    own_demand[job.queue] -= job.gpus;
-                    own_running[job.queue] -= job.gpus;
-                    waits.record(&job, now);
-                    finished += 1;
-                    last_end = now;
-                    if finished % 256 == 0 {
-                        progress(finished);
-                    }
-                }
-            }
-            let output = self.scheduler.cycle(now, hooks);
+            let step = gantry_core::step(&mut self.scheduler, &mut world, now, &mut |s, _| {
+                Some(s.cycle(now, hooks))
+            });
             cycles += 1;
             let progressed =
-                output.decisions.iter().any(|d| d.placed) || !output.evicted.is_empty();
+                step.output.decisions.iter().any(|d| d.placed) || !step.output.evicted.is_empty();
             let running = self.scheduler.running().next().is_some();
             idle_retries = if retrying && !progressed && !running {
                 idle_retries + 1
             } else {
                 0
             };
-            decisions += output.decisions.len() as u64;
-            for &victim in &output.evicted {
-                preemptions += 1;
-                if let Some(job) = live.get_mut(&victim) {
-                    job.generation += 1;
-                    stale += 1;
-                    job.preempted = true;
-                    job.evicted_s = Some(now);
-                    own_running[job.queue] -= job.gpus;
-                    shapes.add(job.shape);
-                }
-            }
-            for decision in &output.decisions {
-                on_decision(decision);
-                let id = decision.job;
-                let Some(job) = live.get_mut(&id) else {
-                    continue;
-                };
-                if !job.decided {
-                    job.decided = true;
-                    first_decisions += 1;
-                }
-                let held = self.scheduler.slots(id).len();
-                let running = self.scheduler.is_running(id);
-                // Some but not all of its pods hold nodes and run: a running job short of
-                // pods, or under a binding baseline a pending one that holds any node.
-                let partial = if running {
-                    held != self.scheduler.job(id).pods as usize
-                } else {
-                    binds_pods && held > 0
-                };
-                if partial && !job.partial {
-                    job.partial = true;
-                    partial_gangs += 1;
-                }
-                if !(decision.placed && running) {
-                    continue;
-                }
-                shapes.remove(job.shape);
-                own_running[job.queue] += job.gpus;
-                match job.started_s {
-                    None => {
-                        job.started_s = Some(now);
-                        started_jobs += 1;
-                    }
-                    Some(_) => {
-                        if let Some(evicted) = job.evicted_s.take() {
-                            job.requeue_s += now - evicted;
-                        }
-                    }
-                }
-                completions.push(Reverse((Seconds(now + job.duration_s), id, job.generation)));
-            }
-            if stale > STALE_SWEEP && stale * 2 > completions.len() {
-                completions.retain(|Reverse((_, id, generation))| {
-                    live.get(id).is_some_and(|j| j.generation == *generation)
-                });
-                stale = 0;
-            }
             let pending = self.scheduler.pending_count();
             peak_pending = peak_pending.max(pending);
             if pending > 0 {
-                frag_sum += self.fragmentation(&shapes);
+                frag_sum += self.fragmentation(&world.shapes);
                 frag_cycles += 1;
             }
             if self.options.audit {
@@ -570,6 +445,19 @@ impl Replay {
                     })?;
             }
         }
+        let World {
+            live,
+            mut waits,
+            started_jobs,
+            finished,
+            partial_gangs,
+            preemptions,
+            decisions,
+            first_decisions,
+            last_end,
+            progress,
+            ..
+        } = world;
         progress(finished);
 
         // A job that never started (or never restarted) counts its wait until the replay
@@ -680,6 +568,210 @@ impl Replay {
 }
 
 /// Per queue, `own` summed over the queue and its descendants.
+/// The replay's side of the loop: the trace's arrivals and the jobs' completions are its
+/// cluster source, and its binder books what each cycle started, evicted or split, for the
+/// report. Every placed job binds (a replay has no API server to refuse it).
+struct World<'a, 'b> {
+    binds_pods: bool,
+    /// The trace in submit order, consumed as jobs arrive.
+    arrivals: std::iter::Peekable<std::vec::IntoIter<TraceJob>>,
+    live: BTreeMap<JobId, Live>,
+    /// Completions: (end time, job, generation); an eviction bumps the job's generation so
+    /// its completion goes stale, and stale ones are swept once they outnumber the others.
+    completions: BinaryHeap<Reverse<(Seconds, JobId, u32)>>,
+    stale: usize,
+    waits: Waits,
+    shapes: PendingShapes,
+    /// GPUs of each queue's own pending and running jobs (its demand), and of its own jobs
+    /// whose every pod runs: a queue's share counts the GPUs doing work, not its quota charge
+    /// (Kueue charges an admitted workload whose pods still wait).
+    own_demand: Vec<u64>,
+    own_running: Vec<u64>,
+    started_jobs: usize,
+    finished: usize,
+    partial_gangs: u64,
+    preemptions: u64,
+    decisions: u64,
+    first_decisions: u64,
+    last_end: f64,
+    progress: &'a mut dyn FnMut(usize),
+    on_decision: &'a mut OnDecision<'b>,
+}
+
+impl gantry_core::ClusterSource for World<'_, '_> {
+    /// Submits the jobs that arrived by `now_s`, then ends the jobs whose time is up.
+    fn sync(&mut self, scheduler: &mut Scheduler, now_s: f64) -> gantry_core::Changes {
+        let mut changes = gantry_core::Changes::default();
+        while let Some(job) = self.arrivals.next_if(|j| j.submit_s <= now_s) {
+            let spec = spec_of(scheduler, &job);
+            let (queue, gpus, shape) = (spec.queue, spec.total().gpus, ShapeKey::of(&spec.shape));
+            changes.submitted += 1;
+            changes.submitted_pods += u64::from(spec.pods);
+            let id = scheduler.submit(spec);
+            self.own_demand[queue] += gpus;
+            self.shapes.add(shape);
+            self.live.insert(
+                id,
+                Live {
+                    queue,
+                    submit_s: job.submit_s,
+                    duration_s: job.duration_s,
+                    gpus,
+                    shape,
+                    generation: 0,
+                    started_s: None,
+                    evicted_s: None,
+                    requeue_s: 0.0,
+                    preempted: false,
+                    partial: false,
+                    decided: false,
+                },
+            );
+        }
+        while let Some(&Reverse((Seconds(t), id, generation))) = self.completions.peek() {
+            if t > now_s {
+                break;
+            }
+            self.completions.pop();
+            let current = self
+                .live
+                .get(&id)
+                .is_some_and(|j| j.generation == generation);
+            if !current {
+                self.stale = self.stale.saturating_sub(1);
+                continue;
+            }
+            if scheduler.is_running(id) {
+                scheduler.finish(id);
+                let job = self.live.remove(&id).expect("a live job");
+                self.own_demand[job.queue] -= job.gpus;
+                self.own_running[job.queue] -= job.gpus;
+                self.waits.record(&job, now_s);
+                self.finished += 1;
+                changes.ended += 1;
+                self.last_end = now_s;
+                if self.finished.is_multiple_of(256) {
+                    (self.progress)(self.finished);
+                }
+            }
+        }
+        changes
+    }
+}
+
+impl gantry_core::Binder for World<'_, '_> {
+    /// Books the cycle: evictions make their jobs' completions stale; each job started (or
+    /// restarted) gets its completion, at its true duration from now (the replay's clock, not
+    /// the scheduler, knows it).
+    fn bind(
+        &mut self,
+        scheduler: &Scheduler,
+        output: &gantry_core::CycleOutput,
+        now_s: f64,
+    ) -> Vec<gantry_core::BindOutcome> {
+        let mut outcomes = Vec::new();
+        self.decisions += output.decisions.len() as u64;
+        for &victim in &output.evicted {
+            self.preemptions += 1;
+            if let Some(job) = self.live.get_mut(&victim) {
+                job.generation += 1;
+                self.stale += 1;
+                job.preempted = true;
+                job.evicted_s = Some(now_s);
+                self.own_running[job.queue] -= job.gpus;
+                self.shapes.add(job.shape);
+            }
+        }
+        for decision in &output.decisions {
+            (self.on_decision)(decision);
+            let id = decision.job;
+            if decision.placed {
+                outcomes.push(gantry_core::BindOutcome::Bound { job: id });
+            }
+            let Some(job) = self.live.get_mut(&id) else {
+                continue;
+            };
+            if !job.decided {
+                job.decided = true;
+                self.first_decisions += 1;
+            }
+            let held = scheduler.slots(id).len();
+            let running = scheduler.is_running(id);
+            // Some but not all of its pods hold nodes and run: a running job short of pods, or
+            // under a binding baseline a pending one that holds any node.
+            let partial = if running {
+                held != scheduler.job(id).pods as usize
+            } else {
+                self.binds_pods && held > 0
+            };
+            if partial && !job.partial {
+                job.partial = true;
+                self.partial_gangs += 1;
+            }
+            if !(decision.placed && running) {
+                continue;
+            }
+            self.shapes.remove(job.shape);
+            self.own_running[job.queue] += job.gpus;
+            match job.started_s {
+                None => {
+                    job.started_s = Some(now_s);
+                    self.started_jobs += 1;
+                }
+                Some(_) => {
+                    if let Some(evicted) = job.evicted_s.take() {
+                        job.requeue_s += now_s - evicted;
+                    }
+                }
+            }
+            self.completions.push(Reverse((
+                Seconds(now_s + job.duration_s),
+                id,
+                job.generation,
+            )));
+        }
+        if self.stale > STALE_SWEEP && self.stale * 2 > self.completions.len() {
+            let live = &self.live;
+            self.completions.retain(|Reverse((_, id, generation))| {
+                live.get(id).is_some_and(|j| j.generation == *generation)
+            });
+            self.stale = 0;
+        }
+        outcomes
+    }
+}
+
+/// A trace job as the core's job.
+fn spec_of(scheduler: &Scheduler, job: &TraceJob) -> JobSpec {
+    let symbols = scheduler.symbols();
+    let queue = scheduler.queues.id(&job.queue).unwrap_or(0);
+    JobSpec {
+        name: job.job_id.clone(),
+        queue,
+        priority: job.priority,
+        pods: job.pods,
+        shape: PodShape {
+            name: symbols.intern(&job.job_id),
+            queue: symbols.intern(&job.queue),
+            priority: job.priority,
+            gpus: job.gpus_per_pod,
+            gpu_milli: job.gpu_milli.unwrap_or(0),
+            gpu_type: job.gpu_type.as_deref().map_or(0, |t| symbols.intern(t)),
+            cpu_milli: job
+                .cpu_milli
+                .map_or(0, |c| u32::try_from(c).unwrap_or(u32::MAX)),
+            memory_mib: job
+                .memory_mib
+                .map_or(0, |m| u32::try_from(m).unwrap_or(u32::MAX)),
+            tolerations: Vec::new(),
+            gang_size: job.pods,
+        },
+        balloon: false,
+        topology: TopologyPref::default(),
+        submit_s: job.submit_s,
+    }
+}
+
 fn subtree_sums(queues: &gantry_core::Queues, own: &[u64]) -> Vec<u64> {
     let mut sums = vec![0u64; own.len()];
     for q in queues.ids() {
