@@ -103,6 +103,9 @@ pub fn serve(opts: KubeServe) -> anyhow::Result<()> {
         Queues::new(&[], Resources::default(), 600.0)?,
         symbols,
         SchedulerConfig {
+            // A pass binds what its cycle placed before the next cycle runs, and waits for the
+            // slowest binding of the round: a backlog goes through in few big rounds.
+            max_attempts: 5000,
             // Victims are evicted through the Eviction API (see gantry_kube::evict).
             preemption: true,
             ..SchedulerConfig::default()
