@@ -612,14 +612,7 @@ impl Scheduler {
         // Filter and score, then place.
         let (capacity, scores) = self.evaluate(spec, hooks, &mut explanation);
         if let Some(placement) = self.place(spec, &capacity, &scores) {
-            let placement = self.commit(id, spec, placement, &mut explanation);
-            return Decision {
-                job: id,
-                placed: true,
-                placement,
-                victims: Vec::new(),
-                explanation,
-            };
+            return self.commit(id, spec, placement, explanation, Vec::new());
         }
 
         // Preemption: make room by evicting whole gangs that may give way to this job.
@@ -635,14 +628,7 @@ impl Scheduler {
             out.evicted.extend(&victims);
             let (capacity, scores) = self.evaluate(spec, hooks, &mut explanation);
             if let Some(placement) = self.place(spec, &capacity, &scores) {
-                let placement = self.commit(id, spec, placement, &mut explanation);
-                return Decision {
-                    job: id,
-                    placed: true,
-                    placement,
-                    victims,
-                    explanation,
-                };
+                return self.commit(id, spec, placement, explanation, victims);
             }
             explanation.outcome = Outcome::Pending {
                 waiting_for: "the nodes freed by preemption (a policy rejected them)".into(),
@@ -660,14 +646,16 @@ impl Scheduler {
         decision(explanation)
     }
 
-    /// Reserve the placement's nodes and mark the job running; its `(node, pods)`.
+    /// Reserve the placement's nodes and mark the job running: the placed decision, with the
+    /// jobs evicted to make room for it.
     fn commit(
         &mut self,
         id: JobId,
         spec: &JobSpec,
         placement: place::Placement,
-        explanation: &mut Explanation,
-    ) -> Vec<(usize, u32)> {
+        mut explanation: Explanation,
+        victims: Vec<JobId>,
+    ) -> Decision {
         let mut slots = Vec::with_capacity(spec.pods as usize);
         let mut nodes = Vec::new();
         for &(node, pods) in &placement.node_pods {
@@ -679,7 +667,13 @@ impl Scheduler {
         self.start(id, slots);
         explanation.domain = placement.domain;
         explanation.outcome = Outcome::Placed { nodes };
-        placement.node_pods
+        Decision {
+            job: id,
+            placed: true,
+            placement: placement.node_pods,
+            victims,
+            explanation,
+        }
     }
 
     /// GPUs that borrowing queues hold beyond their quota: what reclaiming could free for a
