@@ -112,7 +112,9 @@ fn tokens_roles_and_upload_limits() {
     // Nothing of that was stored; only the three example policies are.
     let (_, policies) = server.get("/api/policies");
     assert_eq!(policies.as_array().map(Vec::len), Some(3), "{policies}");
-    let (_, audit) = server.get("/api/audit?limit=1000");
+    let (status, refused) = server.get("/api/audit?limit=1000");
+    assert_eq!(status, 403, "a viewer reads the audit log: {refused}");
+    let (_, audit) = server.get_admin("/api/audit?limit=1000");
     assert!(
         audit
             .as_array()
@@ -196,7 +198,7 @@ fn shadow_activate_rollback_explain_and_lookups() {
     let (status, body) = server.post("/api/sets/1/rollback", Some(ADMIN), Body::None);
     assert_eq!(status, 200, "{body}");
     assert_eq!(server.get("/api/sets").1["active"], 1);
-    let (_, audit) = server.get("/api/audit?limit=50");
+    let (_, audit) = server.get_admin("/api/audit?limit=50");
     let actions: Vec<(String, String)> = audit
         .as_array()
         .expect("audit")

@@ -1,5 +1,6 @@
-//! The routes and their handlers. Every `/api` route but the OpenAPI document needs a token;
-//! every mutating one needs an admin token, and its change is written to the audit log.
+//! The routes and their handlers. Every `/api` route but the OpenAPI document needs a token,
+//! checked by [`authenticate`] before any body is read; every mutating one needs an admin
+//! token, and its change is written to the audit log. The audit log itself is admin-only.
 
 use std::convert::Infallible;
 use std::net::SocketAddr;
@@ -8,8 +9,9 @@ use std::time::Duration;
 
 use axum::body::Bytes;
 use axum::extract::rejection::BytesRejection;
-use axum::extract::{ConnectInfo, DefaultBodyLimit, Path, Query, State};
-use axum::http::{HeaderMap, StatusCode, header};
+use axum::extract::{ConnectInfo, DefaultBodyLimit, Extension, Path, Query, Request, State};
+use axum::http::{HeaderValue, StatusCode, header};
+use axum::middleware::Next;
 use axum::response::sse::{Event, KeepAlive, Sse};
 use axum::response::{IntoResponse, Response};
 use axum::routing::{get, post};
@@ -19,6 +21,9 @@ use gantry_store::{DecisionRecord, SetEntry};
 use serde::{Deserialize, Serialize};
 use tokio_stream::StreamExt;
 use tokio_stream::wrappers::BroadcastStream;
+use tower::limit::GlobalConcurrencyLimitLayer;
+use tower_http::set_header::SetResponseHeaderLayer;
+use tower_http::timeout::TimeoutLayer;
 
 use crate::auth::{Caller, Tokens};
 use crate::error::{ApiError, Result};
@@ -33,20 +38,41 @@ pub struct AppState {
 
 type St = State<Arc<AppState>>;
 
-/// The whole HTTP surface.
+/// Most bytes a request body may have on any route but the policy uploads.
+pub const SMALL_BODY_BYTES: usize = 64 * 1024;
+/// Requests in flight at once; more wait their turn.
+pub const CONCURRENT_REQUESTS: usize = 256;
+/// How long a request may take (the decision stream aside, which is long-lived by design).
+pub const REQUEST_TIMEOUT: Duration = Duration::from_secs(60);
+/// What a browser may do with the UI's pages: load its own scripts, styles (inline styles
+/// included, as the UI's charts set them) and images, talk to this server only, and never be
+/// framed by another site.
+const CONTENT_SECURITY_POLICY: &str = "default-src 'self'; script-src 'self'; \
+style-src 'self' 'unsafe-inline'; img-src 'self' data:; connect-src 'self'; \
+object-src 'none'; base-uri 'none'; form-action 'self'; frame-ancestors 'none'";
+
+/// The whole HTTP surface. Every `/api` route but the OpenAPI document goes through
+/// [`authenticate`] first, before any handler reads a body; bodies are capped at
+/// [`SMALL_BODY_BYTES`] except on the two upload routes; every response carries the security
+/// headers a browser app needs.
 pub fn router(state: Arc<AppState>) -> Router {
-    // Bodies up to twice the configured limit are read whole and refused with our own message
-    // (413, naming both sizes): cutting a client off mid-upload makes it see a reset connection
-    // instead of the reason. Anything larger is cut off.
+    // Upload bodies up to twice the configured limit are read whole and refused with our own
+    // message (413, naming both sizes): cutting a client off mid-upload makes it see a reset
+    // connection instead of the reason. Anything larger is cut off. Only an authenticated
+    // admin's body is ever read.
     let upload_limit = state.live.config.max_upload_bytes * 2 + 64 * 1024;
-    Router::new()
-        .route("/healthz", get(healthz))
-        .route("/readyz", get(readyz))
-        .route("/metrics", get(metrics))
-        .route("/api/openapi.json", get(openapi))
+    let authed = Router::new()
         .route("/api/whoami", get(whoami))
-        .route("/api/policies", get(list_policies).post(upload_policy))
-        .route("/api/policies/validate", post(validate_policy))
+        .route(
+            "/api/policies",
+            get(list_policies)
+                .post(upload_policy)
+                .layer(DefaultBodyLimit::max(upload_limit)),
+        )
+        .route(
+            "/api/policies/validate",
+            post(validate_policy).layer(DefaultBodyLimit::max(upload_limit)),
+        )
         .route("/api/policies/{sha256}", get(get_policy))
         .route("/api/sets", get(list_sets).post(create_set))
         .route("/api/sets/{version}", get(get_set))
@@ -58,7 +84,6 @@ pub fn router(state: Arc<AppState>) -> Router {
         )
         .route("/api/audit", get(audit))
         .route("/api/decisions", get(decisions_between))
-        .route("/api/decisions/stream", get(decision_stream))
         .route("/api/decisions/job/{job}", get(decisions_by_job))
         .route("/api/decisions/pod/{pod}", get(decisions_by_pod))
         .route("/api/decisions/node/{node}", get(decisions_by_node))
@@ -69,18 +94,80 @@ pub fn router(state: Arc<AppState>) -> Router {
         .route("/api/queues", get(queues))
         .route("/api/queues/history", get(queue_history))
         .route("/api/jobs", get(jobs))
+        .layer(TimeoutLayer::with_status_code(
+            StatusCode::REQUEST_TIMEOUT,
+            REQUEST_TIMEOUT,
+        ))
+        // The decision stream stays open for as long as the client reads it.
+        .route("/api/decisions/stream", get(decision_stream))
+        .route_layer(axum::middleware::from_fn_with_state(
+            state.clone(),
+            authenticate,
+        ));
+    Router::new()
+        .route("/healthz", get(healthz))
+        .route("/readyz", get(readyz))
+        .route("/metrics", get(metrics))
+        .route("/api/openapi.json", get(openapi))
+        .merge(authed)
         .fallback(crate::ui::serve)
-        .layer(DefaultBodyLimit::max(upload_limit))
+        .layer(DefaultBodyLimit::max(SMALL_BODY_BYTES))
+        .layer(GlobalConcurrencyLimitLayer::new(CONCURRENT_REQUESTS))
+        .layer(SetResponseHeaderLayer::if_not_present(
+            header::CONTENT_SECURITY_POLICY,
+            HeaderValue::from_static(CONTENT_SECURITY_POLICY),
+        ))
+        .layer(SetResponseHeaderLayer::if_not_present(
+            header::X_CONTENT_TYPE_OPTIONS,
+            HeaderValue::from_static("nosniff"),
+        ))
+        .layer(SetResponseHeaderLayer::if_not_present(
+            header::X_FRAME_OPTIONS,
+            HeaderValue::from_static("DENY"),
+        ))
+        .layer(SetResponseHeaderLayer::if_not_present(
+            header::REFERRER_POLICY,
+            HeaderValue::from_static("no-referrer"),
+        ))
         .with_state(state)
+}
+
+/// The front door of the authenticated routes: the bearer token is checked from the headers
+/// alone, before the handler (and so before any body is read): an anonymous client never
+/// makes the server hold a request body. A refusal is logged with the peer; the caller rides
+/// on to the handler in the request's extensions.
+async fn authenticate(State(state): St, mut request: Request, next: Next) -> Response {
+    match state.tokens.caller(request.headers()) {
+        Ok(caller) => {
+            request.extensions_mut().insert(caller);
+            next.run(request).await
+        }
+        Err(error) => {
+            let peer = request
+                .extensions()
+                .get::<ConnectInfo<SocketAddr>>()
+                .map(|c| c.0.to_string())
+                .unwrap_or_default();
+            tracing::warn!(%peer, path = %request.uri().path(), %error, "request refused");
+            error.into_response()
+        }
+    }
+}
+
+/// A JSON body that could not be read: over the small cap (413), or not the JSON wanted (400).
+fn json_error(rejection: axum::extract::rejection::JsonRejection) -> ApiError {
+    if rejection.status() == StatusCode::PAYLOAD_TOO_LARGE {
+        ApiError::BodyTooLarge {
+            limit: SMALL_BODY_BYTES,
+        }
+    } else {
+        ApiError::BadRequest(rejection.body_text())
+    }
 }
 
 /// The caller's address for the audit log.
 fn from(addr: &SocketAddr) -> String {
     addr.to_string()
-}
-
-fn caller(state: &AppState, headers: &HeaderMap) -> Result<Caller> {
-    state.tokens.caller(headers)
 }
 
 /// Alive while the scheduling loop goes round: a loop wedged for longer than
@@ -126,24 +213,22 @@ async fn openapi() -> Response {
         .into_response()
 }
 
-async fn whoami(State(state): St, headers: HeaderMap) -> Result<Json<Caller>> {
-    Ok(Json(caller(&state, &headers)?))
+async fn whoami(Extension(who): Extension<Caller>) -> Result<Json<Caller>> {
+    Ok(Json(who))
 }
 
 async fn list_policies(
     State(state): St,
-    headers: HeaderMap,
+    Extension(_who): Extension<Caller>,
 ) -> Result<Json<Vec<gantry_store::PolicyManifest>>> {
-    caller(&state, &headers)?;
     Ok(Json(state.live.store.list_policies()?))
 }
 
 async fn get_policy(
     State(state): St,
-    headers: HeaderMap,
+    Extension(_who): Extension<Caller>,
     Path(sha256): Path<String>,
 ) -> Result<Json<gantry_store::PolicyManifest>> {
-    caller(&state, &headers)?;
     state
         .live
         .store
@@ -183,11 +268,10 @@ fn upload_body(
 async fn upload_policy(
     State(state): St,
     ConnectInfo(addr): ConnectInfo<SocketAddr>,
-    headers: HeaderMap,
+    Extension(who): Extension<Caller>,
     Query(query): Query<ConfigQuery>,
     body: std::result::Result<Bytes, BytesRejection>,
 ) -> Result<Response> {
-    let who = caller(&state, &headers)?;
     who.require_admin("upload a policy")?;
     let bytes = upload_body(&state, body)?;
     let config = query.config.unwrap_or_else(|| "{}".into());
@@ -207,11 +291,10 @@ async fn upload_policy(
 
 async fn validate_policy(
     State(state): St,
-    headers: HeaderMap,
+    Extension(who): Extension<Caller>,
     Query(query): Query<ConfigQuery>,
     body: std::result::Result<Bytes, BytesRejection>,
 ) -> Result<Json<gantry_engine::Validation>> {
-    let who = caller(&state, &headers)?;
     who.require_admin("validate a policy")?;
     let bytes = upload_body(&state, body)?;
     let config = query.config.unwrap_or_else(|| "{}".into());
@@ -229,8 +312,7 @@ struct SetList {
     sets: Vec<gantry_store::PolicySet>,
 }
 
-async fn list_sets(State(state): St, headers: HeaderMap) -> Result<Json<SetList>> {
-    caller(&state, &headers)?;
+async fn list_sets(State(state): St, Extension(_who): Extension<Caller>) -> Result<Json<SetList>> {
     Ok(Json(SetList {
         active: state.live.active_set().version(),
         sets: state.live.store.list_sets()?,
@@ -239,10 +321,9 @@ async fn list_sets(State(state): St, headers: HeaderMap) -> Result<Json<SetList>
 
 async fn get_set(
     State(state): St,
-    headers: HeaderMap,
+    Extension(_who): Extension<Caller>,
     Path(version): Path<u64>,
 ) -> Result<Json<gantry_store::PolicySet>> {
-    caller(&state, &headers)?;
     state
         .live
         .store
@@ -264,12 +345,11 @@ struct NewSet {
 async fn create_set(
     State(state): St,
     ConnectInfo(addr): ConnectInfo<SocketAddr>,
-    headers: HeaderMap,
+    Extension(who): Extension<Caller>,
     body: std::result::Result<Json<NewSet>, axum::extract::rejection::JsonRejection>,
 ) -> Result<Response> {
-    let who = caller(&state, &headers)?;
     who.require_admin("create a policy set")?;
-    let Json(new) = body.map_err(|e| ApiError::BadRequest(e.body_text()))?;
+    let Json(new) = body.map_err(json_error)?;
     if new.entries.len() > 64 {
         return Err(ApiError::BadRequest(format!(
             "a policy set holds at most 64 entries; this one has {}",
@@ -319,11 +399,10 @@ async fn create_set(
 async fn switch_set(
     state: Arc<AppState>,
     addr: SocketAddr,
-    headers: HeaderMap,
+    who: Caller,
     version: u64,
     rollback: bool,
 ) -> Result<Json<gantry_store::PolicySet>> {
-    let who = caller(&state, &headers)?;
     who.require_admin(if rollback {
         "roll back the policy set"
     } else {
@@ -340,26 +419,25 @@ async fn switch_set(
 async fn activate_set(
     State(state): St,
     ConnectInfo(addr): ConnectInfo<SocketAddr>,
-    headers: HeaderMap,
+    Extension(who): Extension<Caller>,
     Path(version): Path<u64>,
 ) -> Result<Json<gantry_store::PolicySet>> {
-    switch_set(state, addr, headers, version, false).await
+    switch_set(state, addr, who, version, false).await
 }
 
 async fn rollback_set(
     State(state): St,
     ConnectInfo(addr): ConnectInfo<SocketAddr>,
-    headers: HeaderMap,
+    Extension(who): Extension<Caller>,
     Path(version): Path<u64>,
 ) -> Result<Json<gantry_store::PolicySet>> {
-    switch_set(state, addr, headers, version, true).await
+    switch_set(state, addr, who, version, true).await
 }
 
 async fn shadow_report(
     State(state): St,
-    headers: HeaderMap,
+    Extension(_who): Extension<Caller>,
 ) -> Result<Json<gantry_engine::ShadowReport>> {
-    caller(&state, &headers)?;
     state
         .live
         .shadow_report()
@@ -376,12 +454,11 @@ struct ShadowStart {
 async fn shadow_start(
     State(state): St,
     ConnectInfo(addr): ConnectInfo<SocketAddr>,
-    headers: HeaderMap,
+    Extension(who): Extension<Caller>,
     body: std::result::Result<Json<ShadowStart>, axum::extract::rejection::JsonRejection>,
 ) -> Result<Response> {
-    let who = caller(&state, &headers)?;
     who.require_admin("start shadow mode")?;
-    let Json(start) = body.map_err(|e| ApiError::BadRequest(e.body_text()))?;
+    let Json(start) = body.map_err(json_error)?;
     let live = state.live.clone();
     let actor = Actor::new(&who.name, from(&addr));
     let report = tokio::task::spawn_blocking(move || live.shadow_start(&actor, start.version))
@@ -393,9 +470,8 @@ async fn shadow_start(
 async fn shadow_stop(
     State(state): St,
     ConnectInfo(addr): ConnectInfo<SocketAddr>,
-    headers: HeaderMap,
+    Extension(who): Extension<Caller>,
 ) -> Result<Json<gantry_engine::ShadowReport>> {
-    let who = caller(&state, &headers)?;
     who.require_admin("stop shadow mode")?;
     Ok(Json(
         state
@@ -416,10 +492,11 @@ fn limit_of(limit: Option<usize>) -> usize {
 
 async fn audit(
     State(state): St,
-    headers: HeaderMap,
+    Extension(who): Extension<Caller>,
     Query(q): Query<Limit>,
 ) -> Result<Json<Vec<gantry_store::AuditEntry>>> {
-    caller(&state, &headers)?;
+    // Who did what from where is the admins' business.
+    who.require_admin("read the audit log")?;
     Ok(Json(state.live.store.audit_recent(limit_of(q.limit))?))
 }
 
@@ -432,10 +509,9 @@ struct TimeRange {
 
 async fn decisions_between(
     State(state): St,
-    headers: HeaderMap,
+    Extension(_who): Extension<Caller>,
     Query(q): Query<TimeRange>,
 ) -> Result<Json<Vec<DecisionRecord>>> {
-    caller(&state, &headers)?;
     let (from_ms, to_ms) = (q.from_ms.unwrap_or(0), q.to_ms.unwrap_or(u64::MAX));
     if from_ms > to_ms {
         return Err(ApiError::BadRequest(format!(
@@ -458,11 +534,10 @@ fn newest(mut records: Vec<DecisionRecord>, limit: usize) -> Vec<DecisionRecord>
 
 async fn decisions_by_job(
     State(state): St,
-    headers: HeaderMap,
+    Extension(_who): Extension<Caller>,
     Path(job): Path<String>,
     Query(q): Query<Limit>,
 ) -> Result<Json<Vec<DecisionRecord>>> {
-    caller(&state, &headers)?;
     let history = state.live.store.job_history(&job)?;
     if history.is_empty() {
         return Err(ApiError::NotFound(format!("no decisions about job {job}")));
@@ -472,11 +547,10 @@ async fn decisions_by_job(
 
 async fn decisions_by_pod(
     State(state): St,
-    headers: HeaderMap,
+    Extension(_who): Extension<Caller>,
     Path(pod): Path<String>,
     Query(q): Query<Limit>,
 ) -> Result<Json<Vec<DecisionRecord>>> {
-    caller(&state, &headers)?;
     // A single-pod job's pod carries the job's name; a gang's pods are recorded at submission.
     let job = state
         .live
@@ -494,11 +568,10 @@ async fn decisions_by_pod(
 
 async fn decisions_by_node(
     State(state): St,
-    headers: HeaderMap,
+    Extension(_who): Extension<Caller>,
     Path(node): Path<String>,
     Query(q): Query<TimeRange>,
 ) -> Result<Json<Vec<DecisionRecord>>> {
-    caller(&state, &headers)?;
     Ok(Json(state.live.store.decisions_on_node(
         &node,
         q.from_ms.unwrap_or(0),
@@ -509,9 +582,8 @@ async fn decisions_by_node(
 
 async fn decision_stream(
     State(state): St,
-    headers: HeaderMap,
+    Extension(_who): Extension<Caller>,
 ) -> Result<Sse<impl tokio_stream::Stream<Item = std::result::Result<Event, Infallible>>>> {
-    caller(&state, &headers)?;
     let stream = BroadcastStream::new(state.live.subscribe()).filter_map(|event| {
         // A lagging subscriber skips what it missed rather than closing.
         let event = event.ok()?;
@@ -548,10 +620,9 @@ struct Explain {
 
 async fn explain(
     State(state): St,
-    headers: HeaderMap,
+    Extension(_who): Extension<Caller>,
     Path(name): Path<String>,
 ) -> Result<Json<Explain>> {
-    caller(&state, &headers)?;
     let store = &state.live.store;
     let view = state.live.view();
     let (kind, job) =
@@ -653,8 +724,10 @@ struct ClusterSummary {
     levels: Vec<LevelUse>,
 }
 
-async fn cluster(State(state): St, headers: HeaderMap) -> Result<Json<ClusterSummary>> {
-    caller(&state, &headers)?;
+async fn cluster(
+    State(state): St,
+    Extension(_who): Extension<Caller>,
+) -> Result<Json<ClusterSummary>> {
     let view = state.live.view();
     let symbols = state.live.symbols();
     let nodes = &view.nodes;
@@ -729,8 +802,7 @@ fn health_name(health: u8) -> String {
         })
 }
 
-async fn nodes(State(state): St, headers: HeaderMap) -> Result<Json<NodeColumns>> {
-    caller(&state, &headers)?;
+async fn nodes(State(state): St, Extension(_who): Extension<Caller>) -> Result<Json<NodeColumns>> {
     let view = state.live.view();
     let symbols = state.live.symbols();
     let n = &view.nodes;
@@ -788,11 +860,10 @@ struct NodeDetail {
 
 async fn node(
     State(state): St,
-    headers: HeaderMap,
+    Extension(_who): Extension<Caller>,
     Path(name): Path<String>,
     Query(q): Query<Limit>,
 ) -> Result<Json<NodeDetail>> {
-    caller(&state, &headers)?;
     let view = state.live.view();
     let symbols = state.live.symbols();
     let n = &view.nodes;
@@ -825,8 +896,10 @@ async fn node(
     }))
 }
 
-async fn queues(State(state): St, headers: HeaderMap) -> Result<Json<Vec<QueueView>>> {
-    caller(&state, &headers)?;
+async fn queues(
+    State(state): St,
+    Extension(_who): Extension<Caller>,
+) -> Result<Json<Vec<QueueView>>> {
     Ok(Json(state.live.view().queues.clone()))
 }
 
@@ -840,10 +913,9 @@ struct HistoryQuery {
 /// by the scheduling loop every few seconds; `since` fetches only what is new.
 async fn queue_history(
     State(state): St,
-    headers: HeaderMap,
+    Extension(_who): Extension<Caller>,
     Query(q): Query<HistoryQuery>,
 ) -> Result<Json<gantry_engine::QueueHistoryView>> {
-    caller(&state, &headers)?;
     Ok(Json(state.live.queue_history(q.since.unwrap_or(0))))
 }
 
@@ -870,10 +942,9 @@ struct JobRow {
 /// idle capacity and are nobody's work.
 async fn jobs(
     State(state): St,
-    headers: HeaderMap,
+    Extension(_who): Extension<Caller>,
     Query(q): Query<JobQuery>,
 ) -> Result<Json<Vec<JobRow>>> {
-    caller(&state, &headers)?;
     if let Some(s) = q.state.as_deref()
         && s != "pending"
         && s != "running"
@@ -914,4 +985,137 @@ async fn jobs(
     });
     rows.truncate(limit_of(q.limit));
     Ok(Json(rows))
+}
+
+#[cfg(test)]
+mod tests {
+    use std::net::SocketAddr;
+
+    use axum::body::Body;
+    use axum::extract::connect_info::MockConnectInfo;
+    use tower::ServiceExt;
+
+    use super::*;
+
+    const ADMIN: &str = "admin-token-0123456789";
+    const VIEWER: &str = "viewer-token-0123456789";
+
+    /// The router on an empty store, with one admin and one viewer token.
+    fn app(dir: &std::path::Path) -> Router {
+        let tokens_path = dir.join("tokens.yaml");
+        std::fs::write(
+            &tokens_path,
+            format!(
+                "tokens:\n  - {{name: root, role: admin, token: {ADMIN}}}\n  - {{name: eve, role: viewer, token: {VIEWER}}}\n"
+            ),
+        )
+        .expect("tokens");
+        let symbols = gantry_core::Symbols::new();
+        let store = gantry_store::Store::open(gantry_store::StoreConfig::new(dir.join("store")))
+            .expect("store");
+        let policies = Arc::new(
+            gantry_policy::PolicyEngine::new(gantry_policy::Limits::default(), symbols)
+                .expect("engine"),
+        );
+        let live = Live::new(
+            store,
+            policies,
+            gantry_policy::PolicySet::new(0, Vec::new()),
+            gantry_engine::LiveConfig::default(),
+        );
+        let tokens = Tokens::load(&tokens_path).expect("load");
+        router(Arc::new(AppState { live, tokens }))
+            .layer(MockConnectInfo(SocketAddr::from(([127, 0, 0, 1], 9))))
+    }
+
+    /// A body that never ends: whoever reads it reads for ever (or hits a limit).
+    fn endless() -> Body {
+        let chunk = Bytes::from(vec![b'x'; 64 * 1024]);
+        Body::from_stream(tokio_stream::iter(
+            std::iter::repeat(chunk).map(Ok::<_, std::io::Error>),
+        ))
+    }
+
+    fn post(path: &str, token: Option<&str>, body: Body) -> Request {
+        let mut request = Request::post(path).header(header::CONTENT_TYPE, "application/json");
+        if let Some(token) = token {
+            request = request.header(header::AUTHORIZATION, format!("Bearer {token}"));
+        }
+        request.body(body).expect("request")
+    }
+
+    #[tokio::test]
+    async fn anonymous_bodies_are_refused_before_they_are_read() {
+        let dir = tempfile::tempdir().expect("tempdir");
+        for path in ["/api/policies", "/api/sets", "/api/shadow"] {
+            let response = app(dir.path())
+                .oneshot(post(path, None, endless()))
+                .await
+                .expect("response");
+            assert_eq!(response.status(), StatusCode::UNAUTHORIZED, "{path}");
+            let response = app(dir.path())
+                .oneshot(post(path, Some("wrong-token-0123456789"), endless()))
+                .await
+                .expect("response");
+            assert_eq!(response.status(), StatusCode::UNAUTHORIZED, "{path}");
+        }
+    }
+
+    #[tokio::test]
+    async fn bodies_outside_the_uploads_are_capped_small() {
+        let dir = tempfile::tempdir().expect("tempdir");
+        // An admin's endless body: cut off at the small cap on a JSON route.
+        let response = app(dir.path())
+            .oneshot(post("/api/sets", Some(ADMIN), endless()))
+            .await
+            .expect("response");
+        assert_eq!(response.status(), StatusCode::PAYLOAD_TOO_LARGE);
+        // Just under the cap is read (and refused as JSON, not for its size).
+        let small = Body::from(vec![b' '; SMALL_BODY_BYTES - 16]);
+        let response = app(dir.path())
+            .oneshot(post("/api/sets", Some(ADMIN), small))
+            .await
+            .expect("response");
+        assert_eq!(response.status(), StatusCode::BAD_REQUEST);
+    }
+
+    #[tokio::test]
+    async fn the_audit_log_is_for_admins_and_responses_carry_security_headers() {
+        let dir = tempfile::tempdir().expect("tempdir");
+        let get = |token: &str| {
+            Request::get("/api/audit")
+                .header(header::AUTHORIZATION, format!("Bearer {token}"))
+                .body(Body::empty())
+                .expect("request")
+        };
+        let response = app(dir.path())
+            .oneshot(get(VIEWER))
+            .await
+            .expect("response");
+        assert_eq!(response.status(), StatusCode::FORBIDDEN);
+        let response = app(dir.path()).oneshot(get(ADMIN)).await.expect("response");
+        assert_eq!(response.status(), StatusCode::OK);
+        let headers = response.headers();
+        assert_eq!(headers[header::X_CONTENT_TYPE_OPTIONS], "nosniff");
+        assert_eq!(headers[header::X_FRAME_OPTIONS], "DENY");
+        let csp = headers[header::CONTENT_SECURITY_POLICY]
+            .to_str()
+            .expect("csp");
+        assert!(csp.contains("frame-ancestors 'none'"), "{csp}");
+        // The UI's pages too, and a refusal.
+        let response = app(dir.path())
+            .oneshot(Request::get("/").body(Body::empty()).expect("request"))
+            .await
+            .expect("response");
+        assert!(
+            response
+                .headers()
+                .contains_key(header::CONTENT_SECURITY_POLICY)
+        );
+        let response = app(dir.path())
+            .oneshot(post("/api/sets", None, Body::empty()))
+            .await
+            .expect("response");
+        assert_eq!(response.headers()[header::X_FRAME_OPTIONS], "DENY");
+    }
 }

@@ -88,11 +88,23 @@ pub enum TokenFileError {
     Empty { path: String },
 }
 
-/// The tokens the server accepts.
+/// The tokens the server accepts, kept only as SHA-256 digests: a memory dump or a debug print
+/// shows no token.
 #[derive(Debug, Clone, Default)]
 pub struct Tokens {
-    /// Looked up on every request; built once at start.
-    token_to_caller: HashMap<String, Caller>,
+    /// Each token's digest and its caller; every request compares against all of them in
+    /// constant time, so timing tells nothing about how close a guess came.
+    digest_to_caller: Vec<([u8; 32], Caller)>,
+}
+
+fn digest(token: &str) -> [u8; 32] {
+    use sha2::Digest;
+    sha2::Sha256::digest(token.as_bytes()).into()
+}
+
+/// Equal or not, in time that does not depend on where two digests differ.
+fn same(a: &[u8; 32], b: &[u8; 32]) -> bool {
+    a.iter().zip(b).fold(0u8, |acc, (x, y)| acc | (x ^ y)) == 0
 }
 
 impl Tokens {
@@ -134,7 +146,12 @@ impl Tokens {
                 },
             );
         }
-        Ok(Self { token_to_caller })
+        Ok(Self {
+            digest_to_caller: token_to_caller
+                .into_iter()
+                .map(|(token, caller)| (digest(&token), caller))
+                .collect(),
+        })
     }
 
     /// Writes a token file with one fresh admin and one fresh viewer token, readable by the owner
@@ -150,15 +167,20 @@ impl Tokens {
             ]
         }))
         .map_err(std::io::Error::other)?;
-        if let Some(parent) = path.parent() {
-            std::fs::create_dir_all(parent)?;
+        // Owner-only from creation: there is no moment at which another user could read it.
+        if let Some(parent) = path.parent().filter(|p| !p.as_os_str().is_empty()) {
+            let mut dir = std::fs::DirBuilder::new();
+            dir.recursive(true);
+            #[cfg(unix)]
+            std::os::unix::fs::DirBuilderExt::mode(&mut dir, 0o700);
+            dir.create(parent)?;
         }
-        std::fs::write(path, file)?;
+        let mut options = std::fs::OpenOptions::new();
+        options.write(true).create_new(true);
         #[cfg(unix)]
-        {
-            use std::os::unix::fs::PermissionsExt;
-            std::fs::set_permissions(path, std::fs::Permissions::from_mode(0o600))?;
-        }
+        std::os::unix::fs::OpenOptionsExt::mode(&mut options, 0o600);
+        use std::io::Write;
+        options.open(path)?.write_all(file.as_bytes())?;
         Ok((admin, viewer))
     }
 
@@ -173,10 +195,14 @@ impl Tokens {
             .or_else(|| value.strip_prefix("bearer "))
             .ok_or(ApiError::MissingToken)?
             .trim();
-        self.token_to_caller
-            .get(token)
-            .cloned()
-            .ok_or(ApiError::BadToken)
+        let presented = digest(token);
+        let mut found = None;
+        for (known, caller) in &self.digest_to_caller {
+            if same(known, &presented) {
+                found = Some(caller);
+            }
+        }
+        found.cloned().ok_or(ApiError::BadToken)
     }
 }
 
@@ -227,6 +253,20 @@ mod tests {
             tokens.caller(&headers("Bearer nope-nope-nope-nope")),
             Err(ApiError::BadToken)
         ));
+    }
+
+    #[cfg(unix)]
+    #[test]
+    fn a_generated_token_file_is_owner_only_from_creation() {
+        use std::os::unix::fs::PermissionsExt;
+        let dir = tempfile::tempdir().expect("tempdir");
+        let path = dir.path().join("fresh").join("tokens.yaml");
+        Tokens::generate(&path).expect("generate");
+        let mode = |p: &Path| std::fs::metadata(p).expect("metadata").permissions().mode() & 0o777;
+        assert_eq!(mode(&path), 0o600);
+        assert_eq!(mode(path.parent().expect("dir")), 0o700);
+        // Never over an existing file.
+        assert!(Tokens::generate(&path).is_err());
     }
 
     #[test]

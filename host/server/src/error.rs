@@ -28,6 +28,9 @@ pub enum ApiError {
     TooLarge { size: usize, limit: usize },
     #[error("the upload is over the limit of {limit} bytes")]
     TooLargeStream { limit: usize },
+    /// A request body (not an upload) over the small cap every other route has.
+    #[error("the request body is over the limit of {limit} bytes")]
+    BodyTooLarge { limit: usize },
     /// The policy failed validation: it is the admin's input that is wrong, so 422.
     #[error("{0}")]
     Policy(#[from] PolicyError),
@@ -65,7 +68,9 @@ impl ApiError {
             Self::Forbidden { .. } => StatusCode::FORBIDDEN,
             Self::NotFound(_) => StatusCode::NOT_FOUND,
             Self::BadRequest(_) => StatusCode::BAD_REQUEST,
-            Self::TooLarge { .. } | Self::TooLargeStream { .. } => StatusCode::PAYLOAD_TOO_LARGE,
+            Self::TooLarge { .. } | Self::TooLargeStream { .. } | Self::BodyTooLarge { .. } => {
+                StatusCode::PAYLOAD_TOO_LARGE
+            }
             Self::Policy(_) | Self::SelfTest(_) => StatusCode::UNPROCESSABLE_ENTITY,
             Self::Conflict(_) => StatusCode::CONFLICT,
             Self::Unavailable(_) => StatusCode::SERVICE_UNAVAILABLE,

@@ -160,7 +160,7 @@ fn document() -> Value {
                     json!({"type": "object", "required": ["active", "sets"], "properties": {"active": {"type": "integer"}, "sets": arr(r("PolicySet"))}})))},
                 "post": {"summary": "create a set version (not activated); every entry is loaded first",
                     "requestBody": {"required": true, "content": {"application/json": {"schema": r("NewSet")}}},
-                    "responses": with(admin(&[("400", "malformed set"), ("404", "an entry names no stored policy"), ("422", "an entry cannot load")]), "201", ok("created", r("PolicySet")))}
+                    "responses": with(admin(&[("400", "malformed set"), ("404", "an entry names no stored policy"), ("413", "a body over 64 KiB"), ("422", "an entry cannot load")]), "201", ok("created", r("PolicySet")))}
             },
             "/api/sets/{version}": {"get": {"summary": "one set version", "parameters": [version.clone()],
                 "responses": with(error_responses(&[("400", "not a version number"), ("404", "no such version")]), "200", ok("set", r("PolicySet")))}},
@@ -175,8 +175,8 @@ fn document() -> Value {
                     "responses": with(admin(&[("400", "malformed request"), ("404", "no such version"), ("422", "an entry cannot load")]), "201", ok("started", r("ShadowReport")))},
                 "delete": {"summary": "stop the shadow run and return its report", "responses": with(admin(&[("404", "no shadow run")]), "200", ok("final report", r("ShadowReport")))}
             },
-            "/api/audit": {"get": {"summary": "the newest audit entries, newest first", "parameters": [limit.clone()],
-                "responses": with(error_responses(&[("400", "bad query")]), "200", ok("entries", arr(r("AuditEntry"))))}},
+            "/api/audit": {"get": {"summary": "the newest audit entries, newest first (admin only)", "parameters": [limit.clone()],
+                "responses": with(error_responses(&[("400", "bad query"), ("403", "a viewer token")]), "200", ok("entries", arr(r("AuditEntry"))))}},
             "/api/decisions": {"get": {"summary": "decisions in a time range, in time order", "parameters": [from_ms.clone(), to_ms.clone(), limit.clone()],
                 "responses": with(error_responses(&[("400", "bad range")]), "200", ok("decisions", arr(r("Decision"))))}},
             "/api/decisions/stream": {"get": {"summary": "server-sent events: one `decision` event per decision", "responses": with(error_responses(&[]), "200",

@@ -1,6 +1,6 @@
-// Policies, set versions and the audit trail for everyone; for admins also upload (validate
+// Policies and set versions for everyone; for admins also the audit trail, upload (validate
 // first), shadow mode, activate and roll back, each behind a confirmation. A viewer's page has
-// none of those controls in it at all.
+// none of those in it at all (the server refuses a viewer the audit log).
 import { useEffect, useState } from "preact/hooks";
 import { call, get, message, post, type AuditEntry, type Manifest, type PolicySet, type SetEntry, type ShadowReport, type Validation } from "../api";
 import { Confirm, Status, dateTime, short, time } from "../ui";
@@ -19,7 +19,7 @@ export function PoliciesPage({ admin }: { admin: boolean }) {
 
   const load = async () => {
     try {
-      const [p, s, a] = await Promise.all([get<Manifest[]>("/api/policies"), get<SetList>("/api/sets"), get<AuditEntry[]>("/api/audit?limit=50")]);
+      const [p, s, a] = await Promise.all([get<Manifest[]>("/api/policies"), get<SetList>("/api/sets"), admin ? get<AuditEntry[]>("/api/audit?limit=50") : Promise.resolve([])]);
       setPolicies(p); setSets(s); setAudit(a);
       try { setShadow(await get<ShadowReport>("/api/shadow")); } catch { setShadow(null); }
     } catch (e) { setError(message(e)); }
@@ -89,11 +89,13 @@ export function PoliciesPage({ admin }: { admin: boolean }) {
             <td class="num">{Math.round(p.size / 1024)} KiB</td><td>{p.uploaded_by}, {dateTime(p.uploaded_at_ms)}</td></tr>
         ))}</tbody>
       </table>
-      <h2>Audit trail</h2>
-      <table aria-label="Audit trail">
-        <thead><tr><th>when</th><th>who</th><th>from</th><th>action</th><th>detail</th></tr></thead>
-        <tbody>{audit.map((a) => <tr><td>{dateTime(a.at_ms)}</td><td>{a.who}</td><td>{a.from}</td><td>{a.action}</td><td>{a.detail}</td></tr>)}</tbody>
-      </table>
+      {admin && <>
+        <h2>Audit trail</h2>
+        <table aria-label="Audit trail">
+          <thead><tr><th>when</th><th>who</th><th>from</th><th>action</th><th>detail</th></tr></thead>
+          <tbody>{audit.map((a) => <tr><td>{dateTime(a.at_ms)}</td><td>{a.who}</td><td>{a.from}</td><td>{a.action}</td><td>{a.detail}</td></tr>)}</tbody>
+        </table>
+      </>}
       {admin && <Confirm open={!!confirm} title={confirm?.title ?? ""} onConfirm={run} onCancel={() => setConfirm(null)}><p>{confirm?.text}</p></Confirm>}
     </>
   );

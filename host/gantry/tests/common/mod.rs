@@ -145,6 +145,15 @@ impl Server {
         ))
     }
 
+    /// GET `path` with the admin token (the audit log is admin-only): (status, JSON body).
+    pub fn get_admin(&self, path: &str) -> (u16, serde_json::Value) {
+        let (status, body) = self.get_as(path, Some(ADMIN)).expect("GET");
+        (
+            status,
+            serde_json::from_str(&body).unwrap_or(serde_json::Value::String(body)),
+        )
+    }
+
     pub fn get(&self, path: &str) -> (u16, serde_json::Value) {
         let (status, body) = self.get_as(path, Some(VIEWER)).expect("GET");
         (
