@@ -406,3 +406,74 @@ fn first_sse_event(base: &str) -> String {
     assert!(seen.starts_with("HTTP/1.1 200"), "{seen}");
     seen
 }
+
+/// 64 anonymous clients each announce a 30 MiB upload (1.9 GiB in all): each gets 401 from its
+/// headers alone, before any of its body is sent, and the server's resident memory grows by
+/// less than 32 MiB while they then send what they announced.
+#[test]
+fn anonymous_uploads_are_refused_before_their_bodies_and_cost_no_memory() {
+    use std::io::{Read, Write};
+    const CLIENTS: usize = 64;
+    const BODY: usize = 30 << 20;
+    let cluster = concat!(
+        env!("CARGO_MANIFEST_DIR"),
+        "/../../../shared/clusters/small-64.yaml"
+    );
+    let server = Server::start(&["--cluster", cluster, "--jobs-per-s", "1"]);
+    let addr = server.base.trim_start_matches("http://").to_string();
+    let before = server.rss_bytes();
+    let clients: Vec<_> = (0..CLIENTS)
+        .map(|_| {
+            let addr = addr.clone();
+            std::thread::spawn(move || -> (String, usize) {
+                let mut stream = std::net::TcpStream::connect(&addr).expect("connect");
+                stream
+                    .set_read_timeout(Some(std::time::Duration::from_secs(30)))
+                    .expect("timeout");
+                write!(
+                    stream,
+                    "POST /api/policies HTTP/1.1\r\nHost: {addr}\r\nContent-Type: application/wasm\r\nContent-Length: {BODY}\r\n\r\n"
+                )
+                .expect("headers");
+                let chunk = vec![0u8; 1 << 20];
+                let mut answer = [0u8; 64];
+                let n = stream.read(&mut answer).expect("an answer");
+                let status = String::from_utf8_lossy(&answer[..n])
+                    .lines()
+                    .next()
+                    .unwrap_or_default()
+                    .to_string();
+                // Then send what was announced, for as long as the server takes it.
+                let mut sent = 0;
+                while sent < BODY && stream.write_all(&chunk).is_ok() {
+                    sent += chunk.len();
+                }
+                (status, sent)
+            })
+        })
+        .collect();
+    let mut peak = before;
+    let results: Vec<(String, usize)> = clients
+        .into_iter()
+        .map(|c| {
+            peak = peak.max(server.rss_bytes());
+            c.join().expect("client")
+        })
+        .collect();
+    peak = peak.max(server.rss_bytes());
+    for (status, _) in &results {
+        assert!(status.starts_with("HTTP/1.1 401"), "answered {status:?}");
+    }
+    let grew = peak.saturating_sub(before);
+    eprintln!(
+        "{CLIENTS} anonymous {BODY}-byte uploads: all 401; RSS {} MiB before, peak {} MiB (grew {} MiB)",
+        before >> 20,
+        peak >> 20,
+        grew >> 20
+    );
+    assert!(
+        grew < 32 << 20,
+        "the server's RSS grew by {} MiB",
+        grew >> 20
+    );
+}

@@ -120,6 +120,18 @@ impl Server {
         server
     }
 
+    /// The server process's resident set, in bytes (Linux).
+    pub fn rss_bytes(&self) -> u64 {
+        let status = std::fs::read_to_string(format!("/proc/{}/status", self.child.id()))
+            .expect("/proc/PID/status");
+        status
+            .lines()
+            .find_map(|l| l.strip_prefix("VmRSS:"))
+            .and_then(|v| v.trim().trim_end_matches("kB").trim().parse::<u64>().ok())
+            .expect("VmRSS")
+            * 1024
+    }
+
     fn agent() -> ureq::Agent {
         ureq::Agent::config_builder()
             .http_status_as_error(false)
