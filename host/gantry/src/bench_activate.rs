@@ -87,7 +87,7 @@ fn measure(args: &ActivateBenchArgs, dir: &std::path::Path) -> anyhow::Result<se
         retention_days: 1,
         retention_mib: 256,
     };
-    let (live, tokens) = start_live(&server, symbols, Some(&args.plugins))?;
+    let (live, tokens) = start_live(&server, symbols, Some(&args.plugins), false)?;
     // The second version: the example set without the score policy.
     let first = live
         .store

@@ -75,6 +75,8 @@ pub fn serve(opts: KubeServe) -> anyhow::Result<()> {
         &opts.server,
         symbols.clone(),
         (!opts.no_policies).then_some(&opts.plugins),
+        // A live cluster's scheduler runs in a pod: its output is a log.
+        false,
     )?;
     let stop = Arc::new(AtomicBool::new(false));
     let (bound, api) = start_api(live.clone(), tokens, opts.listen, stop.clone())?;

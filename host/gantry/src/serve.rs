@@ -114,6 +114,7 @@ pub fn start_live(
     server: &ServerArgs,
     symbols: Arc<Symbols>,
     plugins: Option<&crate::PluginDir>,
+    print_tokens: bool,
 ) -> anyhow::Result<(Arc<gantry_engine::Live>, gantry_server::Tokens)> {
     let tokens_path = server
         .tokens
@@ -121,10 +122,20 @@ pub fn start_live(
         .unwrap_or_else(|| server.data_dir.join("tokens.yaml"));
     if server.tokens.is_none() && !tokens_path.exists() {
         let (admin, viewer) = gantry_server::Tokens::generate(&tokens_path)?;
-        println!(
-            "  wrote {} with a new admin token ({admin}) and viewer token ({viewer})",
-            tokens_path.display()
-        );
+        // The tokens themselves go only to a person at a terminal running the local demo:
+        // never into a log a container runtime or CI keeps.
+        use std::io::IsTerminal;
+        if print_tokens && std::io::stdout().is_terminal() {
+            println!(
+                "  wrote {} with a new admin token ({admin}) and viewer token ({viewer})",
+                tokens_path.display()
+            );
+        } else {
+            println!(
+                "  wrote {} with a new admin token and viewer token (read them there)",
+                tokens_path.display()
+            );
+        }
     }
     let tokens = gantry_server::Tokens::load(&tokens_path)?;
     let mut config = gantry_store::StoreConfig::new(server.data_dir.join("store"));
@@ -312,6 +323,7 @@ pub fn run(args: ServeArgs) -> anyhow::Result<()> {
         &args.server,
         symbols.clone(),
         (!args.no_policies).then_some(&args.plugins),
+        true,
     )?;
     let stop = Arc::new(AtomicBool::new(false));
     let (bound, api) = start_api(live.clone(), tokens, args.listen, stop.clone())?;

@@ -10,7 +10,11 @@
 
 use std::collections::HashMap;
 use std::io::Read;
-use std::path::Path;
+use std::path::{Path, PathBuf};
+use std::sync::{Arc, Mutex};
+use std::time::{Duration, Instant, SystemTime};
+
+use arc_swap::ArcSwap;
 
 use axum::http::HeaderMap;
 use serde::{Deserialize, Serialize};
@@ -89,12 +93,27 @@ pub enum TokenFileError {
 }
 
 /// The tokens the server accepts, kept only as SHA-256 digests: a memory dump or a debug print
-/// shows no token.
+/// shows no token. Loaded from a file, they follow it: an edit (a token revoked or added) takes
+/// effect within [`RELOAD_EVERY`], without a restart.
 #[derive(Debug, Clone, Default)]
 pub struct Tokens {
+    inner: Arc<Inner>,
+}
+
+/// How often the token file is looked at again (one `stat`, on a request).
+pub const RELOAD_EVERY: Duration = Duration::from_secs(1);
+
+#[derive(Debug, Default)]
+struct Inner {
     /// Each token's digest and its caller; every request compares against all of them in
-    /// constant time, so timing tells nothing about how close a guess came.
-    digest_to_caller: Vec<([u8; 32], Caller)>,
+    /// constant time, so timing tells nothing about how close a guess came. Swapped whole on
+    /// a reload while requests read it.
+    digest_to_caller: ArcSwap<Vec<([u8; 32], Caller)>>,
+    /// The file, and its modification time and length when last loaded.
+    source: Option<PathBuf>,
+    stamp: Mutex<Option<(SystemTime, u64)>>,
+    /// When the file was last looked at, so a flood of requests costs one `stat` a second.
+    checked: Mutex<Option<Instant>>,
 }
 
 fn digest(token: &str) -> [u8; 32] {
@@ -108,8 +127,54 @@ fn same(a: &[u8; 32], b: &[u8; 32]) -> bool {
 }
 
 impl Tokens {
-    /// Loads and checks a token file.
+    /// Loads and checks a token file, and follows it from then on.
     pub fn load(path: &Path) -> std::result::Result<Self, TokenFileError> {
+        let digest_to_caller = Self::read(path)?;
+        Ok(Self {
+            inner: Arc::new(Inner {
+                digest_to_caller: ArcSwap::from_pointee(digest_to_caller),
+                source: Some(path.to_path_buf()),
+                stamp: Mutex::new(stamp(path)),
+                checked: Mutex::new(Some(Instant::now())),
+            }),
+        })
+    }
+
+    /// Reads the file again when its time or length changed. A file that no longer loads
+    /// leaves the tokens as they were, and says why in the log.
+    fn reload_if_changed(&self) {
+        let Some(path) = &self.inner.source else {
+            return;
+        };
+        {
+            let mut checked = self.inner.checked.lock().unwrap_or_else(|e| e.into_inner());
+            if checked.is_some_and(|at| at.elapsed() < RELOAD_EVERY) {
+                return;
+            }
+            *checked = Some(Instant::now());
+        }
+        let now = stamp(path);
+        let mut last = self.inner.stamp.lock().unwrap_or_else(|e| e.into_inner());
+        if now == *last {
+            return;
+        }
+        match Self::read(path) {
+            Ok(digest_to_caller) => {
+                tracing::info!(path = %path.display(), tokens = digest_to_caller.len(), "token file reloaded");
+                self.inner
+                    .digest_to_caller
+                    .store(Arc::new(digest_to_caller));
+                *last = now;
+            }
+            Err(error) => {
+                tracing::error!(%error, "the token file changed but does not load; keeping the tokens loaded before");
+                *last = now;
+            }
+        }
+    }
+
+    /// The digests and callers of a token file.
+    fn read(path: &Path) -> std::result::Result<Vec<([u8; 32], Caller)>, TokenFileError> {
         let shown = path.display().to_string();
         let text = std::fs::read_to_string(path).map_err(|e| TokenFileError::Read {
             path: shown.clone(),
@@ -146,12 +211,10 @@ impl Tokens {
                 },
             );
         }
-        Ok(Self {
-            digest_to_caller: token_to_caller
-                .into_iter()
-                .map(|(token, caller)| (digest(&token), caller))
-                .collect(),
-        })
+        Ok(token_to_caller
+            .into_iter()
+            .map(|(token, caller)| (digest(&token), caller))
+            .collect())
     }
 
     /// Writes a token file with one fresh admin and one fresh viewer token, readable by the owner
@@ -195,15 +258,23 @@ impl Tokens {
             .or_else(|| value.strip_prefix("bearer "))
             .ok_or(ApiError::MissingToken)?
             .trim();
+        self.reload_if_changed();
         let presented = digest(token);
         let mut found = None;
-        for (known, caller) in &self.digest_to_caller {
+        let known_tokens = self.inner.digest_to_caller.load();
+        for (known, caller) in known_tokens.iter() {
             if same(known, &presented) {
                 found = Some(caller);
             }
         }
         found.cloned().ok_or(ApiError::BadToken)
     }
+}
+
+/// A file's modification time and length, or `None` when it cannot be read.
+fn stamp(path: &Path) -> Option<(SystemTime, u64)> {
+    let meta = std::fs::metadata(path).ok()?;
+    Some((meta.modified().ok()?, meta.len()))
 }
 
 /// 32 random bytes from the OS, hex-encoded.
@@ -253,6 +324,37 @@ mod tests {
             tokens.caller(&headers("Bearer nope-nope-nope-nope")),
             Err(ApiError::BadToken)
         ));
+    }
+
+    #[test]
+    fn a_token_removed_from_the_file_stops_working_without_a_restart() {
+        let dir = tempfile::tempdir().expect("tempdir");
+        let path = dir.path().join("tokens.yaml");
+        let file = |tokens: &[(&str, &str)]| {
+            let lines: String = tokens
+                .iter()
+                .map(|(name, token)| {
+                    format!("  - {{name: {name}, role: viewer, token: {token}}}\n")
+                })
+                .collect();
+            std::fs::write(&path, format!("tokens:\n{lines}")).expect("write");
+        };
+        let (keep, revoke) = ("keep-0123456789abcdef", "revoke-0123456789abcdef");
+        file(&[("keep", keep), ("gone", revoke)]);
+        let tokens = Tokens::load(&path).expect("load");
+        let bearer = |t: &str| headers(&format!("Bearer {t}"));
+        assert!(tokens.caller(&bearer(revoke)).is_ok());
+        file(&[("keep", keep)]);
+        std::thread::sleep(RELOAD_EVERY + Duration::from_millis(100));
+        assert!(matches!(
+            tokens.caller(&bearer(revoke)),
+            Err(ApiError::BadToken)
+        ));
+        assert_eq!(tokens.caller(&bearer(keep)).expect("kept").name, "keep");
+        // A broken edit keeps what was loaded.
+        std::fs::write(&path, "tokens: [oops").expect("write");
+        std::thread::sleep(RELOAD_EVERY + Duration::from_millis(100));
+        assert_eq!(tokens.caller(&bearer(keep)).expect("kept").name, "keep");
     }
 
     #[cfg(unix)]
