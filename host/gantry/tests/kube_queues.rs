@@ -1,5 +1,6 @@
 //! Queues and quotas as `Queue` objects (`gantry.dev/v1alpha1`, deploy/crds/) on a real control
-//! plane: the CRD's schema refuses a negative quota; a queue at its quota of 2 GPUs with no
+//! plane, the CRD installed after gantry started (it finds the kind without a restart): the
+//! CRD's schema refuses a negative quota; a queue at its quota of 2 GPUs with no
 //! borrowing holds its third pod pending with the quota reason in FailedScheduling; a queue
 //! whose cohort sibling is idle borrows beyond its quota; a Queue the scheduler cannot use (its
 //! parent does not exist) is left out without stopping anything, and says why in its status;
@@ -34,8 +35,27 @@ fn queue_objects_bound_and_lend_gpus() {
     let client = runtime.block_on(client(&kubeconfig));
     let queues: Api<DynamicObject> =
         Api::all_with(client.clone(), &gantry_kube::queues::resource());
+    // Gantry first: the Queue kind it finds only later, and enforces from then on.
+    let data = tempfile::tempdir().unwrap();
+    let _serve = Running(
+        gantry(&[
+            "serve",
+            "--no-policies",
+            "--listen",
+            "127.0.0.1:0",
+            "--kubeconfig",
+        ])
+        .arg(&kubeconfig)
+        .arg("--data-dir")
+        .arg(data.path())
+        .env("GANTRY_LOG", "warn,gantry_kube=info")
+        .stdout(std::process::Stdio::null())
+        .spawn()
+        .unwrap(),
+    );
     runtime.block_on(async {
-        // The CRD from deploy/, before gantry starts (it discovers the kind once).
+        // The CRD from deploy/, installed after gantry started: it looks for the kind again
+        // every 30 s and watches it once it is served.
         let text =
             std::fs::read_to_string(repo().join("deploy/crds/queues.gantry.dev.yaml")).unwrap();
         let crd: CustomResourceDefinition = serde_yaml::from_str(&text).unwrap();
@@ -84,24 +104,13 @@ fn queue_objects_bound_and_lend_gpus() {
             )
             .await
             .unwrap();
+        // Gantry writes the status of the Queues it enforces.
+        until("gantry to find the Queue kind and enforce it", || async {
+            let capped = queues.get("capped").await.ok()?;
+            capped.data.get("status")?.get("usedGpus")?.as_u64()
+        })
+        .await;
     });
-    let data = tempfile::tempdir().unwrap();
-    let _serve = Running(
-        gantry(&[
-            "serve",
-            "--no-policies",
-            "--listen",
-            "127.0.0.1:0",
-            "--kubeconfig",
-        ])
-        .arg(&kubeconfig)
-        .arg("--data-dir")
-        .arg(data.path())
-        .env("GANTRY_LOG", "warn,gantry_kube=info")
-        .stdout(std::process::Stdio::null())
-        .spawn()
-        .unwrap(),
-    );
     runtime.block_on(async {
         let pods: Api<Pod> = Api::namespaced(client.clone(), "default");
         let pp = PostParams::default();

@@ -103,7 +103,16 @@ pub struct KubeCluster {
     /// Preemptions under way, by preemptor job: the preemptor waits, nominated, until its
     /// victims are gone (see [`crate::evict`]).
     job_to_preemption: BTreeMap<JobId, Preemption>,
+    /// When the optional kinds were last looked for.
+    last_discovery: Instant,
+    /// Whether the PodGroup and Queue caches hold a full list: until then (a kind found after
+    /// start is still listing) what they hold is not applied.
+    groups_ready: bool,
+    queues_ready: bool,
 }
+
+/// How often kinds the cluster did not serve are looked for again.
+const DISCOVER_EVERY: Duration = Duration::from_secs(30);
 
 /// A small runtime for the caches and calls; the scheduling loop blocks on it.
 pub(crate) fn runtime() -> Result<tokio::runtime::Runtime> {
@@ -243,18 +252,6 @@ impl KubeCluster {
         let client = client(&runtime, path)?;
         let evict_client = client_with(&runtime, path, false, Some(CALL_TIMEOUT))?;
         let write_client = client_with(&runtime, path, true, Some(CALL_TIMEOUT))?;
-        // One discovery call at start: watching a kind the cluster does not serve would keep
-        // the caches from ever syncing.
-        let serves = |group_version: &str, plural: &str| {
-            runtime.block_on(async {
-                client
-                    .list_api_group_resources(group_version)
-                    .await
-                    .is_ok_and(|list| list.resources.iter().any(|r| r.name == plural))
-            })
-        };
-        let has_pod_groups = serves("scheduling.x-k8s.io/v1alpha1", "podgroups");
-        let has_queues = serves("gantry.dev/v1alpha1", "queues");
         let generation = Arc::new(AtomicU64::new(0));
         let [node_log, pod_log, group_log, queue_log] =
             std::array::from_fn(|_| SharedLog::default());
@@ -289,53 +286,16 @@ impl KubeCluster {
             "bound pods",
             (),
         );
-        let pod_groups = has_pod_groups.then(|| {
-            let resource = ApiResource::from_gvk_with_plural(
-                &GroupVersionKind::gvk("scheduling.x-k8s.io", "v1alpha1", "PodGroup"),
-                "podgroups",
-            );
-            reflect(
-                &runtime,
-                Api::<DynamicObject>::all_with(client.clone(), &resource),
-                watcher::Config::default(),
-                generation.clone(),
-                group_log.clone(),
-                "pod groups",
-                resource,
-            )
-        });
-        let queues = has_queues.then(|| {
-            let resource = crate::queues::resource();
-            reflect(
-                &runtime,
-                Api::<DynamicObject>::all_with(client.clone(), &resource),
-                watcher::Config::default(),
-                generation.clone(),
-                queue_log.clone(),
-                "queues",
-                resource,
-            )
-        });
-        if !has_queues {
-            tracing::info!(
-                "no gantry.dev/v1alpha1 Queue in this cluster: every queue may use the whole cluster"
-            );
-        }
-        if !has_pod_groups {
-            tracing::info!(
-                "no scheduling.x-k8s.io/v1alpha1 PodGroup in this cluster: gangs come from Gantry's labels"
-            );
-        }
         let tracker = Tracker::new(config.clone(), Symbols::new());
-        Ok(Self {
+        let mut cluster = Self {
             runtime,
             client,
             config,
             nodes,
             pending,
             bound,
-            pod_groups,
-            queues,
+            pod_groups: None,
+            queues: None,
             node_log,
             pod_log,
             group_log,
@@ -353,7 +313,96 @@ impl KubeCluster {
             queue_status: HashMap::new(),
             queue_status_at: None,
             job_to_preemption: BTreeMap::new(),
-        })
+            last_discovery: Instant::now(),
+            groups_ready: false,
+            queues_ready: false,
+        };
+        // The optional kinds: a kind the cluster does not serve is not watched (its cache
+        // would never sync), and is looked for again every DISCOVER_EVERY, so a CRD installed
+        // later is picked up without a restart.
+        for (kind, found) in cluster.discover() {
+            if !found {
+                tracing::info!("{kind}");
+            }
+        }
+        Ok(cluster)
+    }
+
+    /// Looks for the optional kinds not watched yet (scheduler-plugins' PodGroup, Gantry's
+    /// Queue) and starts a cache for each the cluster now serves. A kind is absent when the
+    /// API server says its group or resource is not there (404); any other answer is an error,
+    /// logged and tried again next time. Returns, per kind still or newly looked for, what
+    /// it means for scheduling and whether it was found.
+    fn discover(&mut self) -> Vec<(&'static str, bool)> {
+        self.last_discovery = Instant::now();
+        let mut found = Vec::new();
+        if self.pod_groups.is_none() {
+            let resource = ApiResource::from_gvk_with_plural(
+                &GroupVersionKind::gvk("scheduling.x-k8s.io", "v1alpha1", "PodGroup"),
+                "podgroups",
+            );
+            let served = self.serves("scheduling.x-k8s.io/v1alpha1", "podgroups");
+            if served {
+                self.pod_groups = Some(reflect(
+                    &self.runtime,
+                    Api::<DynamicObject>::all_with(self.client.clone(), &resource),
+                    watcher::Config::default(),
+                    self.generation.clone(),
+                    self.group_log.clone(),
+                    "pod groups",
+                    resource,
+                ));
+            }
+            found.push((
+                if served {
+                    "scheduling.x-k8s.io/v1alpha1 PodGroup found: gangs follow their PodGroups"
+                } else {
+                    "no scheduling.x-k8s.io/v1alpha1 PodGroup in this cluster (yet): gangs come from Gantry's labels"
+                },
+                served,
+            ));
+        }
+        if self.queues.is_none() {
+            let resource = crate::queues::resource();
+            let served = self.serves("gantry.dev/v1alpha1", "queues");
+            if served {
+                self.queues = Some(reflect(
+                    &self.runtime,
+                    Api::<DynamicObject>::all_with(self.client.clone(), &resource),
+                    watcher::Config::default(),
+                    self.generation.clone(),
+                    self.queue_log.clone(),
+                    "queues",
+                    resource,
+                ));
+            }
+            found.push((
+                if served {
+                    "gantry.dev/v1alpha1 Queue found: its quotas apply"
+                } else {
+                    "no gantry.dev/v1alpha1 Queue in this cluster (yet): every queue may use the whole cluster"
+                },
+                served,
+            ));
+        }
+        found
+    }
+
+    /// Whether the API server serves `plural` in `group_version`: `false` when it says the
+    /// group is not there (404) or lists it without the resource; an error is logged and
+    /// counts as not yet.
+    fn serves(&self, group_version: &str, plural: &str) -> bool {
+        let answer = self
+            .runtime
+            .block_on(self.write_client.list_api_group_resources(group_version));
+        match answer {
+            Ok(list) => list.resources.iter().any(|r| r.name == plural),
+            Err(kube::Error::Api(status)) if status.code == 404 => false,
+            Err(error) => {
+                tracing::warn!(%group_version, %error, "API discovery failed; trying again later");
+                false
+            }
+        }
     }
 
     /// Uses `symbols` for the names the scheduler interns (the scheduler's own table).
@@ -649,7 +698,7 @@ impl KubeCluster {
         let client = &self.write_client;
         let names = self.tracker.node_names();
         let leadership = self.leadership.as_deref();
-        let results: Vec<(JobId, PendingPod, usize, Result<()>)> = self.runtime.block_on(
+        let results: Vec<(JobId, PendingPod, usize, Result<bool>)> = self.runtime.block_on(
             futures::stream::iter(binds)
                 .map(|(job, pod, node)| async move {
                     // The Lease is checked before each binding, not once per cycle.
@@ -663,12 +712,13 @@ impl KubeCluster {
                 .buffer_unordered(CONCURRENCY)
                 .collect(),
         );
-        type JobResult = (Vec<(PendingPod, usize)>, Option<String>);
+        // Per job: its pods bound (and whether this pass bound each), and its first failure.
+        type JobResult = (Vec<(PendingPod, usize, bool)>, Option<String>);
         let mut job_to_result: BTreeMap<JobId, JobResult> = BTreeMap::new();
         for (job, pod, node, result) in results {
             let entry = job_to_result.entry(job).or_default();
             match result {
-                Ok(()) => entry.0.push((pod, node)),
+                Ok(fresh) => entry.0.push((pod, node, fresh)),
                 Err(error) => {
                     tracing::warn!(%error, "binder");
                     entry.1.get_or_insert_with(|| error.to_string());
@@ -683,8 +733,13 @@ impl KubeCluster {
                     scheduled.extend(
                         bound
                             .iter()
-                            .map(|(p, node)| (p.clone(), self.tracker.node_names()[*node].clone())),
+                            .filter(|(_, _, fresh)| *fresh)
+                            .map(|(p, node, _)| {
+                                (p.clone(), self.tracker.node_names()[*node].clone())
+                            }),
                     );
+                    let bound: Vec<(PendingPod, usize)> =
+                        bound.into_iter().map(|(p, node, _)| (p, node)).collect();
                     self.tracker.bound(job, &bound);
                     outcomes.push(BindOutcome::Bound { job });
                 }
@@ -703,7 +758,7 @@ impl KubeCluster {
                             .into_iter()
                             .map(|p| (p, message.clone())),
                     );
-                    rollback.extend(bound.into_iter().map(|(p, _)| p));
+                    rollback.extend(bound.into_iter().map(|(p, _, _)| p));
                     outcomes.push(BindOutcome::Failed { job, reason });
                 }
             }
@@ -819,15 +874,31 @@ impl ClusterSource for KubeCluster {
         // until they are gone.
         let evicted = std::mem::take(&mut self.evicted);
         self.tracker.evicted(scheduler, &evicted);
+        if (self.pod_groups.is_none() || self.queues.is_none())
+            && self.last_discovery.elapsed() >= DISCOVER_EVERY
+        {
+            for (what, found) in self.discover() {
+                if found {
+                    tracing::info!("{what}");
+                }
+            }
+        }
         let nodes = take(&self.node_log);
         let pods = take(&self.pod_log);
         let groups = take(&self.group_log);
         let queues = take(&self.queue_log);
-        let queues_changed = !self.built || queues.relisted || !queues.keys.is_empty();
+        // A kind's cache counts once it holds a full list (a kind found after start lists
+        // first); until then the kind applies as absent.
+        self.groups_ready |= groups.relisted;
+        self.queues_ready |= queues.relisted;
+        let queues_changed = (!self.built || queues.relisted || !queues.keys.is_empty())
+            && (self.queues_ready || self.queues.is_none());
         if queues_changed {
             self.refresh_queues(scheduler);
         }
-        if !self.built || groups.relisted || !groups.keys.is_empty() {
+        if (!self.built || groups.relisted || !groups.keys.is_empty())
+            && (self.groups_ready || self.pod_groups.is_none())
+        {
             self.refresh_groups();
         }
         let mut rebuild = !self.built || nodes.relisted || pods.relisted;
@@ -930,9 +1001,10 @@ async fn delete(client: &Client, pod: &PendingPod) -> std::result::Result<(), ku
     }
 }
 
-/// Binds `pod` to `node` through the `pods/binding` subresource. A 409 means the pod is bound
-/// already: fine when to `node` (a retry after a lost answer), an error otherwise.
-async fn bind(client: &Client, pod: &PendingPod, node: &str) -> Result<()> {
+/// Binds `pod` to `node` through the `pods/binding` subresource: `true` when this call bound
+/// it. A 409 means the pod is bound already: fine when to `node` (a retry after a lost answer;
+/// `false`, and no second Scheduled Event), an error otherwise.
+async fn bind(client: &Client, pod: &PendingPod, node: &str) -> Result<bool> {
     let api: Api<Pod> = Api::namespaced(client.clone(), &pod.namespace);
     let binding = Binding {
         metadata: ObjectMeta {
@@ -963,14 +1035,14 @@ async fn bind(client: &Client, pod: &PendingPod, node: &str) -> Result<()> {
         )
         .await
     {
-        Ok(_) => Ok(()),
+        Ok(_) => Ok(true),
         Err(kube::Error::Api(status)) if status.code == 409 => {
             let current = api
                 .get(&pod.name)
                 .await
                 .map_err(|e| bind_error(e.to_string()))?;
             match current.spec.and_then(|s| s.node_name) {
-                Some(actual) if actual == node => Ok(()),
+                Some(actual) if actual == node => Ok(false),
                 Some(actual) => Err(Error::BoundElsewhere {
                     pod: pod.key(),
                     wanted: node.into(),

@@ -197,6 +197,25 @@ impl Tracker {
     /// Builds everything again from the whole caches: a new node table and queue tree, every
     /// pod applied anew. Job ids keep counting.
     pub fn rebuild(&mut self, scheduler: &mut Scheduler, world: &World<'_>) {
+        // Pods this process bound that the bound cache has not shown yet stay bound: the
+        // unbound cache may still list them, and binding them again would only post a second
+        // Scheduled Event (or fail, naming the node they are on).
+        let assumed: Vec<(PodKey, Arc<Pod>, Instant)> = self
+            .assumed
+            .iter()
+            .filter_map(|key| {
+                let bound = self.key_to_bound.get(key)?;
+                let at = bound.assumed.filter(|at| at.elapsed() < ASSUME_TTL)?;
+                let Role::Member(gang) = &bound.role else {
+                    return None;
+                };
+                let (pod, _) = self.gang_to_running.get(gang)?.pods.get(key)?;
+                let node = self.node_names.get(bound.node)?.clone();
+                let mut object = (*pod.pod).clone();
+                object.spec.get_or_insert_with(Default::default).node_name = Some(node);
+                Some((key.clone(), Arc::new(object), at))
+            })
+            .collect();
         let (table, names, digests) = mapping::node_table(world.nodes, &self.config, &self.symbols);
         self.capacity = Resources {
             gpus: table.gpu_total.iter().map(|&g| u64::from(g)).sum(),
@@ -231,6 +250,16 @@ impl Tracker {
         // as kube-scheduler's FIFO within one priority.
         for pod in world.bound {
             self.pod_changed(scheduler, key(pod), None, Some(pod));
+        }
+        for (at_key, pod, at) in assumed {
+            if self.key_to_bound.contains_key(&at_key) {
+                continue;
+            }
+            self.pod_changed(scheduler, at_key.clone(), None, Some(&pod));
+            if let Some(bound) = self.key_to_bound.get_mut(&at_key) {
+                bound.assumed = Some(at);
+                self.assumed.insert(at_key);
+            }
         }
         let mut pending: Vec<&Arc<Pod>> = world.pending.iter().collect();
         pending.sort_by(|a, b| {
@@ -1296,5 +1325,29 @@ mod tests {
         assert_eq!(s.queues.used(s.queues.id("small").unwrap()).gpus, 2);
         let y = s.pending()[0];
         assert_eq!(s.queues.name(s.job(y).queue), "new");
+    }
+
+    #[test]
+    fn a_rebuild_keeps_pods_this_process_bound_before_the_cache_shows_them() {
+        let nodes = [node("a", 8, &[], true)];
+        let p = pod("p", 8, &[], None);
+        let (mut tracker, mut s) = build(&nodes, &[], std::slice::from_ref(&p), &[], &[]);
+        let job = cycle(&mut s).decisions[0].job;
+        let pods: Vec<(PendingPod, usize)> =
+            tracker.pods_of(job).into_iter().map(|p| (p, 0)).collect();
+        tracker.bound(job, &pods);
+        // A relist: the unbound cache still lists the pod, the bound cache does not have it.
+        tracker.rebuild(
+            &mut s,
+            &World {
+                nodes: &nodes,
+                bound: &[],
+                pending: &[p],
+            },
+        );
+        tracker.finish_sync(&mut s, Duration::from_secs(120));
+        assert_eq!(s.pending_count(), 0, "bound, not pending again");
+        assert_eq!(s.running().count(), 1);
+        assert_eq!(s.state.nodes.gpu_free, [0]);
     }
 }
