@@ -491,6 +491,25 @@ mod tests {
         )
     }
 
+    /// A job of `pods` pods of `gpus` GPUs each in the one queue, submitted at `now_s`.
+    fn job(symbols: &Symbols, name: &str, pods: u32, gpus: u32, now_s: f64) -> JobSpec {
+        JobSpec {
+            name: name.to_string(),
+            queue: 0,
+            priority: 0,
+            pods,
+            shape: PodShape {
+                name: symbols.intern(name),
+                gpus,
+                gang_size: pods,
+                ..PodShape::default()
+            },
+            balloon: false,
+            topology: TopologyPref::default(),
+            submit_s: now_s,
+        }
+    }
+
     /// An in-memory cluster: submits the jobs it is given, and fails the binding of the jobs
     /// named in `fail_once` the first time they are bound.
     #[derive(Default)]
@@ -505,21 +524,7 @@ mod tests {
             let mut changes = Changes::default();
             let symbols = scheduler.symbols().clone();
             for (name, pods, gpus) in self.to_submit.drain(..) {
-                scheduler.submit(JobSpec {
-                    name: name.clone(),
-                    queue: 0,
-                    priority: 0,
-                    pods,
-                    shape: PodShape {
-                        name: symbols.intern(&name),
-                        gpus,
-                        gang_size: pods,
-                        ..PodShape::default()
-                    },
-                    balloon: false,
-                    topology: TopologyPref::default(),
-                    submit_s: now_s,
-                });
+                scheduler.submit(job(&symbols, &name, pods, gpus, now_s));
                 changes.submitted += 1;
             }
             changes
@@ -662,21 +667,7 @@ mod tests {
             for _ in 0..32 {
                 let name = format!("job-{}", self.next);
                 self.next += 1;
-                scheduler.submit(JobSpec {
-                    name,
-                    queue: 0,
-                    priority: 0,
-                    pods: 1,
-                    shape: PodShape {
-                        name: symbols.intern("churn"),
-                        gpus: 1,
-                        gang_size: 1,
-                        ..PodShape::default()
-                    },
-                    balloon: false,
-                    topology: TopologyPref::default(),
-                    submit_s: now_s,
-                });
+                scheduler.submit(job(&symbols, &name, 1, 1, now_s));
                 changes.submitted += 1;
             }
             changes

@@ -8,7 +8,7 @@
 mod common;
 
 use std::collections::{BTreeMap, BTreeSet};
-use std::process::{Command, Stdio};
+use std::process::Command;
 use std::time::Instant;
 
 use common::kube::*;
@@ -72,21 +72,7 @@ fn pods_and_gangs_bind_on_a_real_control_plane() {
         .await;
 
         let data = tempfile::tempdir().unwrap();
-        let _serve = Running(
-            gantry(&[
-                "serve",
-                "--no-policies",
-                "--listen",
-                "127.0.0.1:0",
-                "--kubeconfig",
-            ])
-            .arg(&kubeconfig)
-            .arg("--data-dir")
-            .arg(data.path())
-            .stdout(Stdio::null())
-            .spawn()
-            .unwrap(),
-        );
+        let _serve = serve_kube(&kubeconfig, data.path());
 
         let pods: Api<Pod> = Api::namespaced(client.clone(), "default");
         let pp = PostParams::default();

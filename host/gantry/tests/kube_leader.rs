@@ -36,6 +36,15 @@ fn one_replica_leads_and_the_other_takes_over_when_it_dies() {
     let client = runtime.block_on(client(&kubeconfig));
     let leases: Api<Lease> = Api::namespaced(client.clone(), "default");
     let pods: Api<Pod> = Api::namespaced(client.clone(), "default");
+    // Creates a 1-GPU pod and waits until some replica binds it.
+    let create_and_bind = |name: &str, what: &str| {
+        runtime.block_on(async {
+            pods.create(&PostParams::default(), &pod(name, 1, json!({})))
+                .await
+                .unwrap();
+            until(what, || async { node_of(&pods.get(name).await.ok()?) }).await;
+        });
+    };
     let identities: Vec<String> = replicas
         .iter()
         .map(|r| {
@@ -66,15 +75,7 @@ fn one_replica_leads_and_the_other_takes_over_when_it_dies() {
     let follower = 1 - leader;
     eprintln!("leader {leader_id}, follower {}", identities[follower]);
 
-    runtime.block_on(async {
-        pods.create(&PostParams::default(), &pod("first", 1, json!({})))
-            .await
-            .unwrap();
-        until("the first pod to bind", || async {
-            node_of(&pods.get("first").await.ok()?)
-        })
-        .await;
-    });
+    create_and_bind("first", "the first pod to bind");
     // Only the leader decided: the follower has no decision about the pod, and says it follows.
     let wait_for = |replica: &Replica, path: &str, want: &dyn Fn(&(u16, String)) -> bool| {
         let deadline = Instant::now() + PATIENCE;
@@ -130,15 +131,7 @@ fn one_replica_leads_and_the_other_takes_over_when_it_dies() {
         assert!(status.success(), "kill {sig} {pid}");
     };
     signal(&replicas[leader], "-STOP");
-    runtime.block_on(async {
-        pods.create(&PostParams::default(), &pod("frozen", 1, json!({})))
-            .await
-            .unwrap();
-        until("the pod created during the freeze to bind", || async {
-            node_of(&pods.get("frozen").await.ok()?)
-        })
-        .await;
-    });
+    create_and_bind("frozen", "the pod created during the freeze to bind");
     let lease = runtime
         .block_on(leases.get("gantry"))
         .unwrap()
@@ -150,15 +143,7 @@ fn one_replica_leads_and_the_other_takes_over_when_it_dies() {
         "the follower took the Lease while the leader was frozen"
     );
     signal(&replicas[leader], "-CONT");
-    runtime.block_on(async {
-        pods.create(&PostParams::default(), &pod("thawed", 1, json!({})))
-            .await
-            .unwrap();
-        until("the pod created after the thaw to bind", || async {
-            node_of(&pods.get("thawed").await.ok()?)
-        })
-        .await;
-    });
+    create_and_bind("thawed", "the pod created after the thaw to bind");
     wait_for(
         &replicas[follower],
         "/api/decisions/job/default%2Fthawed",
@@ -187,15 +172,7 @@ fn one_replica_leads_and_the_other_takes_over_when_it_dies() {
     let killed = Instant::now();
     dead.process.0.wait().unwrap();
     let survivor = &replicas[0];
-    runtime.block_on(async {
-        pods.create(&PostParams::default(), &pod("second", 1, json!({})))
-            .await
-            .unwrap();
-        until("the second pod to bind after the failover", || async {
-            node_of(&pods.get("second").await.ok()?)
-        })
-        .await;
-    });
+    create_and_bind("second", "the second pod to bind after the failover");
     let failover = killed.elapsed();
     let lease = runtime
         .block_on(leases.get("gantry"))

@@ -16,25 +16,6 @@ use kube::Api;
 use kube::api::{DeleteParams, ListParams, PostParams};
 use serde_json::json;
 
-fn serve(kubeconfig: &std::path::Path, data: &std::path::Path) -> Running {
-    Running(
-        gantry(&[
-            "serve",
-            "--no-policies",
-            "--listen",
-            "127.0.0.1:0",
-            "--kubeconfig",
-        ])
-        .arg(kubeconfig)
-        .arg("--data-dir")
-        .arg(data)
-        .env("GANTRY_LOG", "warn,gantry_kube=info")
-        .stdout(std::process::Stdio::null())
-        .spawn()
-        .unwrap(),
-    )
-}
-
 fn balloon(name: &str, grace_s: i64) -> Pod {
     with_priority(
         pod(name, 8, json!({"gantry.dev/balloon": "true"})),
@@ -54,7 +35,7 @@ fn balloons_give_way_to_a_high_priority_gang() {
     let kubeconfig = plane.kubeconfig();
     create_gpu_nodes(&kubeconfig, "gpu", 4, 8);
     let data = tempfile::tempdir().unwrap();
-    let _serve = serve(&kubeconfig, data.path());
+    let _serve = serve_kube(&kubeconfig, data.path());
     test_runtime().block_on(async {
         let client = client(&kubeconfig).await;
         create_priority_class(&client, "high", 1000).await;
@@ -124,7 +105,7 @@ fn budgets_and_graceful_termination_hold_the_preemptor_back() {
     let kubeconfig = plane.kubeconfig();
     create_gpu_nodes(&kubeconfig, "gpu", 1, 8);
     let data = tempfile::tempdir().unwrap();
-    let _serve = serve(&kubeconfig, data.path());
+    let _serve = serve_kube(&kubeconfig, data.path());
     test_runtime().block_on(async {
         let client = client(&kubeconfig).await;
         create_priority_class(&client, "high", 1000).await;

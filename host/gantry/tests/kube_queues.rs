@@ -37,22 +37,7 @@ fn queue_objects_bound_and_lend_gpus() {
         Api::all_with(client.clone(), &gantry_kube::queues::resource());
     // Gantry first: the Queue kind it finds only later, and enforces from then on.
     let data = tempfile::tempdir().unwrap();
-    let _serve = Running(
-        gantry(&[
-            "serve",
-            "--no-policies",
-            "--listen",
-            "127.0.0.1:0",
-            "--kubeconfig",
-        ])
-        .arg(&kubeconfig)
-        .arg("--data-dir")
-        .arg(data.path())
-        .env("GANTRY_LOG", "warn,gantry_kube=info")
-        .stdout(std::process::Stdio::null())
-        .spawn()
-        .unwrap(),
-    );
+    let _serve = serve_kube(&kubeconfig, data.path());
     runtime.block_on(async {
         // The CRD from deploy/, installed after gantry started: it looks for the kind again
         // every 30 s and watches it once it is served.

@@ -873,16 +873,18 @@ mod tests {
     use k8s_openapi::apimachinery::pkg::api::resource::Quantity;
     use k8s_openapi::apimachinery::pkg::apis::meta::v1::ObjectMeta;
 
+    fn label_map(labels: &[(&str, &str)]) -> std::collections::BTreeMap<String, String> {
+        labels
+            .iter()
+            .map(|(k, v)| (k.to_string(), v.to_string()))
+            .collect()
+    }
+
     fn node(name: &str, gpus: u32, labels: &[(&str, &str)], ready: bool) -> Arc<Node> {
         Arc::new(Node {
             metadata: ObjectMeta {
                 name: Some(name.into()),
-                labels: Some(
-                    labels
-                        .iter()
-                        .map(|(k, v)| (k.to_string(), v.to_string()))
-                        .collect(),
-                ),
+                labels: Some(label_map(labels)),
                 ..ObjectMeta::default()
             },
             spec: Some(NodeSpec::default()),
@@ -913,12 +915,7 @@ mod tests {
                 name: Some(name.into()),
                 namespace: Some("ns".into()),
                 uid: Some(format!("uid-{name}")),
-                labels: Some(
-                    labels
-                        .iter()
-                        .map(|(k, v)| (k.to_string(), v.to_string()))
-                        .collect(),
-                ),
+                labels: Some(label_map(labels)),
                 ..ObjectMeta::default()
             },
             spec: Some(PodSpec {
@@ -982,6 +979,13 @@ mod tests {
         ids.into_iter()
             .map(|id| (s.job(id).name.clone(), s.job(id).pods))
             .collect()
+    }
+
+    /// What the binder reports after binding every pod of `job` to node 0.
+    fn bind_on_first_node(tracker: &mut Tracker, job: JobId) {
+        let pods: Vec<(PendingPod, usize)> =
+            tracker.pods_of(job).into_iter().map(|p| (p, 0)).collect();
+        tracker.bound(job, &pods);
     }
 
     fn cycle(s: &mut Scheduler) -> gantry_core::CycleOutput {
@@ -1267,9 +1271,7 @@ mod tests {
         tracker.finish_sync(&mut s, Duration::from_secs(120));
         let output = cycle(&mut s);
         let job = output.decisions[0].job;
-        let pods: Vec<(PendingPod, usize)> =
-            tracker.pods_of(job).into_iter().map(|p| (p, 0)).collect();
-        tracker.bound(job, &pods);
+        bind_on_first_node(&mut tracker, job);
         let on_a = pod("p", 8, &[], Some("a"));
         tracker.pod_changed(&mut s, key("p"), None, Some(&on_a));
         tracker.finish_sync(&mut s, Duration::from_secs(120));
@@ -1333,9 +1335,7 @@ mod tests {
         let p = pod("p", 8, &[], None);
         let (mut tracker, mut s) = build(&nodes, &[], std::slice::from_ref(&p), &[], &[]);
         let job = cycle(&mut s).decisions[0].job;
-        let pods: Vec<(PendingPod, usize)> =
-            tracker.pods_of(job).into_iter().map(|p| (p, 0)).collect();
-        tracker.bound(job, &pods);
+        bind_on_first_node(&mut tracker, job);
         // A relist: the unbound cache still lists the pod, the bound cache does not have it.
         tracker.rebuild(
             &mut s,

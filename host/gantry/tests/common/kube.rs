@@ -86,6 +86,27 @@ impl Drop for Running {
     }
 }
 
+/// `gantry serve --kubeconfig KUBECONFIG` with no policies, its data in `data`, logging
+/// gantry_kube's progress: the scheduler the kube e2e tests run against.
+pub fn serve_kube(kubeconfig: &Path, data: &Path) -> Running {
+    Running(
+        gantry(&[
+            "serve",
+            "--no-policies",
+            "--listen",
+            "127.0.0.1:0",
+            "--kubeconfig",
+        ])
+        .arg(kubeconfig)
+        .arg("--data-dir")
+        .arg(data)
+        .env("GANTRY_LOG", "warn,gantry_kube=info")
+        .stdout(std::process::Stdio::null())
+        .spawn()
+        .unwrap(),
+    )
+}
+
 pub fn gantry(args: &[&str]) -> Command {
     let mut command = Command::new(env!("CARGO_BIN_EXE_gantry"));
     command.args(args);
