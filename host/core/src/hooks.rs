@@ -48,6 +48,12 @@ pub trait PolicyHooks {
         queue: &QueueUsage,
         cohort: Option<&CohortUsage>,
     ) -> Vec<(String, Verdict<QuotaVerdict>)>;
+    /// Whether this cycle's wall-time budget for policy calls is spent. The cycle then stops
+    /// taking jobs: the ones it did not reach keep their places and go first next cycle, so
+    /// slow or failing policies delay work but never stall the loop or drop a job.
+    fn budget_spent(&self) -> bool {
+        false
+    }
 }
 
 /// Built-ins only: no Wasm policy is active.

@@ -93,3 +93,76 @@ fn a_shadow_cycle_binds_nothing_and_reports_each_disagreement() {
     let active = again.sched.cycle(0.0, &mut BuiltinOnly);
     assert!(compare(&active, &shadow).is_empty());
 }
+
+/// Built-ins plus a budget that is spent after `calls` filter calls.
+struct Budgeted {
+    calls: usize,
+    made: usize,
+}
+
+impl PolicyHooks for Budgeted {
+    fn policies(&self) -> Vec<PolicyRef> {
+        Vec::new()
+    }
+    fn set_version(&self) -> u64 {
+        1
+    }
+    fn filter(
+        &mut self,
+        _: &ClusterState,
+        _: &PodShape,
+        nodes: Range<usize>,
+    ) -> Vec<(String, Verdict<Vec<u16>>)> {
+        self.made += 1;
+        vec![("slow".into(), Verdict::Answer(vec![0; nodes.len()]))]
+    }
+    fn reason_text(&self, _: usize, _: u16) -> String {
+        String::new()
+    }
+    fn score(
+        &mut self,
+        _: &ClusterState,
+        _: &PodShape,
+        _: Range<usize>,
+    ) -> Vec<(String, u32, Verdict<Vec<u32>>)> {
+        Vec::new()
+    }
+    fn admit(
+        &mut self,
+        _: &JobRequest,
+        _: &QueueUsage,
+        _: Option<&CohortUsage>,
+    ) -> Vec<(String, Verdict<QuotaVerdict>)> {
+        Vec::new()
+    }
+    fn budget_spent(&self) -> bool {
+        self.made >= self.calls
+    }
+}
+
+#[test]
+fn a_spent_policy_budget_defers_the_rest_of_the_cycle_in_order() {
+    let mut fx = Fixture::single_queue(&[Pool::h100(32, 16, Some(2))], 1024);
+    let jobs: Vec<_> = (0..5)
+        .map(|i| fx.submit(fx.job(&format!("job-{i}"), "default", 0, 1, 8)))
+        .collect();
+    let out = fx.sched.cycle(0.0, &mut Budgeted { calls: 2, made: 0 });
+    assert!(out.budget_spent);
+    let decided: Vec<_> = out.decisions.iter().map(|d| (d.job, d.placed)).collect();
+    assert_eq!(decided, vec![(jobs[0], true), (jobs[1], true)]);
+    // The three it did not reach are neither dropped nor parked: next cycle takes them, in
+    // order, before anything else.
+    assert_eq!(fx.sched.pending().len(), 3);
+    let out = fx.sched.cycle(1.0, &mut Budgeted { calls: 10, made: 0 });
+    assert!(!out.budget_spent);
+    let decided: Vec<_> = out.decisions.iter().map(|d| (d.job, d.placed)).collect();
+    assert_eq!(
+        decided,
+        vec![(jobs[2], true), (jobs[3], true), (jobs[4], true)]
+    );
+    // At least one job is tried even when the budget is spent from the start.
+    let late = fx.submit(fx.job("late", "default", 0, 1, 8));
+    let out = fx.sched.cycle(2.0, &mut Budgeted { calls: 0, made: 0 });
+    assert_eq!(out.decisions.len(), 1);
+    assert_eq!(out.decisions[0].job, late);
+}

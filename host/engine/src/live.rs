@@ -7,7 +7,8 @@
 use std::collections::{BTreeMap, HashMap, VecDeque};
 use std::hash::{Hash, Hasher};
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
-use std::sync::{Arc, Condvar, Mutex};
+use std::sync::mpsc::{Receiver, SyncSender, TrySendError};
+use std::sync::{Arc, Condvar, Mutex, OnceLock};
 use std::time::{Duration, Instant};
 
 use arc_swap::{ArcSwap, ArcSwapOption};
@@ -48,6 +49,10 @@ pub struct LiveConfig {
     pub repeat_pending: Duration,
     /// `/healthz` fails once the loop has not gone round for this long.
     pub stale_after: Duration,
+    /// Wall time one cycle's policy calls may take; the jobs the cycle has not reached when it
+    /// is spent wait, in order, for the next cycle. The shadow thread has a budget of its own
+    /// of the same size.
+    pub policy_budget: Duration,
 }
 
 impl Default for LiveConfig {
@@ -57,6 +62,7 @@ impl Default for LiveConfig {
             shadow_keep: 200,
             repeat_pending: Duration::from_secs(30),
             stale_after: Duration::from_secs(30),
+            policy_budget: Duration::from_millis(250),
         }
     }
 }
@@ -159,6 +165,9 @@ pub struct ShadowReport {
     pub started_by: String,
     /// Cycles in which the candidate decided beside the active set.
     pub cycles: u64,
+    /// Cycles the candidate sat out because the shadow thread was still busy with an earlier
+    /// one: the active set never waits for the candidate.
+    pub cycles_skipped: u64,
     /// Decisions of the active set compared with the candidate's: what the counts are out of.
     pub decisions_compared: u64,
     /// Disagreements by kind (`other-nodes`, `other-domain`, `rejected-by-candidate`,
@@ -394,6 +403,11 @@ pub struct Live {
     active: Arc<ActiveSet>,
     /// The candidate in shadow mode, if any; loaded once per cycle like the active set.
     shadow: ArcSwapOption<Shadow>,
+    /// Hands a copy of each cycle's state to the shadow thread, started with the first shadow
+    /// run. A rendezvous channel: when the thread is still busy, the cycle is skipped for the
+    /// candidate instead of queued, so a slow candidate never delays or piles up behind the
+    /// active set.
+    shadow_tx: OnceLock<SyncSender<ShadowJob>>,
     /// The latest cluster picture; replaced whole by each publish.
     view: ArcSwap<ClusterView>,
     /// Decision events for SSE subscribers; lagging subscribers lose the oldest events.
@@ -443,6 +457,7 @@ impl Live {
             engine,
             active: Arc::new(ActiveSet::new(initial)),
             shadow: ArcSwapOption::empty(),
+            shadow_tx: OnceLock::new(),
             view: ArcSwap::from_pointee(ClusterView::default()),
             decisions_tx,
             entry_to_policy: Mutex::new(HashMap::new()),
@@ -543,21 +558,69 @@ impl Live {
         let set = self.active.load();
         self.cycle_version
             .send_replace((set.version(), Instant::now()));
-        let shadow = self.shadow.load_full();
-        // The candidate decides first, on a copy of the state as the active set will see it.
-        // Its node cache is fresh each cycle: the copy's change log diverges from the real one.
-        let candidate = shadow.as_ref().map(|shadow| {
-            let _span = tracing::debug_span!("shadow").entered();
-            let mut shadow_cache = NodeCache::default();
-            scheduler.shadow_cycle(now_s, &mut shadow.set.bind(&mut shadow_cache))
-        });
+        // The candidate decides on its own thread, on a copy of the state as the active set
+        // sees it, and compares once the active output is in.
+        let to_shadow = self
+            .shadow
+            .load_full()
+            .and_then(|shadow| self.send_shadow(shadow, scheduler, now_s, time_ms, set.version()));
         let started = Instant::now();
-        let output = scheduler.cycle(now_s, &mut set.bind(cache));
+        let output = {
+            let mut bound = set.bind(cache).with_budget(self.config.policy_budget);
+            scheduler.cycle(now_s, &mut bound)
+        };
         self.metrics.observe_cycle(&output, started.elapsed());
-        if let (Some(shadow), Some(candidate)) = (shadow, candidate) {
-            self.record_shadow(&shadow, &output, &candidate, time_ms, set.version());
+        if let Some(to_shadow) = to_shadow {
+            // The thread may have stopped (the shadow run ended); nothing waits for it.
+            let _ = to_shadow.send(Arc::new(output.clone()));
         }
         output
+    }
+
+    /// Gives the shadow thread this cycle, unless it is still busy with an earlier one; the
+    /// sender takes the active cycle's output once it is decided.
+    fn send_shadow(
+        &self,
+        shadow: Arc<Shadow>,
+        scheduler: &Scheduler,
+        now_s: f64,
+        time_ms: u64,
+        active_set: u64,
+    ) -> Option<SyncSender<Arc<CycleOutput>>> {
+        let to_thread = self.shadow_tx.get_or_init(|| {
+            spawn_shadow_thread(
+                self.metrics.shadow_disagreements.clone(),
+                self.config.shadow_keep,
+                self.config.policy_budget,
+            )
+        });
+        let (active_tx, active_rx) = std::sync::mpsc::sync_channel(1);
+        let job = ShadowJob {
+            shadow: shadow.clone(),
+            scheduler: scheduler.clone(),
+            now_s,
+            time_ms,
+            active_set,
+            active: active_rx,
+        };
+        match to_thread.try_send(job) {
+            Ok(()) => {
+                self.metrics.shadow_cycles.with_label_values(&["run"]).inc();
+                Some(active_tx)
+            }
+            Err(TrySendError::Full(_) | TrySendError::Disconnected(_)) => {
+                self.metrics
+                    .shadow_cycles
+                    .with_label_values(&["skipped"])
+                    .inc();
+                shadow
+                    .report
+                    .lock()
+                    .unwrap_or_else(|e| e.into_inner())
+                    .cycles_skipped += 1;
+                None
+            }
+        }
     }
 
     /// Stores and streams a cycle's decisions as the binder says they turned out: a placement
@@ -599,42 +662,6 @@ impl Live {
         }
         happened.decisions.extend_from_slice(preempted);
         self.store_decisions(&happened, time_ms);
-    }
-
-    fn record_shadow(
-        &self,
-        shadow: &Shadow,
-        active: &CycleOutput,
-        candidate: &CycleOutput,
-        time_ms: u64,
-        active_set: u64,
-    ) {
-        let found = gantry_core::shadow::compare(active, candidate);
-        let mut report = shadow.report.lock().unwrap_or_else(|e| e.into_inner());
-        report.cycles += 1;
-        report.decisions_compared += active.decisions.len() as u64;
-        for d in found {
-            let kind = serde_json::to_value(d.kind)
-                .ok()
-                .and_then(|v| v.as_str().map(str::to_string))
-                .unwrap_or_default();
-            self.metrics
-                .shadow_disagreements
-                .with_label_values(&[&kind])
-                .inc();
-            *report.counts.entry(kind.clone()).or_default() += 1;
-            report.recent.push_back(ShadowDisagreement {
-                time_ms,
-                job: d.active.job.clone(),
-                kind,
-                active_set,
-                active: d.active,
-                candidate: d.candidate,
-            });
-            while report.recent.len() > self.config.shadow_keep {
-                report.recent.pop_front();
-            }
-        }
     }
 
     /// The decisions worth keeping: every placement, and a pending job's decision when it says
@@ -1102,6 +1129,7 @@ impl Live {
             started_ms: now_ms(),
             started_by: actor.who.clone(),
             cycles: 0,
+            cycles_skipped: 0,
             decisions_compared: 0,
             counts: BTreeMap::new(),
             recent: VecDeque::new(),
@@ -1167,6 +1195,83 @@ impl Live {
             out.extend(shadow.set.entries().iter().map(|e| e.policy.clone()));
         }
         out
+    }
+}
+
+/// One cycle for the shadow thread: a copy of the scheduler as the active set saw it, and the
+/// channel the active cycle's output arrives on.
+struct ShadowJob {
+    shadow: Arc<Shadow>,
+    scheduler: Scheduler,
+    now_s: f64,
+    time_ms: u64,
+    active_set: u64,
+    active: Receiver<Arc<CycleOutput>>,
+}
+
+/// The shadow thread: decides each cycle it is handed with the candidate set (under its own
+/// policy budget, on a node cache of its own) and records where it disagrees with the active
+/// set. It ends when [`Live`] drops its sender.
+fn spawn_shadow_thread(
+    disagreements: prometheus::IntCounterVec,
+    keep: usize,
+    budget: Duration,
+) -> SyncSender<ShadowJob> {
+    let (to_thread, jobs) = std::sync::mpsc::sync_channel::<ShadowJob>(0);
+    let spawned = std::thread::Builder::new()
+        .name("gantry-shadow".into())
+        .spawn(move || {
+            for mut job in jobs {
+                let _span = tracing::debug_span!("shadow", now_s = job.now_s).entered();
+                // Fresh each cycle: the copy's change log diverges from the real one.
+                let mut cache = NodeCache::default();
+                let candidate = {
+                    let mut bound = job.shadow.set.bind(&mut cache).with_budget(budget);
+                    job.scheduler.cycle(job.now_s, &mut bound)
+                };
+                let Ok(active) = job.active.recv() else {
+                    continue;
+                };
+                record_shadow(&job, &active, &candidate, &disagreements, keep);
+            }
+        });
+    if let Err(error) = spawned {
+        // Without the thread every send fails, and each cycle counts as skipped.
+        tracing::error!(%error, "cannot start the shadow thread; shadow runs will skip every cycle");
+    }
+    to_thread
+}
+
+/// Adds one cycle's disagreements to the shadow report and the metric.
+fn record_shadow(
+    job: &ShadowJob,
+    active: &CycleOutput,
+    candidate: &CycleOutput,
+    disagreements: &prometheus::IntCounterVec,
+    keep: usize,
+) {
+    let found = gantry_core::shadow::compare(active, candidate);
+    let mut report = job.shadow.report.lock().unwrap_or_else(|e| e.into_inner());
+    report.cycles += 1;
+    report.decisions_compared += active.decisions.len() as u64;
+    for d in found {
+        let kind = serde_json::to_value(d.kind)
+            .ok()
+            .and_then(|v| v.as_str().map(str::to_string))
+            .unwrap_or_default();
+        disagreements.with_label_values(&[&kind]).inc();
+        *report.counts.entry(kind.clone()).or_default() += 1;
+        report.recent.push_back(ShadowDisagreement {
+            time_ms: job.time_ms,
+            job: d.active.job.clone(),
+            kind,
+            active_set: job.active_set,
+            active: d.active,
+            candidate: d.candidate,
+        });
+        while report.recent.len() > keep {
+            report.recent.pop_front();
+        }
     }
 }
 

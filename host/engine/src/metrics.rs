@@ -43,6 +43,12 @@ pub struct Metrics {
     /// `gantry_shadow_disagreements_total{kind}`: decisions where the shadow candidate disagreed
     /// with the active set, by the kind of disagreement.
     pub shadow_disagreements: IntCounterVec,
+    /// `gantry_shadow_cycles_total{result}`: cycles the shadow candidate ran (`run`) or sat out
+    /// because the shadow thread was still busy (`skipped`).
+    pub shadow_cycles: IntCounterVec,
+    /// `gantry_cycle_budget_exhausted_total`: cycles whose policy-call budget ran out, leaving
+    /// jobs it had not reached for the next cycle.
+    pub budget_exhausted: IntCounter,
 }
 
 impl Default for Metrics {
@@ -120,6 +126,19 @@ impl Metrics {
             &["kind"],
         )
         .expect("valid metric");
+        let shadow_cycles = IntCounterVec::new(
+            Opts::new(
+                "gantry_shadow_cycles_total",
+                "Cycles the shadow candidate ran, or skipped because its thread was busy.",
+            ),
+            &["result"],
+        )
+        .expect("valid metric");
+        let budget_exhausted = IntCounter::new(
+            "gantry_cycle_budget_exhausted_total",
+            "Cycles whose policy-call budget ran out before they reached every job.",
+        )
+        .expect("valid metric");
         for collector in [
             Box::new(attempts.clone()) as Box<dyn prometheus::core::Collector>,
             Box::new(attempt_duration.clone()),
@@ -131,6 +150,8 @@ impl Metrics {
             Box::new(active_set.clone()),
             Box::new(activations.clone()),
             Box::new(shadow_disagreements.clone()),
+            Box::new(shadow_cycles.clone()),
+            Box::new(budget_exhausted.clone()),
         ] {
             registry.register(collector).expect("unique metric names");
         }
@@ -146,6 +167,8 @@ impl Metrics {
             active_set,
             activations,
             shadow_disagreements,
+            shadow_cycles,
+            budget_exhausted,
         }
     }
 
@@ -158,6 +181,9 @@ impl Metrics {
     pub fn observe_cycle(&self, output: &CycleOutput, elapsed: Duration) {
         self.cycles.inc();
         self.preemptions.inc_by(output.evicted.len() as u64);
+        if output.budget_spent {
+            self.budget_exhausted.inc();
+        }
         if output.decisions.is_empty() {
             return;
         }

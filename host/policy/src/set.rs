@@ -7,6 +7,7 @@
 use std::borrow::Cow;
 use std::ops::Range;
 use std::sync::Arc;
+use std::time::{Duration, Instant};
 
 use gantry_core::scheduler::CHUNK;
 use gantry_core::{
@@ -48,9 +49,15 @@ impl PolicySet {
         self.entries.iter().filter(move |e| e.policy.role() == role)
     }
 
-    /// This set, with `cache` for the node columns: what a cycle runs on.
+    /// This set, with `cache` for the node columns: what a cycle runs on. Its policy calls
+    /// have no wall-time budget until [`BoundSet::with_budget`] gives them one.
     pub fn bind<'a>(&'a self, cache: &'a mut NodeCache) -> BoundSet<'a> {
-        BoundSet { set: self, cache }
+        BoundSet {
+            set: self,
+            cache,
+            budget: None,
+            spent: Duration::ZERO,
+        }
     }
 }
 
@@ -138,6 +145,25 @@ fn verdict<T>(guarded: Guarded<T>) -> Verdict<T> {
 pub struct BoundSet<'a> {
     set: &'a PolicySet,
     cache: &'a mut NodeCache,
+    /// Wall time this cycle's policy calls may take before the cycle defers the jobs it has
+    /// not reached; `None` = unbounded (benches, tests, replays).
+    budget: Option<Duration>,
+    /// Wall time spent in policy calls so far this cycle.
+    spent: Duration,
+}
+
+impl BoundSet<'_> {
+    /// Bounds this cycle's policy calls to `budget` of wall time, so a slow or failing policy
+    /// delays the jobs a cycle has not reached instead of stalling the loop.
+    pub fn with_budget(mut self, budget: Duration) -> Self {
+        self.budget = Some(budget);
+        self
+    }
+
+    /// Wall time spent in policy calls so far.
+    pub fn spent(&self) -> Duration {
+        self.spent
+    }
 }
 
 impl PolicyHooks for BoundSet<'_> {
@@ -176,8 +202,9 @@ impl PolicyHooks for BoundSet<'_> {
             .of_role(Role::Filter)
             .map(|e| e.policy.clone())
             .collect();
+        let started = Instant::now();
         let nodes = self.cache.sync(state, nodes);
-        filters
+        let verdicts = filters
             .iter()
             .map(|policy| {
                 (
@@ -185,7 +212,9 @@ impl PolicyHooks for BoundSet<'_> {
                     verdict(policy.guard(policy.filter(pod, &nodes))),
                 )
             })
-            .collect()
+            .collect();
+        self.spent += started.elapsed();
+        verdicts
     }
 
     fn reason_text(&self, index: usize, code: u16) -> String {
@@ -206,8 +235,9 @@ impl PolicyHooks for BoundSet<'_> {
             return Vec::new();
         }
         let scores: Vec<SetEntry> = self.set.of_role(Role::Score).cloned().collect();
+        let started = Instant::now();
         let nodes = self.cache.sync(state, nodes);
-        scores
+        let verdicts = scores
             .iter()
             .map(|e| {
                 let policy = &e.policy;
@@ -217,7 +247,9 @@ impl PolicyHooks for BoundSet<'_> {
                     verdict(policy.guard(policy.score(pod, &nodes))),
                 )
             })
-            .collect()
+            .collect();
+        self.spent += started.elapsed();
+        verdicts
     }
 
     fn admit(
@@ -226,7 +258,9 @@ impl PolicyHooks for BoundSet<'_> {
         queue: &QueueUsage,
         cohort: Option<&CohortUsage>,
     ) -> Vec<(String, Verdict<QuotaVerdict>)> {
-        self.set
+        let started = Instant::now();
+        let verdicts = self
+            .set
             .of_role(Role::Quota)
             .map(|e| {
                 let policy = &e.policy;
@@ -235,6 +269,12 @@ impl PolicyHooks for BoundSet<'_> {
                     verdict(policy.guard(policy.admit(job, queue, cohort))),
                 )
             })
-            .collect()
+            .collect();
+        self.spent += started.elapsed();
+        verdicts
+    }
+
+    fn budget_spent(&self) -> bool {
+        self.budget.is_some_and(|budget| self.spent >= budget)
     }
 }

@@ -158,6 +158,9 @@ pub struct CycleOutput {
     pub attempts: u32,
     /// Parked jobs woken at the start of the cycle.
     pub woken: u32,
+    /// The policy-call budget ran out before the cycle reached every job it would have tried;
+    /// those wait, in order, for the next cycle (see [`PolicyHooks::budget_spent`]).
+    pub budget_spent: bool,
 }
 
 /// One job's decision in one cycle: the typed result, and its explanation for people.
@@ -545,6 +548,10 @@ impl Scheduler {
         let policies = hooks.policies();
         let mut position = 0u32;
         while (out.attempts as usize) < self.config.max_attempts {
+            if out.attempts > 0 && hooks.budget_spent() {
+                out.budget_spent = true;
+                break;
+            }
             let queues = &self.queues;
             let Some(next) = self.queue.next_queue(&|q| queues.fair_share_key(q)) else {
                 break;
