@@ -86,8 +86,13 @@ fn measure(args: &ActivateBenchArgs, dir: &std::path::Path) -> anyhow::Result<se
         max_upload_mib: 16,
         retention_days: 1,
         retention_mib: 256,
+        tls_cert: None,
+        tls_key: None,
+        metrics_need_token: false,
+        trusted_proxies: Vec::new(),
+        policy_budget_ms: 250,
     };
-    let (live, tokens) = start_live(&server, symbols, Some(&args.plugins), false)?;
+    let (live, door) = start_live(&server, symbols, Some(&args.plugins), false)?;
     // The second version: the example set without the score policy.
     let first = live
         .store
@@ -102,7 +107,7 @@ fn measure(args: &ActivateBenchArgs, dir: &std::path::Path) -> anyhow::Result<se
         gantry_engine::now_ms(),
     )?;
     let stop = Arc::new(AtomicBool::new(false));
-    let (addr, api) = start_api(live.clone(), tokens, "127.0.0.1:0".parse()?, stop.clone())?;
+    let (addr, api) = start_api(live.clone(), door, "127.0.0.1:0".parse()?, stop.clone())?;
     let load = Load {
         jobs_per_s: args.jobs_per_s,
         seed: 7,

@@ -92,6 +92,41 @@ pub struct ServerArgs {
     /// …and at most this many MiB.
     #[arg(long, default_value_t = 1024)]
     pub retention_mib: u64,
+    /// Serve the API over TLS with this PEM certificate chain (leaf first); needs --tls-key.
+    #[arg(long, requires = "tls_key", value_name = "CERT.pem")]
+    pub tls_cert: Option<PathBuf>,
+    /// The PEM private key of --tls-cert.
+    #[arg(long, requires = "tls_cert", value_name = "KEY.pem")]
+    pub tls_key: Option<PathBuf>,
+    /// Ask for a bearer token (any role) on /metrics too; give Prometheus a viewer token.
+    #[arg(long)]
+    pub metrics_need_token: bool,
+    /// A proxy (address or CIDR) whose X-Forwarded-For names the client in the audit log;
+    /// repeatable. From any other peer the header is ignored.
+    #[arg(long = "trusted-proxy", value_name = "CIDR")]
+    pub trusted_proxies: Vec<gantry_server::IpNet>,
+    /// Wall time one scheduling cycle's policy calls may take; jobs the cycle has not reached
+    /// when it is spent go first next cycle.
+    #[arg(long, default_value_t = 250)]
+    pub policy_budget_ms: u64,
+}
+
+impl ServerArgs {
+    /// `https` with --tls-cert, else `http`: how to reach the API.
+    pub fn scheme(&self) -> &'static str {
+        if self.tls_cert.is_some() {
+            "https"
+        } else {
+            "http"
+        }
+    }
+}
+
+/// The API's front door as the flags set it up: the tokens, TLS, proxies and /metrics.
+pub struct FrontDoor {
+    tokens: gantry_server::Tokens,
+    tls: Option<gantry_server::TlsConfig>,
+    options: gantry_server::DoorOptions,
 }
 
 /// `$XDG_DATA_HOME/gantry`, else `~/.local/share/gantry`, else `./gantry-data`.
@@ -115,7 +150,7 @@ pub fn start_live(
     symbols: Arc<Symbols>,
     plugins: Option<&crate::PluginDir>,
     print_tokens: bool,
-) -> anyhow::Result<(Arc<gantry_engine::Live>, gantry_server::Tokens)> {
+) -> anyhow::Result<(Arc<gantry_engine::Live>, FrontDoor)> {
     let tokens_path = server
         .tokens
         .clone()
@@ -138,6 +173,18 @@ pub fn start_live(
         }
     }
     let tokens = gantry_server::Tokens::load(&tokens_path)?;
+    let tls = match (&server.tls_cert, &server.tls_key) {
+        (Some(cert), Some(key)) => Some(gantry_server::TlsConfig::load(cert, key)?),
+        _ => None,
+    };
+    let door = FrontDoor {
+        tokens,
+        tls,
+        options: gantry_server::DoorOptions {
+            trusted_proxies: server.trusted_proxies.clone(),
+            metrics_need_token: server.metrics_need_token,
+        },
+    };
     let mut config = gantry_store::StoreConfig::new(server.data_dir.join("store"));
     config.max_age = Duration::from_secs(server.retention_days * 24 * 3600);
     config.max_bytes = server.retention_mib << 20;
@@ -152,6 +199,7 @@ pub fn start_live(
         gantry_policy::PolicySet::new(0, Vec::new()),
         gantry_engine::LiveConfig {
             max_upload_bytes: server.max_upload_mib << 20,
+            policy_budget: Duration::from_millis(server.policy_budget_ms),
             ..gantry_engine::LiveConfig::default()
         },
     );
@@ -183,13 +231,13 @@ pub fn start_live(
     if let Some(version) = version {
         live.activate(&system, version, false)?;
     }
-    Ok((live, tokens))
+    Ok((live, door))
 }
 
 /// Runs the API on `listen` in a background runtime until `stop` is set.
 pub fn start_api(
     live: Arc<gantry_engine::Live>,
-    tokens: gantry_server::Tokens,
+    door: FrontDoor,
     listen: SocketAddr,
     stop: Arc<AtomicBool>,
 ) -> anyhow::Result<(SocketAddr, std::thread::JoinHandle<()>)> {
@@ -206,7 +254,8 @@ pub fn start_api(
             )
         })?;
     let bound = listener.local_addr()?;
-    let state = Arc::new(gantry_server::AppState { live, tokens });
+    let state = gantry_server::AppState::new(live, door.tokens, door.options);
+    let tls = door.tls;
     let handle = std::thread::Builder::new()
         .name("gantry-api".into())
         .spawn(move || {
@@ -227,7 +276,7 @@ pub fn start_api(
                     }
                     stop_signal.store(true, Ordering::Relaxed);
                 };
-                if let Err(error) = gantry_server::serve(listener, state, shutdown).await {
+                if let Err(error) = gantry_server::serve(listener, state, tls, shutdown).await {
                     tracing::error!(%error, "the API server stopped");
                 }
             });
@@ -319,14 +368,14 @@ pub fn run(args: ServeArgs) -> anyhow::Result<()> {
         sim.scheduler.state.len(),
         sim.total_gpus
     );
-    let (live, tokens) = start_live(
+    let (live, door) = start_live(
         &args.server,
         symbols.clone(),
         (!args.no_policies).then_some(&args.plugins),
         true,
     )?;
     let stop = Arc::new(AtomicBool::new(false));
-    let (bound, api) = start_api(live.clone(), tokens, args.listen, stop.clone())?;
+    let (bound, api) = start_api(live.clone(), door, args.listen, stop.clone())?;
     let jobs_per_s = args
         .jobs_per_s
         .unwrap_or_else(|| gantry_sim::SyntheticConfig::rate_for(args.load, sim.total_gpus));
@@ -341,7 +390,8 @@ pub fn run(args: ServeArgs) -> anyhow::Result<()> {
         .map(|e| e.policy.info().name.clone())
         .collect();
     println!(
-        "  API on http://{bound}/api (OpenAPI at /api/openapi.json), data in {}",
+        "  API on {}://{bound}/api (OpenAPI at /api/openapi.json), data in {}",
+        args.server.scheme(),
         args.server.data_dir.display()
     );
     println!(

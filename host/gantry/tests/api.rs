@@ -476,4 +476,25 @@ fn anonymous_uploads_are_refused_before_their_bodies_and_cost_no_memory() {
         "the server's RSS grew by {} MiB",
         grew >> 20
     );
+    // Each refusal left a log line and an audit entry naming the anonymous caller.
+    let logged = server
+        .stderr
+        .lock()
+        .unwrap()
+        .matches("request refused: 401")
+        .count();
+    assert_eq!(logged, CLIENTS);
+    let (status, audit) = server.get_admin("/api/audit?limit=1000");
+    assert_eq!(status, 200);
+    let refused = audit
+        .as_array()
+        .expect("entries")
+        .iter()
+        .filter(|e| {
+            e["action"] == "request.refused"
+                && e["who"] == "anonymous"
+                && e["detail"] == "401 POST /api/policies"
+        })
+        .count();
+    assert_eq!(refused, CLIENTS);
 }

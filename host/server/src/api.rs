@@ -3,14 +3,14 @@
 //! token, and its change is written to the audit log. The audit log itself is admin-only.
 
 use std::convert::Infallible;
-use std::net::SocketAddr;
-use std::sync::Arc;
-use std::time::Duration;
+use std::net::{IpAddr, SocketAddr};
+use std::sync::{Arc, Mutex};
+use std::time::{Duration, Instant};
 
 use axum::body::Bytes;
 use axum::extract::rejection::BytesRejection;
 use axum::extract::{ConnectInfo, DefaultBodyLimit, Extension, Path, Query, Request, State};
-use axum::http::{HeaderValue, StatusCode, header};
+use axum::http::{HeaderMap, HeaderValue, Method, StatusCode, header};
 use axum::middleware::Next;
 use axum::response::sse::{Event, KeepAlive, Sse};
 use axum::response::{IntoResponse, Response};
@@ -30,10 +30,166 @@ use crate::error::{ApiError, Result};
 use gantry_engine::{Live, QueueView};
 use gantry_store::Actor;
 
-/// What every handler gets: the shared state and the accepted tokens.
+/// What every handler gets: the shared state, the accepted tokens and the front door's
+/// settings.
 pub struct AppState {
+    /// The engine's shared state: store, view, policy sets.
     pub live: Arc<Live>,
+    /// The bearer tokens, followed on disk.
     pub tokens: Tokens,
+    /// Proxies, `/metrics`.
+    pub options: DoorOptions,
+    /// Paces the audit entries of refused requests, so a flood of bad tokens cannot fill the
+    /// disk or turn each refusal into a disk flush. Locked briefly per refusal.
+    refusals: Mutex<RefusalPace>,
+}
+
+impl AppState {
+    /// The state the router serves.
+    pub fn new(live: Arc<Live>, tokens: Tokens, options: DoorOptions) -> Arc<Self> {
+        Arc::new(Self {
+            live,
+            tokens,
+            options,
+            refusals: Mutex::new(RefusalPace::default()),
+        })
+    }
+}
+
+/// Front-door settings beyond the tokens.
+#[derive(Debug, Clone, Default)]
+pub struct DoorOptions {
+    /// Proxies whose `X-Forwarded-For` is believed; from any other peer it is ignored, so a
+    /// client cannot put another address into the audit log.
+    pub trusted_proxies: Vec<IpNet>,
+    /// `/metrics` needs a bearer token (any role), as it reveals queue names and load.
+    pub metrics_need_token: bool,
+}
+
+/// An IP network (`10.0.0.0/8`, `fd00::/8`, or one address), for the trusted proxies.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct IpNet {
+    addr: IpAddr,
+    prefix: u8,
+}
+
+impl std::str::FromStr for IpNet {
+    type Err = String;
+
+    fn from_str(text: &str) -> std::result::Result<Self, String> {
+        let bad = || format!("{text:?} is not an IP address or network (e.g. 10.0.0.0/8, ::1)");
+        let (addr, prefix) = match text.split_once('/') {
+            Some((addr, prefix)) => (addr, Some(prefix)),
+            None => (text, None),
+        };
+        let addr: IpAddr = addr.trim().parse().map_err(|_| bad())?;
+        let max = if addr.is_ipv4() { 32 } else { 128 };
+        let prefix = match prefix {
+            Some(prefix) => prefix.trim().parse::<u8>().map_err(|_| bad())?,
+            None => max,
+        };
+        if prefix > max {
+            return Err(format!("{text:?}: the prefix is longer than {max} bits"));
+        }
+        Ok(Self { addr, prefix })
+    }
+}
+
+impl IpNet {
+    /// Whether `ip` is in this network.
+    pub fn contains(&self, ip: IpAddr) -> bool {
+        let ip = match ip {
+            IpAddr::V6(v6) => v6.to_ipv4_mapped().map_or(ip, IpAddr::V4),
+            v4 => v4,
+        };
+        match (self.addr, ip) {
+            (IpAddr::V4(net), IpAddr::V4(ip)) => {
+                let mask = u32::MAX
+                    .checked_shl(32 - u32::from(self.prefix))
+                    .unwrap_or(0);
+                u32::from(net) & mask == u32::from(ip) & mask
+            }
+            (IpAddr::V6(net), IpAddr::V6(ip)) => {
+                let mask = u128::MAX
+                    .checked_shl(128 - u32::from(self.prefix))
+                    .unwrap_or(0);
+                u128::from(net) & mask == u128::from(ip) & mask
+            }
+            _ => false,
+        }
+    }
+}
+
+/// The client's address as the audit log names it: the connection's peer, or, when that peer
+/// is a trusted proxy, the nearest `X-Forwarded-For` hop that is not itself a trusted proxy
+/// (read right to left, as each proxy appends the address it saw).
+fn client_of(peer: SocketAddr, headers: &HeaderMap, trusted: &[IpNet]) -> String {
+    let is_trusted = |ip: IpAddr| trusted.iter().any(|net| net.contains(ip));
+    if !is_trusted(peer.ip()) {
+        return peer.to_string();
+    }
+    let mut client = peer.ip();
+    let hops = headers
+        .get_all("x-forwarded-for")
+        .iter()
+        .filter_map(|v| v.to_str().ok())
+        .flat_map(|v| v.split(','))
+        .map(str::trim)
+        .collect::<Vec<_>>();
+    for hop in hops.into_iter().rev() {
+        let Ok(ip) = hop.parse::<IpAddr>() else {
+            break;
+        };
+        client = ip;
+        if !is_trusted(ip) {
+            break;
+        }
+    }
+    client.to_string()
+}
+
+/// The client's address, set by [`authenticate`] for the handlers' audit entries.
+#[derive(Debug, Clone)]
+pub struct Peer(pub String);
+
+/// Refused requests recorded individually: about [`REFUSALS_PER_S`] a second, in bursts of up
+/// to [`REFUSAL_BURST`]; the rest are counted, and the next recorded entry says how many.
+#[derive(Debug)]
+struct RefusalPace {
+    allowance: f64,
+    at: Instant,
+    unrecorded: u64,
+}
+
+/// Refused requests recorded per second, sustained.
+const REFUSALS_PER_S: f64 = 20.0;
+/// Refused requests recorded at once after a quiet spell.
+const REFUSAL_BURST: f64 = 200.0;
+
+impl Default for RefusalPace {
+    fn default() -> Self {
+        Self {
+            allowance: REFUSAL_BURST,
+            at: Instant::now(),
+            unrecorded: 0,
+        }
+    }
+}
+
+impl RefusalPace {
+    /// `Some(unrecorded before this one)` when this refusal may be recorded.
+    fn admit(&mut self) -> Option<u64> {
+        let now = Instant::now();
+        let refill = now.duration_since(self.at).as_secs_f64() * REFUSALS_PER_S;
+        self.allowance = (self.allowance + refill).min(REFUSAL_BURST);
+        self.at = now;
+        if self.allowance < 1.0 {
+            self.unrecorded += 1;
+            return None;
+        }
+        self.allowance -= 1.0;
+        Some(std::mem::take(&mut self.unrecorded))
+    }
 }
 
 type St = State<Arc<AppState>>;
@@ -134,23 +290,93 @@ pub fn router(state: Arc<AppState>) -> Router {
 
 /// The front door of the authenticated routes: the bearer token is checked from the headers
 /// alone, before the handler (and so before any body is read): an anonymous client never
-/// makes the server hold a request body. A refusal is logged with the peer; the caller rides
-/// on to the handler in the request's extensions.
-async fn authenticate(State(state): St, mut request: Request, next: Next) -> Response {
+/// makes the server hold a request body. The caller and the client's address ride on to the
+/// handler in the request's extensions.
+///
+/// Every refusal (401 here, 403 from a handler) leaves a log line and, paced, an audit entry
+/// naming the token (its name, or the first 12 hex digits of its SHA-256 when unknown) and the
+/// client. A change an admin made is flushed to disk, with its audit entry, before the
+/// response goes out.
+async fn authenticate(
+    State(state): St,
+    ConnectInfo(peer): ConnectInfo<SocketAddr>,
+    mut request: Request,
+    next: Next,
+) -> Response {
+    let client = client_of(peer, request.headers(), &state.options.trusted_proxies);
+    let method = request.method().clone();
+    let path = request.uri().path().to_string();
     match state.tokens.caller(request.headers()) {
         Ok(caller) => {
-            request.extensions_mut().insert(caller);
-            next.run(request).await
+            request.extensions_mut().insert(caller.clone());
+            request.extensions_mut().insert(Peer(client.clone()));
+            let response = next.run(request).await;
+            let status = response.status();
+            if status == StatusCode::FORBIDDEN {
+                let who = format!("{} ({})", caller.name, caller.role.as_str());
+                tracing::warn!(%client, %method, %path, %who, "request refused: 403");
+                record_refusal(&state, &who, &client, &method, &path, status).await;
+            } else if status.is_success() && method != Method::GET {
+                flush(&state).await;
+            }
+            response
         }
         Err(error) => {
-            let peer = request
-                .extensions()
-                .get::<ConnectInfo<SocketAddr>>()
-                .map(|c| c.0.to_string())
-                .unwrap_or_default();
-            tracing::warn!(%peer, path = %request.uri().path(), %error, "request refused");
-            error.into_response()
+            let who = match state.tokens.presented_digest(request.headers()) {
+                Some(prefix) => format!("unknown token sha256:{prefix}"),
+                None => "anonymous".to_string(),
+            };
+            tracing::warn!(%client, %method, %path, %who, %error, "request refused: 401");
+            let response = error.into_response();
+            record_refusal(&state, &who, &client, &method, &path, response.status()).await;
+            response
         }
+    }
+}
+
+/// Writes a refused request to the audit log, paced by [`RefusalPace`], and flushes it.
+async fn record_refusal(
+    state: &Arc<AppState>,
+    who: &str,
+    client: &str,
+    method: &Method,
+    path: &str,
+    status: StatusCode,
+) {
+    let unrecorded = state
+        .refusals
+        .lock()
+        .unwrap_or_else(|e| e.into_inner())
+        .admit();
+    let Some(unrecorded) = unrecorded else {
+        return;
+    };
+    let mut detail = format!("{} {method} {path}", status.as_u16());
+    if unrecorded > 0 {
+        detail.push_str(&format!(
+            " ({unrecorded} refused requests before this one were not recorded one by one: \
+             over {REFUSALS_PER_S} a second)"
+        ));
+    }
+    let actor = Actor::new(who, client);
+    if let Err(error) =
+        state
+            .live
+            .store
+            .audit(&actor, "request.refused", &detail, gantry_engine::now_ms())
+    {
+        tracing::error!(%error, "cannot write the audit entry of a refused request");
+    }
+    flush(state).await;
+}
+
+/// Forces the store to disk (audit entries included) before a response goes out.
+async fn flush(state: &Arc<AppState>) {
+    let live = state.live.clone();
+    match tokio::task::spawn_blocking(move || live.store.flush()).await {
+        Ok(Ok(())) => {}
+        Ok(Err(error)) => tracing::error!(%error, "cannot flush the store"),
+        Err(error) => tracing::error!(%error, "the flush task failed"),
     }
 }
 
@@ -163,11 +389,6 @@ fn json_error(rejection: axum::extract::rejection::JsonRejection) -> ApiError {
     } else {
         ApiError::BadRequest(rejection.body_text())
     }
-}
-
-/// The caller's address for the audit log.
-fn from(addr: &SocketAddr) -> String {
-    addr.to_string()
 }
 
 /// Alive while the scheduling loop goes round: a loop wedged for longer than
@@ -193,7 +414,12 @@ async fn readyz(State(state): St) -> Response {
     }
 }
 
-async fn metrics(State(state): St) -> Response {
+async fn metrics(State(state): St, headers: HeaderMap) -> Response {
+    if state.options.metrics_need_token
+        && let Err(error) = state.tokens.caller(&headers)
+    {
+        return error.into_response();
+    }
     let body = state.live.metrics.render(&state.live.loaded_policies());
     (
         [(
@@ -267,7 +493,7 @@ fn upload_body(
 
 async fn upload_policy(
     State(state): St,
-    ConnectInfo(addr): ConnectInfo<SocketAddr>,
+    Extension(Peer(from)): Extension<Peer>,
     Extension(who): Extension<Caller>,
     Query(query): Query<ConfigQuery>,
     body: std::result::Result<Bytes, BytesRejection>,
@@ -276,7 +502,6 @@ async fn upload_policy(
     let bytes = upload_body(&state, body)?;
     let config = query.config.unwrap_or_else(|| "{}".into());
     let live = state.live.clone();
-    let from = from(&addr);
     let actor = Actor::new(&who.name, from);
     let upload = tokio::task::spawn_blocking(move || live.upload(&actor, &bytes, &config))
         .await
@@ -291,6 +516,7 @@ async fn upload_policy(
 
 async fn validate_policy(
     State(state): St,
+    Extension(Peer(from)): Extension<Peer>,
     Extension(who): Extension<Caller>,
     Query(query): Query<ConfigQuery>,
     body: std::result::Result<Bytes, BytesRejection>,
@@ -299,9 +525,26 @@ async fn validate_policy(
     let bytes = upload_body(&state, body)?;
     let config = query.config.unwrap_or_else(|| "{}".into());
     let live = state.live.clone();
-    let (_, validation) = tokio::task::spawn_blocking(move || live.validate(&bytes, &config))
+    let size = bytes.len();
+    let validated = tokio::task::spawn_blocking(move || live.validate(&bytes, &config))
         .await
-        .map_err(|e| ApiError::Unavailable(format!("the validation task failed: {e}")))??;
+        .map_err(|e| ApiError::Unavailable(format!("the validation task failed: {e}")))?
+        .map_err(ApiError::from);
+    // Validations run admins' code in the sandbox, so they are in the audit log too.
+    let detail = match &validated {
+        Ok((_, v)) => format!(
+            "{} {} ({}, sha256 {}, {size} bytes): passed",
+            v.name, v.version, v.role, v.sha256
+        ),
+        Err(error) => format!("{size} bytes: refused: {error}"),
+    };
+    state.live.store.audit(
+        &Actor::new(&who.name, from),
+        "policy.validate",
+        &detail,
+        gantry_engine::now_ms(),
+    )?;
+    let (_, validation) = validated?;
     Ok(Json(validation))
 }
 
@@ -344,7 +587,7 @@ struct NewSet {
 
 async fn create_set(
     State(state): St,
-    ConnectInfo(addr): ConnectInfo<SocketAddr>,
+    Extension(Peer(from)): Extension<Peer>,
     Extension(who): Extension<Caller>,
     body: std::result::Result<Json<NewSet>, axum::extract::rejection::JsonRejection>,
 ) -> Result<Response> {
@@ -357,7 +600,6 @@ async fn create_set(
         )));
     }
     let live = state.live.clone();
-    let from = from(&addr);
     let set = tokio::task::spawn_blocking(move || -> Result<gantry_store::PolicySet> {
         // Load every entry first: a set that cannot run is refused before it is stored.
         for entry in &new.entries {
@@ -398,7 +640,7 @@ async fn create_set(
 
 async fn switch_set(
     state: Arc<AppState>,
-    addr: SocketAddr,
+    from: String,
     who: Caller,
     version: u64,
     rollback: bool,
@@ -409,7 +651,7 @@ async fn switch_set(
         "activate a policy set"
     })?;
     let live = state.live.clone();
-    let actor = Actor::new(&who.name, from(&addr));
+    let actor = Actor::new(&who.name, from);
     let set = tokio::task::spawn_blocking(move || live.activate(&actor, version, rollback))
         .await
         .map_err(|e| ApiError::Unavailable(format!("the task failed: {e}")))??;
@@ -418,20 +660,20 @@ async fn switch_set(
 
 async fn activate_set(
     State(state): St,
-    ConnectInfo(addr): ConnectInfo<SocketAddr>,
+    Extension(Peer(from)): Extension<Peer>,
     Extension(who): Extension<Caller>,
     Path(version): Path<u64>,
 ) -> Result<Json<gantry_store::PolicySet>> {
-    switch_set(state, addr, who, version, false).await
+    switch_set(state, from, who, version, false).await
 }
 
 async fn rollback_set(
     State(state): St,
-    ConnectInfo(addr): ConnectInfo<SocketAddr>,
+    Extension(Peer(from)): Extension<Peer>,
     Extension(who): Extension<Caller>,
     Path(version): Path<u64>,
 ) -> Result<Json<gantry_store::PolicySet>> {
-    switch_set(state, addr, who, version, true).await
+    switch_set(state, from, who, version, true).await
 }
 
 async fn shadow_report(
@@ -453,14 +695,14 @@ struct ShadowStart {
 
 async fn shadow_start(
     State(state): St,
-    ConnectInfo(addr): ConnectInfo<SocketAddr>,
+    Extension(Peer(from)): Extension<Peer>,
     Extension(who): Extension<Caller>,
     body: std::result::Result<Json<ShadowStart>, axum::extract::rejection::JsonRejection>,
 ) -> Result<Response> {
     who.require_admin("start shadow mode")?;
     let Json(start) = body.map_err(json_error)?;
     let live = state.live.clone();
-    let actor = Actor::new(&who.name, from(&addr));
+    let actor = Actor::new(&who.name, from);
     let report = tokio::task::spawn_blocking(move || live.shadow_start(&actor, start.version))
         .await
         .map_err(|e| ApiError::Unavailable(format!("the task failed: {e}")))??;
@@ -469,15 +711,11 @@ async fn shadow_start(
 
 async fn shadow_stop(
     State(state): St,
-    ConnectInfo(addr): ConnectInfo<SocketAddr>,
+    Extension(Peer(from)): Extension<Peer>,
     Extension(who): Extension<Caller>,
 ) -> Result<Json<gantry_engine::ShadowReport>> {
     who.require_admin("stop shadow mode")?;
-    Ok(Json(
-        state
-            .live
-            .shadow_stop(&Actor::new(&who.name, from(&addr)))?,
-    ))
+    Ok(Json(state.live.shadow_stop(&Actor::new(&who.name, from))?))
 }
 
 #[derive(Debug, Deserialize)]
@@ -1002,6 +1240,16 @@ mod tests {
 
     /// The router on an empty store, with one admin and one viewer token.
     fn app(dir: &std::path::Path) -> Router {
+        app_of(state(dir, DoorOptions::default()))
+    }
+
+    /// The router on `state`, every request from 127.0.0.1:9.
+    fn app_of(state: Arc<AppState>) -> Router {
+        router(state).layer(MockConnectInfo(SocketAddr::from(([127, 0, 0, 1], 9))))
+    }
+
+    /// The shared state on an empty store, with one admin and one viewer token.
+    fn state(dir: &std::path::Path, options: DoorOptions) -> Arc<AppState> {
         let tokens_path = dir.join("tokens.yaml");
         std::fs::write(
             &tokens_path,
@@ -1024,8 +1272,7 @@ mod tests {
             gantry_engine::LiveConfig::default(),
         );
         let tokens = Tokens::load(&tokens_path).expect("load");
-        router(Arc::new(AppState { live, tokens }))
-            .layer(MockConnectInfo(SocketAddr::from(([127, 0, 0, 1], 9))))
+        AppState::new(live, tokens, options)
     }
 
     /// A body that never ends: whoever reads it reads for ever (or hits a limit).
@@ -1117,5 +1364,158 @@ mod tests {
             .await
             .expect("response");
         assert_eq!(response.headers()[header::X_FRAME_OPTIONS], "DENY");
+    }
+
+    fn get(path: &str, token: Option<&str>) -> Request {
+        let mut request = Request::get(path);
+        if let Some(token) = token {
+            request = request.header(header::AUTHORIZATION, format!("Bearer {token}"));
+        }
+        request.body(Body::empty()).expect("request")
+    }
+
+    #[tokio::test]
+    async fn every_refusal_is_in_the_audit_log_with_the_token_and_the_client() {
+        let dir = tempfile::tempdir().expect("tempdir");
+        let state = state(dir.path(), DoorOptions::default());
+        let statuses = [
+            (get("/api/cluster", None), StatusCode::UNAUTHORIZED),
+            (
+                get("/api/cluster", Some("wrong-token-0123456789")),
+                StatusCode::UNAUTHORIZED,
+            ),
+            (get("/api/audit", Some(VIEWER)), StatusCode::FORBIDDEN),
+            (
+                post("/api/sets/1/activate", Some(VIEWER), Body::empty()),
+                StatusCode::FORBIDDEN,
+            ),
+        ];
+        for (request, status) in statuses {
+            let response = app_of(state.clone())
+                .oneshot(request)
+                .await
+                .expect("response");
+            assert_eq!(response.status(), status);
+        }
+        let mut entries = state.live.store.audit_recent(10).expect("audit");
+        entries.reverse();
+        let seen: Vec<(String, String, String, String)> = entries
+            .into_iter()
+            .map(|e| (e.who, e.from, e.action, e.detail))
+            .collect();
+        let wrong = Tokens::load(&dir.path().join("tokens.yaml"))
+            .expect("tokens")
+            .presented_digest(&{
+                let mut headers = HeaderMap::new();
+                headers.insert(
+                    header::AUTHORIZATION,
+                    HeaderValue::from_static("Bearer wrong-token-0123456789"),
+                );
+                headers
+            })
+            .expect("digest");
+        let refused = |who: &str, detail: &str| {
+            (
+                who.to_string(),
+                "127.0.0.1:9".to_string(),
+                "request.refused".to_string(),
+                detail.to_string(),
+            )
+        };
+        assert_eq!(
+            seen,
+            vec![
+                refused("anonymous", "401 GET /api/cluster"),
+                refused(
+                    &format!("unknown token sha256:{wrong}"),
+                    "401 GET /api/cluster"
+                ),
+                refused("eve (viewer)", "403 GET /api/audit"),
+                refused("eve (viewer)", "403 POST /api/sets/1/activate"),
+            ]
+        );
+        assert_eq!(wrong.len(), 12);
+        assert!(!seen.iter().any(|e| e.0.contains("wrong-token")));
+    }
+
+    #[test]
+    fn refusals_past_the_pace_are_counted_and_named_in_the_next_entry() {
+        let mut pace = RefusalPace::default();
+        let recorded = (0..REFUSAL_BURST as usize + 50)
+            .filter(|_| pace.admit().is_some())
+            .count();
+        // The burst, plus what a few microseconds of refill allow.
+        assert!(recorded >= REFUSAL_BURST as usize && recorded < REFUSAL_BURST as usize + 50);
+        pace.at -= Duration::from_secs(1);
+        assert_eq!(
+            pace.admit(),
+            Some((REFUSAL_BURST as usize + 50 - recorded) as u64)
+        );
+        assert_eq!(pace.admit(), Some(0));
+    }
+
+    #[test]
+    fn forwarded_for_is_believed_only_from_trusted_proxies() {
+        let nets: Vec<IpNet> = ["10.0.0.0/8", "fd00::/8", "192.0.2.7"]
+            .iter()
+            .map(|n| n.parse().expect("net"))
+            .collect();
+        let mut headers = HeaderMap::new();
+        headers.insert(
+            "x-forwarded-for",
+            HeaderValue::from_static("203.0.113.9, 198.51.100.4, 10.1.2.3"),
+        );
+        let from = |peer: &str| client_of(peer.parse().expect("peer"), &headers, &nets);
+        // A trusted proxy: the nearest untrusted hop, right to left.
+        assert_eq!(from("10.9.9.9:443"), "198.51.100.4");
+        assert_eq!(from("192.0.2.7:443"), "198.51.100.4");
+        assert_eq!(from("[fd00::1]:443"), "198.51.100.4");
+        // Anyone else: the header is theirs to forge, and ignored.
+        assert_eq!(from("198.51.100.200:5000"), "198.51.100.200:5000");
+        assert_eq!(from("192.0.2.8:443"), "192.0.2.8:443");
+        // Nothing forwarded: the proxy itself.
+        assert_eq!(
+            client_of(
+                "10.0.0.1:1".parse().expect("peer"),
+                &HeaderMap::new(),
+                &nets
+            ),
+            "10.0.0.1"
+        );
+        assert_eq!(
+            "10.0.0.0/33".parse::<IpNet>().unwrap_err(),
+            "\"10.0.0.0/33\": the prefix is longer than 32 bits"
+        );
+        assert_eq!(
+            "proxy.local".parse::<IpNet>().unwrap_err(),
+            "\"proxy.local\" is not an IP address or network (e.g. 10.0.0.0/8, ::1)"
+        );
+    }
+
+    #[tokio::test]
+    async fn metrics_ask_for_a_token_when_told_to() {
+        let dir = tempfile::tempdir().expect("tempdir");
+        let open = app(dir.path())
+            .oneshot(get("/metrics", None))
+            .await
+            .expect("response");
+        assert_eq!(open.status(), StatusCode::OK);
+        let closed = state(
+            dir.path(),
+            DoorOptions {
+                metrics_need_token: true,
+                ..DoorOptions::default()
+            },
+        );
+        let response = app_of(closed.clone())
+            .oneshot(get("/metrics", None))
+            .await
+            .expect("response");
+        assert_eq!(response.status(), StatusCode::UNAUTHORIZED);
+        let response = app_of(closed)
+            .oneshot(get("/metrics", Some(VIEWER)))
+            .await
+            .expect("response");
+        assert_eq!(response.status(), StatusCode::OK);
     }
 }

@@ -12,23 +12,38 @@ mod api;
 mod auth;
 mod error;
 mod openapi;
+mod tls;
 mod ui;
 
 use std::net::SocketAddr;
 use std::sync::Arc;
 
-pub use api::{AppState, router};
+pub use api::{AppState, DoorOptions, IpNet, Peer, router};
 pub use auth::{Caller, Role, TokenFileError, Tokens};
 pub use error::{ApiError, Result};
+pub use tls::{TlsConfig, TlsError, TlsListener};
 
-/// Serves the API on `listener` until `shutdown` resolves.
+/// Serves the API on `listener` (over TLS when `tls` is given) until `shutdown` resolves.
 pub async fn serve(
     listener: tokio::net::TcpListener,
     state: Arc<AppState>,
+    tls: Option<TlsConfig>,
     shutdown: impl std::future::Future<Output = ()> + Send + 'static,
 ) -> std::io::Result<()> {
+    use axum::serve::ListenerExt;
     let app = router(state).into_make_service_with_connect_info::<SocketAddr>();
-    axum::serve(listener, app)
-        .with_graceful_shutdown(shutdown)
-        .await
+    match tls {
+        None => {
+            axum::serve(listener, app)
+                .with_graceful_shutdown(shutdown)
+                .await
+        }
+        Some(tls) => {
+            // `tap_io` only so axum's connect-info impl for any listener's address applies.
+            let listener = TlsListener::new(listener, &tls)?.tap_io(|_| {});
+            axum::serve(listener, app)
+                .with_graceful_shutdown(shutdown)
+                .await
+        }
+    }
 }

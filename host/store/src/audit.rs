@@ -32,7 +32,9 @@ pub struct AuditEntry {
     pub at_ms: u64,
     pub who: String,
     pub from: String,
-    /// A short verb: `policy.upload`, `set.create`, `set.activate`, `set.rollback`, `compact`.
+    /// A short verb: `policy.upload`, `policy.validate`, `set.create`, `set.activate`,
+    /// `set.rollback`, `shadow.start`, `shadow.stop`, `compact`, or `request.refused` (a 401 or
+    /// 403, with the token and the client).
     pub action: String,
     /// Free text: which policy, which version, what changed.
     pub detail: String,
