@@ -2,7 +2,8 @@
 //! and create their objects; `gantry serve --leader-elect`, run outside the cluster with a
 //! kubeconfig holding only a token of the `gantry` ServiceAccount (TokenRequest), takes the
 //! Lease and binds the example gang: the RBAC is enough. And it is not too much: that account
-//! may not delete a node.
+//! may not delete a node, and `kubectl auth can-i` says it may not update pod statuses, patch
+//! Events, or read or renew another Lease.
 
 mod common;
 
@@ -34,6 +35,7 @@ fn the_deploy_manifests_apply_and_their_rbac_is_enough_and_no_more() {
         "deployment.apps/gantry created",
         "persistentvolumeclaim/gantry-data created",
         "service/gantry created",
+        "networkpolicy.networking.k8s.io/gantry created",
     ] {
         assert!(
             applied.contains(object),
@@ -164,19 +166,39 @@ fn the_deploy_manifests_apply_and_their_rbac_is_enough_and_no_more() {
             other => panic!("deleting a node as gantry should be forbidden: {other:?}"),
         }
     });
-    let cannot = std::process::Command::new(std::path::Path::new(&bin).join("kubectl"))
-        .arg("--kubeconfig")
-        .arg(&admin)
-        .args([
-            "auth",
-            "can-i",
-            "delete",
-            "pods",
-            "--as=system:serviceaccount:gantry-system:gantry",
-        ])
-        .output()
-        .unwrap();
-    assert_eq!(String::from_utf8_lossy(&cannot.stdout).trim(), "no");
+    // What the account may and may not do, as `kubectl auth can-i` answers for it.
+    let can_i = |args: &[&str]| {
+        let out = std::process::Command::new(std::path::Path::new(&bin).join("kubectl"))
+            .arg("--kubeconfig")
+            .arg(&admin)
+            .args(["auth", "can-i"])
+            .args(args)
+            .arg("--as=system:serviceaccount:gantry-system:gantry")
+            .output()
+            .unwrap();
+        String::from_utf8_lossy(&out.stdout).trim().to_string()
+    };
+    for (args, answer) in [
+        (&["delete", "pods"][..], "no"),
+        (&["update", "pods", "--subresource=status"][..], "no"),
+        (&["patch", "pods", "--subresource=status"][..], "yes"),
+        (&["patch", "events.events.k8s.io"][..], "no"),
+        (&["create", "events.events.k8s.io"][..], "yes"),
+        (&["create", "pods", "--subresource=eviction"][..], "yes"),
+        (&["create", "pods", "--subresource=binding"][..], "yes"),
+        (&["get", "nodes"][..], "no"),
+        (&["update", "queues.gantry.dev"][..], "no"),
+        (
+            &["-n", "gantry-system", "update", "leases/gantry"][..],
+            "yes",
+        ),
+        (&["-n", "gantry-system", "update", "leases/other"][..], "no"),
+        (&["-n", "gantry-system", "get", "leases/other"][..], "no"),
+        (&["-n", "gantry-system", "create", "leases"][..], "yes"),
+        (&["-n", "default", "create", "leases"][..], "no"),
+    ] {
+        assert_eq!(can_i(args), answer, "kubectl auth can-i {}", args.join(" "));
+    }
     drop(replica);
     eprintln!(
         "kube deploy e2e: passed in {:.1} s",

@@ -983,18 +983,36 @@ impl Binder for KubeCluster {
     }
 }
 
-/// Deletes a gang member bound by a binding that went through while another member's failed
-/// (the uid keeps a pod recreated under the same name out of it).
+/// Deletes a gang member bound by a binding that went through while another member's failed,
+/// through the Eviction API: the RBAC grants no plain delete on pods, and an eviction honours
+/// PodDisruptionBudgets (the uid keeps a pod recreated under the same name out of it).
 async fn delete(client: &Client, pod: &PendingPod) -> std::result::Result<(), kube::Error> {
+    use k8s_openapi::api::policy::v1::Eviction;
+    use k8s_openapi::apimachinery::pkg::apis::meta::v1::{DeleteOptions, Preconditions};
     let api: Api<Pod> = Api::namespaced(client.clone(), &pod.namespace);
-    let params = kube::api::DeleteParams {
-        preconditions: Some(kube::api::Preconditions {
-            uid: Some(pod.uid.clone()),
-            resource_version: None,
+    let eviction = Eviction {
+        metadata: ObjectMeta {
+            name: Some(pod.name.clone()),
+            namespace: Some(pod.namespace.clone()),
+            ..ObjectMeta::default()
+        },
+        delete_options: Some(DeleteOptions {
+            preconditions: Some(Preconditions {
+                uid: Some(pod.uid.clone()),
+                ..Preconditions::default()
+            }),
+            ..DeleteOptions::default()
         }),
-        ..kube::api::DeleteParams::default()
     };
-    match api.delete(&pod.name, &params).await {
+    let evicted = api
+        .create_subresource::<_, serde_json::Value>(
+            "eviction",
+            &pod.name,
+            &PostParams::default(),
+            &eviction,
+        )
+        .await;
+    match evicted {
         Ok(_) => Ok(()),
         Err(kube::Error::Api(status)) if status.code == 404 || status.code == 409 => Ok(()),
         Err(error) => Err(error),
