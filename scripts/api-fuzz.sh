@@ -1,7 +1,8 @@
 #!/usr/bin/env bash
 # schemathesis (pinned, from PyPI, in a cached venv) against a real `gantry serve`: every
-# operation in /api/openapi.json, called with generated input and an admin token, must answer
-# without a 5xx. Expects the release binary that `cargo test --release` built.
+# operation in /api/openapi.json, called with generated input with no token, a viewer token and
+# an admin token, must answer without a 5xx. Expects the release binary that `cargo test
+# --release` built.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 source scripts/env.sh
@@ -13,16 +14,25 @@ if ! "$venv/bin/schemathesis" --version 2>/dev/null | grep -q "version $version\
 fi
 source scripts/test-server.sh
 token="schemathesis-$(random_token)"
-start_test_server "$(printf 'tokens:\n  - {name: schemathesis, role: admin, token: %s}\n' "$token")" \
+viewer="schemathesis-viewer-$(random_token)"
+start_test_server "$(printf 'tokens:\n  - {name: schemathesis, role: admin, token: %s}\n  - {name: schemathesis-viewer, role: viewer, token: %s}\n' "$token" "$viewer")" \
     --jobs-per-s 20
 # The SSE stream never ends by design, so it is left out; everything else is fuzzed. Run from
 # the scratch folder: schemathesis keeps its example database in the working directory.
 # One worker: with two, hypothesis's lambda-description cache raced once ("AST constructor
 # recursion depth mismatch"), an error inside schemathesis, not a server response.
-(cd "$work" && "$venv/bin/schemathesis" run "$url/api/openapi.json" \
-    --header "Authorization: Bearer $token" \
-    --checks not_a_server_error \
-    --exclude-path /api/decisions/stream \
-    --max-examples 30 --seed 1 --suppress-health-check all \
-    --request-timeout 30 --workers 1 --no-color)
+fuzz() {
+    local who="$1" examples="$2"
+    shift 2
+    echo "schemathesis: $who"
+    (cd "$work" && "$venv/bin/schemathesis" run "$url/api/openapi.json" "$@" \
+        --checks not_a_server_error \
+        --exclude-path /api/decisions/stream \
+        --max-examples "$examples" --seed 1 --suppress-health-check all \
+        --request-timeout 30 --workers 1 --no-color)
+}
+# Refusals first (401, 403): they must be answers, never errors; then the admin's full run.
+fuzz "no token" 5
+fuzz "viewer token" 10 --header "Authorization: Bearer $viewer"
+fuzz "admin token" 30 --header "Authorization: Bearer $token"
 kill -0 "$pid" 2>/dev/null || { echo "gantry serve died during the run:"; cat "$work/serve.log"; exit 1; }
