@@ -35,6 +35,10 @@ pub struct Explanation {
     pub preempted: Vec<String>,
     /// Policy faults in this decision, as `policy: fault`.
     pub faults: Vec<String>,
+    /// For a pending job the planner covered: when it is expected to start, and the
+    /// reservation it holds.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub estimate: Option<crate::scheduler::plan::StartEstimate>,
 }
 
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]

@@ -119,6 +119,7 @@ pub fn step(
     now_s: f64,
     decide: &mut dyn FnMut(&mut Scheduler, &Changes) -> Option<CycleOutput>,
 ) -> Step {
+    scheduler.advance_clock(now_s);
     let changes = cluster.sync(scheduler, now_s);
     let Some(output) = decide(scheduler, &changes) else {
         return Step {

@@ -507,6 +507,7 @@ mod tests {
             balloon: false,
             topology: TopologyPref::default(),
             submit_s: now_s,
+            expected_runtime_s: None,
         }
     }
 

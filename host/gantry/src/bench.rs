@@ -477,6 +477,7 @@ fn job(
         balloon: false,
         topology: gantry_core::TopologyPref::default(),
         submit_s: 0.0,
+        expected_runtime_s: None,
     }
 }
 

@@ -46,6 +46,10 @@ pub struct SimulateArgs {
     /// Leave the wall-clock figures out of the report, so that two runs compare byte for byte.
     #[arg(long)]
     no_wall_clock: bool,
+    /// Let the planner's reservations hold nodes for jobs blocked for room (the backfill rule
+    /// then applies); off by default, as on gang-burst it cost more than it gained.
+    #[arg(long)]
+    reservations: bool,
 }
 
 #[derive(clap::ValueEnum, Clone, Copy, Debug)]
@@ -112,6 +116,7 @@ pub fn run(args: SimulateArgs) -> anyhow::Result<()> {
         seed: args.seed,
         ..ReplayOptions::default()
     };
+    options.plan.reservations = args.reservations;
     options.scheduler.mode = match args.baseline {
         None => Mode::Gantry,
         Some(Baseline::K8sDefault) => Mode::K8sDefault,

@@ -609,6 +609,7 @@ impl Tracker {
             balloon: is_balloon(&first, &self.config),
             topology: TopologyPref::default(),
             submit_s: self.run_s(&first),
+            expected_runtime_s: None,
         };
         let id = scheduler.adopt(spec, &nodes);
         tracing::debug!(job = id, gang = ?gang, pods = nodes.len(), "adopted running pods");
@@ -708,6 +709,7 @@ impl Tracker {
             balloon: is_balloon(&first, &self.config),
             topology: TopologyPref::default(),
             submit_s,
+            expected_runtime_s: None,
         };
         let id = scheduler.submit(spec);
         tracing::debug!(job = id, gang = ?gang, pods = members.len(), "submitted");

@@ -133,6 +133,7 @@ fn activation_swaps_whole_sets_between_cycles() {
                 balloon: false,
                 topology: TopologyPref::default(),
                 submit_s: i as f64,
+                expected_runtime_s: None,
             });
             let set = active.load();
             let out = scheduler.cycle(i as f64, &mut set.bind(&mut cache));

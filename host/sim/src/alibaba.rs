@@ -144,6 +144,7 @@ pub fn pod_list_from_reader(reader: impl Read, origin: &str) -> Result<PodListIm
             gpu_type,
             cpu_milli: row.opt_uint(cpu_milli)?,
             memory_mib: row.opt_uint(memory_mib)?,
+            expected_runtime_s: None,
             line: row.line,
         });
         Ok(())

@@ -43,6 +43,8 @@ pub struct ReplayOptions {
     /// Recorded in the report; the replay itself is deterministic.
     pub seed: u64,
     pub scheduler: SchedulerConfig,
+    /// The planner's knobs (Gantry's cycle only).
+    pub plan: gantry_core::scheduler::plan::PlanConfig,
 }
 
 impl Default for ReplayOptions {
@@ -52,7 +54,52 @@ impl Default for ReplayOptions {
             audit: true,
             seed: 0,
             scheduler: SchedulerConfig::default(),
+            plan: gantry_core::scheduler::plan::PlanConfig::default(),
         }
+    }
+}
+
+/// How the planner's first start estimate for a job compared with its actual start.
+#[derive(Debug, Clone, Copy)]
+struct EstimateOutcome {
+    wait_s: f64,
+    error_s: f64,
+    within: bool,
+}
+
+/// The planner's start estimates against the actual starts, over the jobs that waited and got
+/// an estimate before they started.
+#[derive(Debug, Clone, Serialize, PartialEq)]
+pub struct EstimateReport {
+    /// Jobs whose first estimate is judged.
+    pub jobs: usize,
+    /// Median of |actual start − first estimate's p50|, in seconds.
+    pub median_abs_error_s: f64,
+    /// That error over the job's actual wait, median over jobs.
+    pub median_error_share_of_wait: f64,
+    /// Share of jobs that started within their first estimate's p10–p90 interval.
+    pub within_interval: f64,
+}
+
+fn estimate_report(outcomes: &[EstimateOutcome]) -> EstimateReport {
+    let median = |mut v: Vec<f64>| {
+        v.sort_by(f64::total_cmp);
+        round6(gantry_core::percentile(&v, 50.0))
+    };
+    EstimateReport {
+        jobs: outcomes.len(),
+        median_abs_error_s: median(outcomes.iter().map(|o| o.error_s).collect()),
+        median_error_share_of_wait: median(
+            outcomes
+                .iter()
+                .filter(|o| o.wait_s > 0.0)
+                .map(|o| o.error_s / o.wait_s)
+                .collect(),
+        ),
+        within_interval: round6(ratio(
+            outcomes.iter().filter(|o| o.within).count() as f64,
+            outcomes.len() as f64,
+        )),
     }
 }
 
@@ -125,6 +172,11 @@ pub struct Report {
     /// Gangs that ever ran with some but not all of their pods. Must be 0.
     pub partial_gangs: u64,
     pub preemptions: u64,
+    /// What Gantry's planner did: reservations made, jobs started on reserved nodes, slips,
+    /// backfilled jobs evicted for overrunning (all zero for the anchors, which do not plan).
+    pub planner: gantry_core::scheduler::plan::PlanStats,
+    /// How the planner's start estimates held up.
+    pub estimates: EstimateReport,
     /// Free GPUs no pending pod shape could use, as a fraction of free GPUs, averaged over the
     /// cycles that had work pending.
     pub fragmentation: f64,
@@ -185,6 +237,8 @@ struct Live {
     preempted: bool,
     partial: bool,
     decided: bool,
+    /// The planner's first start estimate for it: (p10, p50, p90), on the replay's clock.
+    first_estimate: Option<(f64, f64, f64)>,
 }
 
 /// A pod shape as fragmentation sees it.
@@ -277,12 +331,13 @@ impl Replay {
                 });
             }
         }
-        let scheduler = Scheduler::new(
+        let mut scheduler = Scheduler::new(
             ClusterState::new(cluster.nodes),
             queues,
             symbols,
             options.scheduler.clone(),
         );
+        scheduler.set_plan_config(options.plan.clone());
         Ok(Self {
             cluster_name: cluster.name,
             trace_name: trace_name.to_string(),
@@ -350,6 +405,7 @@ impl Replay {
             preemptions: 0,
             decisions: 0,
             first_decisions: 0,
+            estimates: Vec::new(),
             last_end: 0.0,
             progress,
             on_decision,
@@ -454,6 +510,7 @@ impl Replay {
             preemptions,
             decisions,
             first_decisions,
+            estimates,
             last_end,
             progress,
             ..
@@ -517,6 +574,8 @@ impl Replay {
             queues,
             partial_gangs,
             preemptions,
+            planner: self.scheduler.plan_stats(),
+            estimates: estimate_report(&estimates),
             fragmentation: round6(ratio(frag_sum, frag_cycles as f64)),
             makespan_s: round6(last_end - first_submit),
             cycles,
@@ -593,6 +652,8 @@ struct World<'a, 'b> {
     preemptions: u64,
     decisions: u64,
     first_decisions: u64,
+    /// Per job that waited and had an estimate: its first estimate against its actual start.
+    estimates: Vec<EstimateOutcome>,
     last_end: f64,
     progress: &'a mut dyn FnMut(usize),
     on_decision: &'a mut OnDecision<'b>,
@@ -620,6 +681,7 @@ impl gantry_core::ClusterSource for World<'_, '_> {
                     shape,
                     generation: 0,
                     started_s: None,
+                    first_estimate: None,
                     evicted_s: None,
                     requeue_s: 0.0,
                     preempted: false,
@@ -695,6 +757,12 @@ impl gantry_core::Binder for World<'_, '_> {
                 job.decided = true;
                 self.first_decisions += 1;
             }
+            if job.first_estimate.is_none()
+                && job.started_s.is_none()
+                && let Some(e) = &decision.explanation.estimate
+            {
+                job.first_estimate = Some((e.p10_s, e.p50_s, e.p90_s));
+            }
             let held = scheduler.slots(id).len();
             let running = scheduler.is_running(id);
             // Some but not all of its pods hold nodes and run: a running job short of pods, or
@@ -717,6 +785,13 @@ impl gantry_core::Binder for World<'_, '_> {
                 None => {
                     job.started_s = Some(now_s);
                     self.started_jobs += 1;
+                    if let Some((p10, p50, p90)) = job.first_estimate {
+                        self.estimates.push(EstimateOutcome {
+                            wait_s: now_s - job.submit_s,
+                            error_s: (now_s - p50).abs(),
+                            within: (p10 - 1.0..=p90 + 1.0).contains(&now_s),
+                        });
+                    }
                 }
                 Some(_) => {
                     if let Some(evicted) = job.evicted_s.take() {
@@ -769,6 +844,7 @@ fn spec_of(scheduler: &Scheduler, job: &TraceJob) -> JobSpec {
         balloon: false,
         topology: TopologyPref::default(),
         submit_s: job.submit_s,
+        expected_runtime_s: job.expected_runtime_s,
     }
 }
 

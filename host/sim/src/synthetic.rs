@@ -175,6 +175,7 @@ impl SyntheticLoad {
                 balloon: true,
                 topology: TopologyPref::default(),
                 submit_s: 0.0,
+                expected_runtime_s: None,
             });
         }
     }
@@ -228,6 +229,7 @@ impl ClusterSource for SyntheticLoad {
                 balloon: false,
                 topology: TopologyPref::default(),
                 submit_s: arrival.max(0.0),
+                expected_runtime_s: None,
             });
             self.job_to_run.insert(job, (length, 0));
             if arrival < 0.0 {

@@ -12,6 +12,7 @@
 //! | `gpu_milli` | no | 1–999, only with `gpus_per_pod` = 1; empty = whole GPUs |
 //! | `gpu_type` | no | empty = any |
 //! | `cpu_milli`, `memory_mib` | no | integer ≥ 0; empty = not constrained |
+//! | `expected_runtime_s` | no | float > 0: the runtime the job declares (what the scheduler is told, unlike `duration_s`); empty = not declared |
 //!
 //! Columns may come in any order and unknown ones are ignored. Every broken rule is an error
 //! naming the line (the header is line 1) and the column; no row is skipped.
@@ -51,6 +52,9 @@ pub struct TraceJob {
     pub cpu_milli: Option<u64>,
     /// Per-pod request; `None` = not constrained.
     pub memory_mib: Option<u64>,
+    /// The runtime the job declares, which the scheduler is told (`duration_s` it never is);
+    /// `None` = not declared, so the planner estimates it from finished jobs.
+    pub expected_runtime_s: Option<f64>,
     /// The source line this job came from (header = line 1), so that later errors about the
     /// job, such as a queue the cluster lacks, can point the reader at it.
     pub line: u64,
@@ -115,6 +119,7 @@ impl Trace {
         let gpu_type = col("gpu_type", false)?;
         let cpu_milli = col("cpu_milli", false)?;
         let memory_mib = col("memory_mib", false)?;
+        let expected_runtime_s = col("expected_runtime_s", false)?;
 
         let mut jobs = Vec::new();
         let mut seen = JobIds::default();
@@ -132,6 +137,10 @@ impl Trace {
                 gpu_type: row.optional(gpu_type).map(str::to_owned),
                 cpu_milli: row.opt_uint(cpu_milli)?,
                 memory_mib: row.opt_uint(memory_mib)?,
+                expected_runtime_s: match row.optional(expected_runtime_s) {
+                    None => None,
+                    Some(_) => Some(row.float(expected_runtime_s, Bound::AboveZero)?),
+                },
                 line: row.line,
                 job_id: id,
             };

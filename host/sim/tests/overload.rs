@@ -52,6 +52,7 @@ fn overloaded_trace(jobs: usize, seed: u64) -> Vec<TraceJob> {
                 gpu_type: None,
                 cpu_milli: None,
                 memory_mib: None,
+                expected_runtime_s: None,
                 line: i as u64 + 2,
             }
         })

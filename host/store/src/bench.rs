@@ -82,6 +82,7 @@ pub fn sample_explanation(i: u64) -> Explanation {
         }],
         preempted: vec![],
         faults: vec![],
+        estimate: None,
     }
 }
 

@@ -20,13 +20,16 @@
 //! at the chunk's key, so the key and a record's position give its sequence number.
 
 use gantry_core::explain::{FilterExplain, NodeScore, QuotaExplain};
+use gantry_core::scheduler::plan::StartEstimate;
 use gantry_core::{Admission, Explanation, Outcome, PolicyRef};
 
 use crate::{Result, StoreError};
 
-/// The first byte of every record encoding. A later encoding would take the next number and
-/// keep decoding this one.
-pub(crate) const FORMAT: u8 = 1;
+/// The first byte of every record encoding. A later encoding takes the next number and keeps
+/// decoding the earlier ones: 2 added the start estimate at the end; 1 had none.
+pub(crate) const FORMAT: u8 = 2;
+/// Records written before start estimates: decoded with `estimate: None`.
+const FORMAT_WITHOUT_ESTIMATE: u8 = 1;
 /// The first byte of every chunk.
 const CHUNK_FORMAT: u8 = 1;
 /// At most this many records share a chunk. Why chunks: sled's cost is per key and per page
@@ -78,6 +81,7 @@ pub(crate) fn encode(e: &Explanation) -> Vec<u8> {
         policies,
         preempted,
         faults,
+        estimate,
     } = e;
     let mut w = Writer(Vec::with_capacity(512));
     w.byte(FORMAT);
@@ -165,12 +169,34 @@ pub(crate) fn encode(e: &Explanation) -> Vec<u8> {
     });
     w.list(preempted, |w, s| w.str(s));
     w.list(faults, |w, s| w.str(s));
+    match estimate {
+        None => w.byte(0),
+        Some(StartEstimate {
+            planned_at_s,
+            p10_s,
+            p50_s,
+            p90_s,
+            reservation,
+        }) => {
+            w.byte(1);
+            for v in [planned_at_s, p10_s, p50_s, p90_s] {
+                w.f64(*v);
+            }
+            match reservation {
+                None => w.byte(0),
+                Some(text) => {
+                    w.byte(1);
+                    w.str(text);
+                }
+            }
+        }
+    }
     w.0
 }
 
 pub(crate) fn decode(value: &[u8]) -> Result<Explanation> {
     let mut r = Reader(value);
-    r.format()?;
+    let format = r.format()?;
     let job = r.string()?;
     let outcome = match r.byte()? {
         0 => Outcome::Placed {
@@ -233,6 +259,21 @@ pub(crate) fn decode(value: &[u8]) -> Result<Explanation> {
     })?;
     let preempted = r.list(|r| r.string())?;
     let faults = r.list(|r| r.string())?;
+    let estimate = match (format, r.byte_if(format == FORMAT)?) {
+        (FORMAT_WITHOUT_ESTIMATE, _) | (_, Some(0)) => None,
+        (_, Some(1)) => Some(StartEstimate {
+            planned_at_s: r.f64()?,
+            p10_s: r.f64()?,
+            p50_s: r.f64()?,
+            p90_s: r.f64()?,
+            reservation: match r.byte()? {
+                0 => None,
+                1 => Some(r.string()?),
+                _ => return Err(MALFORMED),
+            },
+        }),
+        _ => return Err(MALFORMED),
+    };
     if !r.0.is_empty() {
         return Err(MALFORMED);
     }
@@ -255,6 +296,7 @@ pub(crate) fn decode(value: &[u8]) -> Result<Explanation> {
         policies,
         preempted,
         faults,
+        estimate,
     })
 }
 
@@ -351,11 +393,21 @@ impl Writer {
 struct Reader<'a>(&'a [u8]);
 
 impl<'a> Reader<'a> {
-    fn format(&mut self) -> Result<()> {
-        if self.byte()? != FORMAT {
-            return Err(MALFORMED);
+    /// The record's format byte, if this code reads it.
+    fn format(&mut self) -> Result<u8> {
+        match self.byte()? {
+            format @ (FORMAT | FORMAT_WITHOUT_ESTIMATE) => Ok(format),
+            _ => Err(MALFORMED),
         }
-        Ok(())
+    }
+
+    /// The next byte when `present`, else nothing read.
+    fn byte_if(&mut self, present: bool) -> Result<Option<u8>> {
+        if present {
+            self.byte().map(Some)
+        } else {
+            Ok(None)
+        }
     }
 
     fn byte(&mut self) -> Result<u8> {
@@ -447,12 +499,26 @@ mod tests {
         b.domain = None;
         b.priority = i32::MIN;
         b.time_s = -0.0;
+        b.estimate = Some(StartEstimate {
+            planned_at_s: 10.0,
+            p10_s: 20.0,
+            p50_s: 7800.5,
+            p90_s: f64::INFINITY,
+            reservation: Some("16 nodes in rack 3".into()),
+        });
         let mut c = crate::sample_explanation(3);
         c.quota.builtin = Admission::Within;
         c.priority = i32::MAX;
         c.pods = u32::MAX;
         c.policy_set = u64::MAX;
         c.time_s = f64::INFINITY;
+        c.estimate = Some(StartEstimate {
+            planned_at_s: 0.0,
+            p10_s: 0.0,
+            p50_s: 0.0,
+            p90_s: 0.0,
+            reservation: None,
+        });
         let mut empty = crate::sample_explanation(5);
         empty.job = String::new();
         empty.outcome = Outcome::Placed { nodes: vec![] };
@@ -516,6 +582,18 @@ mod tests {
         let mut long = value.clone();
         long.push(0);
         assert!(decode_chunk(&long).is_err());
+    }
+
+    #[test]
+    fn records_written_before_start_estimates_still_decode() {
+        let e = crate::sample_explanation(2);
+        assert_eq!(e.estimate, None);
+        let mut value = encode(&e);
+        // Format 1 is format 2 without the trailing estimate byte.
+        assert_eq!(value.pop(), Some(0));
+        value[0] = FORMAT_WITHOUT_ESTIMATE;
+        assert_eq!(decode(&value).unwrap(), e);
+        assert_eq!(decode_head(&value).unwrap().job, e.job);
     }
 
     #[test]

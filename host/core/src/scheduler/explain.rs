@@ -41,6 +41,7 @@ impl Scheduler {
             policies: Vec::new(),
             preempted: Vec::new(),
             faults: Vec::new(),
+            estimate: None,
         }
     }
 

@@ -6,6 +6,8 @@
 //! - [`evaluate`]: the filters and scores, chunk by chunk;
 //! - [`place`]: the nodes for every pod, topology-aware for gangs;
 //! - [`preempt`]: the victims that make room;
+//! - [`plan`]: runtime estimates, reservations for jobs blocked for room, the backfill rule and
+//!   start estimates;
 //! - [`baselines`]: the anchors Gantry is measured against (`k8s-default`, `coscheduling`);
 //! - [`explain`]: the explanation record's blank and its "waiting for" texts.
 //!
@@ -16,6 +18,7 @@ mod baselines;
 mod evaluate;
 mod explain;
 mod place;
+pub mod plan;
 mod preempt;
 pub mod queue;
 mod quota;
@@ -62,6 +65,10 @@ pub struct JobSpec {
     pub balloon: bool,
     pub topology: TopologyPref,
     pub submit_s: f64,
+    /// How long the job says it runs once started (a pod's `gantry.dev/expected-runtime`, a
+    /// trace's `expected_runtime_s`); the planner learns an estimate when it is absent.
+    #[serde(default)]
+    pub expected_runtime_s: Option<f64>,
 }
 
 impl JobSpec {
@@ -97,6 +104,9 @@ enum JobState {
         slots: Vec<Slot>,
         /// The cycle that placed it: a cycle never evicts what it placed itself.
         since_cycle: u64,
+        /// When it started, on the scheduler's clock: the planner's estimated end, and the
+        /// runtime it learns when the job finishes.
+        started_s: f64,
     },
     /// The baselines only: some pods hold nodes while their siblings wait (bound and running
     /// under `K8sDefault`, assumed at the permit stage under `Coscheduling`).
@@ -233,6 +243,11 @@ pub struct Scheduler {
     /// The chunk the next single pod starts evaluating at, so decisions spread their reads
     /// over the cluster. A `Cell` because evaluation borrows the scheduler immutably.
     next_chunk: std::cell::Cell<usize>,
+    /// The scheduler's clock: the latest time a cycle or the loop told it (seconds).
+    clock_s: f64,
+    /// Reservations, estimates and what finished jobs took (see [`plan`]).
+    plan: plan::Plan,
+    plan_config: plan::PlanConfig,
 }
 
 impl Scheduler {
@@ -258,7 +273,21 @@ impl Scheduler {
             policy_set: 0,
             queue_changes: 0,
             next_chunk: std::cell::Cell::new(0),
+            clock_s: 0.0,
+            plan: plan::Plan::default(),
+            plan_config: plan::PlanConfig::default(),
         }
+    }
+
+    /// Sets the planner's knobs (on by default for Gantry's cycle).
+    pub fn set_plan_config(&mut self, config: plan::PlanConfig) {
+        self.plan_config = config;
+    }
+
+    /// Moves the scheduler's clock to `now_s` (never back): start and end times of jobs are
+    /// read from it. The loop calls it before the cluster syncs.
+    pub fn advance_clock(&mut self, now_s: f64) {
+        self.clock_s = self.clock_s.max(now_s);
     }
 
     /// GPUs held by jobs whose every pod is running (not by the baselines' partial gangs).
@@ -311,9 +340,14 @@ impl Scheduler {
     pub fn reset(&mut self, state: ClusterState, queues: Queues) {
         let next_id = self.next_id;
         let cycle_no = self.cycle_no;
+        let runtimes = std::mem::take(&mut self.plan.runtimes);
+        let (clock_s, plan_config) = (self.clock_s, self.plan_config.clone());
         *self = Self::new(state, queues, self.symbols.clone(), self.config.clone());
         self.next_id = next_id;
         self.cycle_no = cycle_no;
+        self.clock_s = clock_s;
+        self.plan_config = plan_config;
+        self.plan.runtimes = runtimes;
     }
 
     /// Take a placed job off its nodes and back to the front of its queue, to be placed again
@@ -411,8 +445,18 @@ impl Scheduler {
             .filter(|&id| self.is_running(id))
     }
 
-    /// A job ends (or is withdrawn): free its nodes and its quota, and forget it.
+    /// A job ends (or is withdrawn): free its nodes and its quota, and forget it. A running
+    /// job's runtime so far teaches the planner what jobs like it take.
     pub fn finish(&mut self, id: JobId) {
+        if let Some(entry) = self.job_to_entry.get(&id)
+            && let JobState::Running { started_s, .. } = entry.state
+        {
+            self.plan
+                .runtimes
+                .observe(&entry.spec, self.clock_s - started_s);
+        }
+        self.drop_reservation(id);
+        self.plan.backfill_to_owner.remove(&id);
         self.release(id);
         self.queue.placed(id);
         self.job_to_entry.remove(&id);
@@ -456,6 +500,7 @@ impl Scheduler {
         entry.state = JobState::Running {
             slots,
             since_cycle: self.cycle_no,
+            started_s: self.clock_s,
         };
         self.running.insert(id);
         self.queue.placed(id);
@@ -532,6 +577,7 @@ impl Scheduler {
     /// priority and fair-share order, re-reading a queue's key after each admission, until
     /// no job is active or the attempt budget is spent.
     fn cycle_gantry(&mut self, now_s: f64, hooks: &mut dyn PolicyHooks) -> CycleOutput {
+        self.advance_clock(now_s);
         self.queues.decay_to(now_s);
         let mut out = CycleOutput::default();
         let version = hooks.set_version();
@@ -563,6 +609,15 @@ impl Scheduler {
             decision.explanation.policy_set = version;
             decision.explanation.policies.clone_from(&policies);
             out.decisions.push(decision);
+        }
+        // The plan, after what this cycle changed; each pending decision says when it expects
+        // to start.
+        self.replan(now_s);
+        for decision in &mut out.decisions {
+            if !decision.placed {
+                decision.explanation.estimate =
+                    self.plan.job_to_estimate.get(&decision.job).cloned();
+            }
         }
         out
     }
@@ -616,10 +671,40 @@ impl Scheduler {
             return decision(explanation);
         }
 
-        // Filter and score, then place.
-        let (capacity, scores) = self.evaluate(spec, hooks, &mut explanation);
+        // Filter and score, keep off other jobs' reservations unless done in time, then place.
+        let (mut capacity, scores) = self.evaluate(spec, hooks, &mut explanation);
+        self.mask_reserved(id, spec, now_s, &mut capacity);
         if let Some(placement) = self.place(spec, &capacity, &scores) {
             return self.commit(id, spec, placement, explanation, Vec::new());
+        }
+
+        // Its reservation is due, and jobs backfilled onto its nodes ran past their estimate:
+        // they give way, if that lets it start.
+        let overran = self.overrun_victims(id, now_s);
+        if !overran.is_empty() && self.fits_without(id, spec, &overran, now_s) {
+            for &victim in &overran {
+                explanation
+                    .preempted
+                    .push(self.job_to_entry[&victim].spec.name.clone());
+                self.evict(victim, now_s);
+            }
+            self.note_overrun_evictions(overran.len());
+            out.evicted.extend(&overran);
+            let (mut capacity, scores) = self.evaluate(spec, hooks, &mut explanation);
+            self.mask_reserved(id, spec, now_s, &mut capacity);
+            if let Some(placement) = self.place(spec, &capacity, &scores) {
+                return self.commit(id, spec, placement, explanation, overran);
+            }
+            explanation.outcome = Outcome::Pending {
+                waiting_for: "the rest of its reservation's nodes (it evicted the jobs that \
+                              overran there)"
+                    .into(),
+            };
+            self.queue.park(id, Blocked::Room, now_s, self.epochs());
+            return Decision {
+                victims: overran,
+                ..decision(explanation)
+            };
         }
 
         // Preemption: make room by evicting whole gangs that may give way to this job.
@@ -633,6 +718,8 @@ impl Scheduler {
                 self.evict(victim, now_s);
             }
             out.evicted.extend(&victims);
+            // A preemptor is not held off reservations: it outranks their jobs, whose
+            // reservations slip and are planned again.
             let (capacity, scores) = self.evaluate(spec, hooks, &mut explanation);
             if let Some(placement) = self.place(spec, &capacity, &scores) {
                 return self.commit(id, spec, placement, explanation, victims);
@@ -672,6 +759,7 @@ impl Scheduler {
             nodes.push((self.node_name(node), pods));
         }
         self.start(id, slots);
+        self.note_placed(id, &placement.node_pods);
         explanation.domain = placement.domain;
         explanation.outcome = Outcome::Placed { nodes };
         Decision {

@@ -186,7 +186,12 @@ impl Fixture {
         let nodes = node_table(&symbols, pools);
         let queues = Queues::new(queue_defs, capacity(&nodes), 3600.0).expect("valid queue tree");
         let initial = nodes.clone();
-        let sched = Scheduler::new(ClusterState::new(nodes), queues, symbols.clone(), config);
+        let mut sched = Scheduler::new(ClusterState::new(nodes), queues, symbols.clone(), config);
+        // The invariants hold with reservations holding nodes, too.
+        sched.set_plan_config(gantry_core::scheduler::plan::PlanConfig {
+            reservations: true,
+            ..Default::default()
+        });
         Self {
             sched,
             symbols,
@@ -242,6 +247,7 @@ impl Fixture {
             balloon: false,
             topology: TopologyPref::default(),
             submit_s: self.now_s,
+            expected_runtime_s: None,
         }
     }
 
