@@ -1,7 +1,8 @@
 //! Queues and quotas as `Queue` objects (`gantry.dev/v1alpha1`, deploy/crds/) on a real control
 //! plane, the CRD installed after gantry started (it finds the kind without a restart): the
-//! CRD's schema refuses a negative quota; a queue at its quota of 2 GPUs with no
-//! borrowing holds its third pod pending with the quota reason in FailedScheduling; a queue
+//! CRD's schema refuses a negative quota and a selector term without values; a queue at its
+//! quota of 2 GPUs with no borrowing holds its third pod pending with the quota reason in
+//! FailedScheduling; a queue
 //! whose cohort sibling is idle borrows beyond its quota; a Queue the scheduler cannot use (its
 //! parent does not exist) is left out without stopping anything, and says why in its status;
 //! the others' status shows the GPUs they use and their pending jobs. Kueue's
@@ -144,6 +145,24 @@ fn queue_objects_bound_and_lend_gpus() {
                 );
             }
             other => panic!("a negative quota was accepted: {other:?}"),
+        }
+        // A selector whose In has no values is refused too, with the CRD's message.
+        let bad = queue(
+            "bad-selector",
+            json!({"namespaceSelector": {"matchExpressions": [{"key": "team", "operator": "In"}]}}),
+        );
+        match queues.create(&pp, &bad).await {
+            Err(kube::Error::Api(status)) => {
+                assert_eq!(status.code, 422);
+                assert!(
+                    status
+                        .message
+                        .contains("In and NotIn need values; Exists and DoesNotExist take none"),
+                    "{}",
+                    status.message
+                );
+            }
+            other => panic!("a selector without values was accepted: {other:?}"),
         }
         // Two roots that lend to each other: lender's 8 GPUs are idle. `{}` selects every
         // namespace.
