@@ -41,6 +41,9 @@ pub struct LeaderArgs {
 pub struct KubeServe {
     pub kubeconfig: PathBuf,
     pub topology_labels: Vec<String>,
+    /// PriorityClasses and namespaces whose pods may be balloons (empty names dropped).
+    pub balloon_priority_classes: Vec<String>,
+    pub balloon_namespaces: Vec<String>,
     pub leader: LeaderArgs,
     pub duration_s: Option<f64>,
     pub no_policies: bool,
@@ -64,13 +67,35 @@ fn kube_config(topology_labels: &[String]) -> anyhow::Result<KubeConfig> {
 /// engine loop, with the live cluster as its source and binder.
 pub fn serve(opts: KubeServe) -> anyhow::Result<()> {
     let symbols = Symbols::new();
-    let config = kube_config(&opts.topology_labels)?;
+    let mut config = kube_config(&opts.topology_labels)?;
+    let named = |names: &[String]| {
+        names
+            .iter()
+            .filter(|n| !n.is_empty())
+            .cloned()
+            .collect::<std::collections::BTreeSet<String>>()
+    };
+    config.balloon_priority_classes = named(&opts.balloon_priority_classes);
+    config.balloon_namespaces = named(&opts.balloon_namespaces);
     let scheduler_name = config.scheduler_name.clone();
+    let list = |names: &std::collections::BTreeSet<String>| {
+        if names.is_empty() {
+            "none".to_string()
+        } else {
+            names.iter().cloned().collect::<Vec<_>>().join(", ")
+        }
+    };
+    let trusted = format!(
+        "  balloons (label gantry.dev/balloon) trusted from PriorityClass {} and namespace {}",
+        list(&config.balloon_priority_classes),
+        list(&config.balloon_namespaces)
+    );
     let mut cluster = KubeCluster::connect(&opts.kubeconfig, config)?.with_symbols(symbols.clone());
     println!(
         "gantry serve: scheduling pods with schedulerName {scheduler_name} in the cluster of {}; Ctrl-C stops",
         opts.kubeconfig.display()
     );
+    println!("{trusted}");
     let (live, tokens) = start_live(
         &opts.server,
         symbols.clone(),

@@ -65,6 +65,15 @@ pub struct ServeArgs {
     /// first (repeatable; default nvlink, rack and block under topology.gantry.dev/, then zone).
     #[arg(long = "topology-label", requires = "kubeconfig")]
     topology_labels: Vec<String>,
+    /// With --kubeconfig: pods of this PriorityClass labelled gantry.dev/balloon=true are
+    /// balloons (preempted first, charged to no queue); the label on any other pod is ignored
+    /// (repeatable; an empty value trusts no PriorityClass).
+    #[arg(long = "balloon-priority-class", default_value = gantry_kube::config::DEFAULT_BALLOON_PRIORITY_CLASS)]
+    balloon_priority_classes: Vec<String>,
+    /// With --kubeconfig: pods in this namespace labelled gantry.dev/balloon=true are balloons
+    /// whatever their PriorityClass (repeatable; default none).
+    #[arg(long = "balloon-namespace", requires = "kubeconfig")]
+    balloon_namespaces: Vec<String>,
     #[command(flatten)]
     leader: crate::kube::LeaderArgs,
     #[command(flatten)]
@@ -352,6 +361,8 @@ pub fn run(args: ServeArgs) -> anyhow::Result<()> {
         return crate::kube::serve(crate::kube::KubeServe {
             kubeconfig,
             topology_labels: args.topology_labels,
+            balloon_priority_classes: args.balloon_priority_classes,
+            balloon_namespaces: args.balloon_namespaces,
             leader: args.leader,
             duration_s: args.duration_s,
             no_policies: args.no_policies,

@@ -16,10 +16,12 @@ use kube::Api;
 use kube::api::{DeleteParams, ListParams, PostParams};
 use serde_json::json;
 
+/// A balloon from a trusted source: the label counts only with gantry's balloon PriorityClass
+/// (`--balloon-priority-class`, default gantry-balloon), which each test creates.
 fn balloon(name: &str, grace_s: i64) -> Pod {
     with_priority(
         pod(name, 8, json!({"gantry.dev/balloon": "true"})),
-        None,
+        Some("gantry-balloon"),
         grace_s,
     )
 }
@@ -39,6 +41,7 @@ fn balloons_give_way_to_a_high_priority_gang() {
     test_runtime().block_on(async {
         let client = client(&kubeconfig).await;
         create_priority_class(&client, "high", 1000).await;
+        create_priority_class(&client, "gantry-balloon", 0).await;
         let pods: Api<Pod> = Api::namespaced(client.clone(), "default");
         let pp = PostParams::default();
         for i in 0..4 {
@@ -109,6 +112,7 @@ fn budgets_and_graceful_termination_hold_the_preemptor_back() {
     test_runtime().block_on(async {
         let client = client(&kubeconfig).await;
         create_priority_class(&client, "high", 1000).await;
+        create_priority_class(&client, "gantry-balloon", 0).await;
         let pods: Api<Pod> = Api::namespaced(client.clone(), "default");
         let pp = PostParams::default();
         let budgets: Api<PodDisruptionBudget> = Api::namespaced(client.clone(), "default");

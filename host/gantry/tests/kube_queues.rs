@@ -1,17 +1,27 @@
 //! Queues and quotas as `Queue` objects (`gantry.dev/v1alpha1`, deploy/crds/) on a real control
 //! plane, the CRD installed after gantry started (it finds the kind without a restart): the
-//! CRD's schema refuses a negative quota; a queue at its quota of 2 GPUs with no
-//! borrowing holds its third pod pending with the quota reason in FailedScheduling; a queue
+//! CRD's schema refuses a negative quota and a selector term without values; a queue at its
+//! quota of 2 GPUs with no borrowing holds its third pod pending with the quota reason in
+//! FailedScheduling; a queue
 //! whose cohort sibling is idle borrows beyond its quota; a Queue the scheduler cannot use (its
 //! parent does not exist) is left out without stopping anything, and says why in its status;
-//! the others' status shows the GPUs they use and their pending jobs.
+//! the others' status shows the GPUs they use and their pending jobs. Kueue's
+//! `kueue.x-k8s.io/queue-name` names a LocalQueue (its CRD also installed after start), whose
+//! `spec.clusterQueue` is the queue charged.
+//!
+//! The tenant trust boundary, on the same control plane: queues admit only the namespaces their
+//! `namespaceSelector` selects; a pod in team-a naming team-b's queue, a cohort, or an
+//! undeclared queue stays pending with the reason in its FailedScheduling Event (posted once);
+//! a tenant's pod labelled `gantry.dev/balloon` without a trusted PriorityClass is charged to
+//! its queue like any other (its Queue's usedGpus, and a second pod held by the quota); and
+//! labelling team-a's namespace so team-b's selector selects it lets the refused pod bind.
 
 mod common;
 
 use std::time::Instant;
 
 use common::kube::*;
-use k8s_openapi::api::core::v1::Pod;
+use k8s_openapi::api::core::v1::{Namespace, Pod};
 use k8s_openapi::api::events::v1::Event;
 use k8s_openapi::apiextensions_apiserver::pkg::apis::apiextensions::v1::CustomResourceDefinition;
 use kube::Api;
@@ -22,6 +32,38 @@ fn queue(name: &str, spec: serde_json::Value) -> DynamicObject {
     let mut object = DynamicObject::new(name, &gantry_kube::queues::resource());
     object.data = json!({ "spec": spec });
     object
+}
+
+fn local_queue_resource() -> kube::api::ApiResource {
+    kube::api::ApiResource::from_gvk_with_plural(
+        &kube::api::GroupVersionKind::gvk("kueue.x-k8s.io", "v1beta1", "LocalQueue"),
+        "localqueues",
+    )
+}
+
+/// Kueue's LocalQueue CRD, reduced to what Gantry reads (`spec.clusterQueue`).
+fn local_queue_crd() -> CustomResourceDefinition {
+    serde_json::from_value(json!({
+        "metadata": {"name": "localqueues.kueue.x-k8s.io"},
+        "spec": {
+            "group": "kueue.x-k8s.io",
+            "names": {"kind": "LocalQueue", "plural": "localqueues", "singular": "localqueue"},
+            "scope": "Namespaced",
+            "versions": [{
+                "name": "v1beta1", "served": true, "storage": true,
+                "schema": {"openAPIV3Schema": {"type": "object", "properties": {
+                    "spec": {"type": "object", "properties": {"clusterQueue": {"type": "string"}}},
+                    "status": {"type": "object", "x-kubernetes-preserve-unknown-fields": true}
+                }}},
+                "subresources": {"status": {}}
+            }]
+        }
+    }))
+    .unwrap()
+}
+
+fn namespace(name: &str, labels: serde_json::Value) -> Namespace {
+    serde_json::from_value(json!({"metadata": {"name": name, "labels": labels}})).unwrap()
 }
 
 #[test]
@@ -39,21 +81,52 @@ fn queue_objects_bound_and_lend_gpus() {
     let data = tempfile::tempdir().unwrap();
     let _serve = serve_kube(&kubeconfig, data.path());
     runtime.block_on(async {
-        // The CRD from deploy/, installed after gantry started: it looks for the kind again
-        // every 30 s and watches it once it is served.
+        // The tenants' namespaces: team-a's and team-b's queues select them by label.
+        let namespaces: Api<Namespace> = Api::all(client.clone());
+        let pp = PostParams::default();
+        namespaces
+            .create(&pp, &namespace("team-a", json!({"gantry.dev/team": "a"})))
+            .await
+            .unwrap();
+        namespaces
+            .create(
+                &pp,
+                &namespace("team-b", json!({"gantry.dev/team-b": "member"})),
+            )
+            .await
+            .unwrap();
+        // The CRDs, installed after gantry started: it looks for the kinds again every 30 s
+        // and watches each once it is served. Queue's from deploy/, Kueue's LocalQueue
+        // reduced to what gantry reads.
         let text =
             std::fs::read_to_string(repo().join("deploy/crds/queues.gantry.dev.yaml")).unwrap();
         let crd: CustomResourceDefinition = serde_yaml::from_str(&text).unwrap();
-        Api::<CustomResourceDefinition>::all(client.clone())
-            .create(&PostParams::default(), &crd)
-            .await
-            .unwrap();
-        let pp = PostParams::default();
+        let crds: Api<CustomResourceDefinition> = Api::all(client.clone());
+        crds.create(&pp, &local_queue_crd()).await.unwrap();
+        crds.create(&pp, &crd).await.unwrap();
+        let local_queues: Api<DynamicObject> =
+            Api::namespaced_with(client.clone(), "default", &local_queue_resource());
+        until("the LocalQueue API to serve", || async {
+            let mut object = DynamicObject::new("team-queue", &local_queue_resource());
+            object.data = json!({"spec": {"clusterQueue": "borrower"}});
+            local_queues.create(&pp, &object).await.ok()
+        })
+        .await;
         until("the Queue API to serve", || async {
             queues
                 .create(
                     &pp,
-                    &queue("capped", json!({"nominalGpus": 2, "borrowingLimitGpus": 0})),
+                    &queue(
+                        "capped",
+                        json!({
+                            "nominalGpus": 2,
+                            "borrowingLimitGpus": 0,
+                            // Every namespace carries its name as this label.
+                            "namespaceSelector": {
+                                "matchLabels": {"kubernetes.io/metadata.name": "default"}
+                            }
+                        }),
+                    ),
                 )
                 .await
                 .ok()
@@ -73,13 +146,77 @@ fn queue_objects_bound_and_lend_gpus() {
             }
             other => panic!("a negative quota was accepted: {other:?}"),
         }
-        // Two roots that lend to each other: lender's 8 GPUs are idle.
+        // A selector whose In has no values is refused too, with the CRD's message.
+        let bad = queue(
+            "bad-selector",
+            json!({"namespaceSelector": {"matchExpressions": [{"key": "team", "operator": "In"}]}}),
+        );
+        match queues.create(&pp, &bad).await {
+            Err(kube::Error::Api(status)) => {
+                assert_eq!(status.code, 422);
+                assert!(
+                    status
+                        .message
+                        .contains("In and NotIn need values; Exists and DoesNotExist take none"),
+                    "{}",
+                    status.message
+                );
+            }
+            other => panic!("a selector without values was accepted: {other:?}"),
+        }
+        // Two roots that lend to each other: lender's 8 GPUs are idle. `{}` selects every
+        // namespace.
         queues
-            .create(&pp, &queue("lender", json!({"nominalGpus": 8})))
+            .create(
+                &pp,
+                &queue("lender", json!({"nominalGpus": 8, "namespaceSelector": {}})),
+            )
             .await
             .unwrap();
         queues
-            .create(&pp, &queue("borrower", json!({"nominalGpus": 2})))
+            .create(
+                &pp,
+                &queue(
+                    "borrower",
+                    json!({"nominalGpus": 2, "namespaceSelector": {}}),
+                ),
+            )
+            .await
+            .unwrap();
+        // The tenants: a cohort of two teams, each admitting its own namespaces.
+        queues
+            .create(&pp, &queue("research", json!({"nominalGpus": 3})))
+            .await
+            .unwrap();
+        queues
+            .create(
+                &pp,
+                &queue(
+                    "team-a",
+                    json!({
+                        "parent": "research",
+                        "nominalGpus": 2,
+                        "borrowingLimitGpus": 0,
+                        "namespaceSelector": {"matchLabels": {"gantry.dev/team": "a"}}
+                    }),
+                ),
+            )
+            .await
+            .unwrap();
+        queues
+            .create(
+                &pp,
+                &queue(
+                    "team-b",
+                    json!({
+                        "parent": "research",
+                        "nominalGpus": 1,
+                        "namespaceSelector": {"matchExpressions": [
+                            {"key": "gantry.dev/team-b", "operator": "Exists"}
+                        ]}
+                    }),
+                ),
+            )
             .await
             .unwrap();
         queues
@@ -107,12 +244,13 @@ fn queue_objects_bound_and_lend_gpus() {
             );
             pods.create(&pp, &p).await.unwrap();
         }
-        // Four GPUs in a queue of two: it borrows two of lender's idle eight.
+        // Four GPUs in a queue of two: it borrows two of lender's idle eight. Kueue's label
+        // names the namespace's LocalQueue, which points to borrower.
         for i in 0..4 {
             let p = pod(
                 &format!("borrow-{i}"),
                 1,
-                json!({"kueue.x-k8s.io/queue-name": "borrower"}),
+                json!({"kueue.x-k8s.io/queue-name": "team-queue"}),
             );
             pods.create(&pp, &p).await.unwrap();
         }
@@ -161,6 +299,14 @@ fn queue_objects_bound_and_lend_gpus() {
             (status["usedGpus"] == 2 && status["pendingJobs"] == 1).then_some(())
         })
         .await;
+        until(
+            "the borrower Queue's status to count the LocalQueue's pods",
+            || async {
+                let status = queues.get("borrower").await.ok()?.data["status"].clone();
+                (status["usedGpus"] == 4).then_some(())
+            },
+        )
+        .await;
         let problem = until("the orphan Queue's problem in its status", || async {
             let status = queues.get("orphan").await.ok()?.data["status"].clone();
             status["problem"].as_str().map(str::to_string)
@@ -181,6 +327,111 @@ fn queue_objects_bound_and_lend_gpus() {
             .unwrap();
         until("the held pod to bind under the raised quota", || async {
             node_of(&pods.get(&held).await.ok()?)
+        })
+        .await;
+    });
+    runtime.block_on(async {
+        let pods: Api<Pod> = Api::namespaced(client.clone(), "team-a");
+        let events: Api<Event> = Api::namespaced(client.clone(), "team-a");
+        let pp = PostParams::default();
+        // (1) team-b's queue from team-a, (2) a cohort, (3) an undeclared queue: refused.
+        let refused = [
+            (
+                "intruder",
+                "team-b",
+                "queue \"team-b\" does not admit pods from namespace \"team-a\" (its namespaceSelector does not select it)",
+            ),
+            (
+                "cohort",
+                "research",
+                "\"research\" is a cohort, not a queue: name one of its queues (team-a, team-b)",
+            ),
+            (
+                "undeclared",
+                "nope",
+                "queue \"nope\" is not declared: declared queues are borrower, capped, lender, team-a, team-b",
+            ),
+        ];
+        for (name, queue, _) in refused {
+            pods.create(&pp, &pod(name, 1, json!({"gantry.dev/queue": queue})))
+                .await
+                .unwrap();
+        }
+        // A tenant's pod that calls itself a balloon, with no trusted PriorityClass: it is
+        // charged to team-a (2 GPUs, the whole quota), and not given away as a balloon.
+        pods.create(
+            &pp,
+            &pod(
+                "fake-balloon",
+                2,
+                json!({"gantry.dev/queue": "team-a", "gantry.dev/balloon": "true"}),
+            ),
+        )
+        .await
+        .unwrap();
+        until("the tenant's balloon-labelled pod to bind", || async {
+            node_of(&pods.get("fake-balloon").await.ok()?)
+        })
+        .await;
+        for (name, _, expected) in refused {
+            let (_, reason, message) = until(&format!("{name}'s refusal"), || async {
+                let condition = scheduled_condition(&pods.get(name).await.ok()?)?;
+                (condition.2 == expected).then_some(condition)
+            })
+            .await;
+            assert_eq!((reason.as_str(), message.as_str()), ("Unschedulable", expected));
+        }
+        let team_a_used = until("team-a's status to charge the balloon-labelled pod", || async {
+            let status = queues.get("team-a").await.ok()?.data["status"].clone();
+            status["usedGpus"].as_u64().filter(|&used| used > 0)
+        })
+        .await;
+        assert_eq!(team_a_used, 2);
+        // A second team-a pod is held by the quota: the first was charged, not a balloon
+        // (a real balloon would give way to it).
+        pods.create(&pp, &pod("second", 1, json!({"gantry.dev/queue": "team-a"})))
+            .await
+            .unwrap();
+        let quota =
+            "Waiting for quota: queue team-a would borrow 1 GPUs, over its borrowing limit of 0.";
+        until("the second team-a pod to report its quota", || async {
+            let condition = scheduled_condition(&pods.get("second").await.ok()?)?;
+            (condition.2 == quota).then_some(())
+        })
+        .await;
+        // Each refusal is posted once, not every pass, and nothing refused was bound.
+        tokio::time::sleep(std::time::Duration::from_secs(2)).await;
+        let list = events.list(&ListParams::default()).await.unwrap().items;
+        for (name, _, expected) in refused {
+            let posted = notes(&list, name, "FailedScheduling");
+            assert_eq!(
+                posted.iter().filter(|n| *n == expected).count(),
+                1,
+                "{name}: {posted:?}"
+            );
+            assert_eq!(node_of(&pods.get(name).await.unwrap()), None, "{name}");
+        }
+        assert_eq!(node_of(&pods.get("second").await.unwrap()), None);
+        assert!(node_of(&pods.get("fake-balloon").await.unwrap()).is_some());
+        // team-a's namespace gets the label team-b's selector asks for: the intruder is
+        // admitted now, and binds in team-b.
+        Api::<Namespace>::all(client.clone())
+            .patch(
+                "team-a",
+                &kube::api::PatchParams::default(),
+                &kube::api::Patch::Merge(
+                    json!({"metadata": {"labels": {"gantry.dev/team-b": "guest"}}}),
+                ),
+            )
+            .await
+            .unwrap();
+        until("the intruder to bind once its namespace is admitted", || async {
+            node_of(&pods.get("intruder").await.ok()?)
+        })
+        .await;
+        until("team-b's status to count it", || async {
+            let status = queues.get("team-b").await.ok()?.data["status"].clone();
+            (status["usedGpus"] == 1).then_some(())
         })
         .await;
     });

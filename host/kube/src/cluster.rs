@@ -14,7 +14,7 @@ use futures::StreamExt;
 use gantry_core::{
     BindOutcome, Binder, Changes, ClusterSource, CycleOutput, JobId, Scheduler, Symbols,
 };
-use k8s_openapi::api::core::v1::{Binding, Node, ObjectReference, Pod};
+use k8s_openapi::api::core::v1::{Binding, Namespace, Node, ObjectReference, Pod};
 use k8s_openapi::api::events::v1::Event;
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::{MicroTime, ObjectMeta};
 use kube::api::{ApiResource, DynamicObject, GroupVersionKind, Patch, PatchParams, PostParams};
@@ -70,11 +70,18 @@ pub struct KubeCluster {
     pod_groups: Option<Store<DynamicObject>>,
     /// Gantry's `Queue` objects; `None` when the cluster has no such CRD.
     queues: Option<Store<DynamicObject>>,
+    /// Every namespace: their labels decide which Queues their pods may use.
+    namespaces: Store<Namespace>,
+    /// Kueue's `LocalQueue`s, through which `kueue.x-k8s.io/queue-name` names a queue; `None`
+    /// when the cluster has no such CRD.
+    local_queues: Option<Store<DynamicObject>>,
     /// What each cache changed since the last sync (both pod caches share one log).
     node_log: SharedLog,
     pod_log: SharedLog,
     group_log: SharedLog,
     queue_log: SharedLog,
+    namespace_log: SharedLog,
+    local_queue_log: SharedLog,
     /// Bumped by every watch event (any cache), so an idle loop can tell nothing happened.
     generation: Arc<AtomicU64>,
     /// The scheduler's view of the caches, kept up to date by [`ClusterSource::sync`].
@@ -109,7 +116,13 @@ pub struct KubeCluster {
     /// start is still listing) what they hold is not applied.
     groups_ready: bool,
     queues_ready: bool,
+    local_queues_ready: bool,
 }
+
+/// Kueue's API group, and the versions of `LocalQueue` Gantry reads, preferred first (only
+/// `spec.clusterQueue` is read, which both have).
+const KUEUE_GROUP: &str = "kueue.x-k8s.io";
+const KUEUE_VERSIONS: [&str; 2] = ["v1beta2", "v1beta1"];
 
 /// How often kinds the cluster did not serve are looked for again.
 const DISCOVER_EVERY: Duration = Duration::from_secs(30);
@@ -253,8 +266,14 @@ impl KubeCluster {
         let evict_client = client_with(&runtime, path, false, Some(CALL_TIMEOUT))?;
         let write_client = client_with(&runtime, path, true, Some(CALL_TIMEOUT))?;
         let generation = Arc::new(AtomicU64::new(0));
-        let [node_log, pod_log, group_log, queue_log] =
-            std::array::from_fn(|_| SharedLog::default());
+        let [
+            node_log,
+            pod_log,
+            group_log,
+            queue_log,
+            namespace_log,
+            local_queue_log,
+        ] = std::array::from_fn(|_| SharedLog::default());
         let nodes = reflect(
             &runtime,
             Api::<Node>::all(client.clone()),
@@ -286,6 +305,15 @@ impl KubeCluster {
             "bound pods",
             (),
         );
+        let namespaces = reflect(
+            &runtime,
+            Api::<Namespace>::all(client.clone()),
+            watcher::Config::default(),
+            generation.clone(),
+            namespace_log.clone(),
+            "namespaces",
+            (),
+        );
         let tracker = Tracker::new(config.clone(), Symbols::new());
         let mut cluster = Self {
             runtime,
@@ -296,10 +324,14 @@ impl KubeCluster {
             bound,
             pod_groups: None,
             queues: None,
+            namespaces,
+            local_queues: None,
             node_log,
             pod_log,
             group_log,
             queue_log,
+            namespace_log,
+            local_queue_log,
             generation,
             tracker,
             built: false,
@@ -316,6 +348,7 @@ impl KubeCluster {
             last_discovery: Instant::now(),
             groups_ready: false,
             queues_ready: false,
+            local_queues_ready: false,
         };
         // The optional kinds: a kind the cluster does not serve is not watched (its cache
         // would never sync), and is looked for again every DISCOVER_EVERY, so a CRD installed
@@ -385,6 +418,34 @@ impl KubeCluster {
                 served,
             ));
         }
+        if self.local_queues.is_none() {
+            let version = KUEUE_VERSIONS
+                .into_iter()
+                .find(|v| self.serves(&format!("{KUEUE_GROUP}/{v}"), "localqueues"));
+            if let Some(version) = version {
+                let resource = ApiResource::from_gvk_with_plural(
+                    &GroupVersionKind::gvk(KUEUE_GROUP, version, "LocalQueue"),
+                    "localqueues",
+                );
+                self.local_queues = Some(reflect(
+                    &self.runtime,
+                    Api::<DynamicObject>::all_with(self.client.clone(), &resource),
+                    watcher::Config::default(),
+                    self.generation.clone(),
+                    self.local_queue_log.clone(),
+                    "local queues",
+                    resource,
+                ));
+            }
+            found.push((
+                if version.is_some() {
+                    "kueue.x-k8s.io LocalQueue found: kueue.x-k8s.io/queue-name names a LocalQueue in the pod's namespace"
+                } else {
+                    "no kueue.x-k8s.io LocalQueue in this cluster (yet): while Queues are declared, pods labelled kueue.x-k8s.io/queue-name are refused"
+                },
+                version.is_some(),
+            ));
+        }
         found
     }
 
@@ -424,6 +485,10 @@ impl KubeCluster {
                 }
                 if let Some(queues) = &self.queues {
                     let _ = queues.wait_until_ready().await;
+                }
+                let _ = self.namespaces.wait_until_ready().await;
+                if let Some(local_queues) = &self.local_queues {
+                    let _ = local_queues.wait_until_ready().await;
                 }
             };
             tokio::time::timeout(timeout, all)
@@ -465,15 +530,65 @@ impl KubeCluster {
 
     /// Reads the Queue objects again, logging each new problem once.
     fn refresh_queues(&mut self, scheduler: &mut Scheduler) {
-        let (declared, problems) = match &self.queues {
+        let (declared, left_out) = match &self.queues {
             Some(store) => crate::queues::check(&store.state()),
             None => (Vec::new(), Vec::new()),
         };
+        let problems: Vec<String> = left_out.iter().map(|(_, p)| p.clone()).collect();
         for problem in problems.iter().filter(|p| !self.queue_problems.contains(p)) {
             tracing::warn!(%problem, "Queue left out");
         }
         self.queue_problems = problems;
-        self.tracker.queues_changed(scheduler, declared);
+        self.tracker
+            .queues_changed(scheduler, declared, &left_out.into_iter().collect());
+    }
+
+    /// Applies the namespaces the cache changed (all of them after a list).
+    fn refresh_namespaces(&mut self, log: ChangeLog) {
+        let labels = |ns: &Namespace| ns.metadata.labels.clone().unwrap_or_default();
+        if log.relisted {
+            let all = self
+                .namespaces
+                .state()
+                .iter()
+                .map(|ns| (ns.name_any(), labels(ns)))
+                .collect();
+            self.tracker.namespaces_listed(all);
+            return;
+        }
+        for (_, name) in log.keys {
+            let namespace = self.namespaces.get(&ObjectRef::new(&name));
+            self.tracker
+                .namespace_changed(&name, namespace.as_deref().map(labels));
+        }
+    }
+
+    /// Reads the LocalQueues' `spec.clusterQueue` again (a LocalQueue cache counts once it
+    /// holds a full list).
+    fn refresh_local_queues(&mut self) {
+        let served = self.local_queues.is_some() && self.local_queues_ready;
+        let all: HashMap<PodKey, String> = self
+            .local_queues
+            .iter()
+            .filter(|_| served)
+            .flat_map(|store| store.state())
+            .filter_map(|local| {
+                let cluster_queue = local
+                    .data
+                    .get("spec")
+                    .and_then(|s| s.get("clusterQueue"))
+                    .and_then(|q| q.as_str())
+                    .unwrap_or_default();
+                Some((
+                    (
+                        local.metadata.namespace.clone()?,
+                        local.metadata.name.clone()?,
+                    ),
+                    cluster_queue.to_string(),
+                ))
+            })
+            .collect();
+        self.tracker.local_queues_changed(served, all);
     }
 
     /// Reads the PodGroups' `minMember` again.
@@ -874,7 +989,7 @@ impl ClusterSource for KubeCluster {
         // until they are gone.
         let evicted = std::mem::take(&mut self.evicted);
         self.tracker.evicted(scheduler, &evicted);
-        if (self.pod_groups.is_none() || self.queues.is_none())
+        if (self.pod_groups.is_none() || self.queues.is_none() || self.local_queues.is_none())
             && self.last_discovery.elapsed() >= DISCOVER_EVERY
         {
             for (what, found) in self.discover() {
@@ -887,10 +1002,23 @@ impl ClusterSource for KubeCluster {
         let pods = take(&self.pod_log);
         let groups = take(&self.group_log);
         let queues = take(&self.queue_log);
+        let namespaces = take(&self.namespace_log);
+        let local_queues = take(&self.local_queue_log);
         // A kind's cache counts once it holds a full list (a kind found after start lists
         // first); until then the kind applies as absent.
         self.groups_ready |= groups.relisted;
         self.queues_ready |= queues.relisted;
+        self.local_queues_ready |= local_queues.relisted;
+        // Namespaces and LocalQueues before the Queues and pods: which queue a pod may use
+        // depends on them.
+        if !self.built || namespaces.relisted || !namespaces.keys.is_empty() {
+            let mut namespaces = namespaces;
+            namespaces.relisted |= !self.built;
+            self.refresh_namespaces(namespaces);
+        }
+        if !self.built || local_queues.relisted || !local_queues.keys.is_empty() {
+            self.refresh_local_queues();
+        }
         let queues_changed = (!self.built || queues.relisted || !queues.keys.is_empty())
             && (self.queues_ready || self.queues.is_none());
         if queues_changed {

@@ -1,4 +1,6 @@
-//! Which labels, resources and names Gantry reads from a live cluster.
+//! Which labels, resources and names Gantry reads from a live cluster, and whom it trusts.
+
+use std::collections::BTreeSet;
 
 /// One topology level and the node label that names a node's domain in it.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -31,6 +33,9 @@ pub fn default_topology_key(level: &str) -> String {
     format!("topology.gantry.dev/{level}")
 }
 
+/// The PriorityClass whose pods may be balloons by default.
+pub const DEFAULT_BALLOON_PRIORITY_CLASS: &str = "gantry-balloon";
+
 /// The labels and names Gantry reads. The defaults follow kube-scheduler, the NVIDIA device
 /// plugin, scheduler-plugins and Kueue, so that existing clusters work unchanged.
 #[derive(Debug, Clone)]
@@ -44,8 +49,12 @@ pub struct KubeConfig {
     /// Node label with the GPU model (the GPU feature discovery label); a pod's node selector on
     /// the same key asks for that model.
     pub gpu_type_label: String,
-    /// Pod labels naming the queue, first match wins.
-    pub queue_labels: Vec<String>,
+    /// Pod label naming a Gantry `Queue` directly (subject to its `namespaceSelector`). It wins
+    /// over [`KubeConfig::local_queue_label`] when a pod has both.
+    pub queue_label: String,
+    /// Kueue's pod label: it names a `LocalQueue` in the pod's namespace, whose
+    /// `spec.clusterQueue` is the Gantry queue used (see [`crate::tenancy`]).
+    pub local_queue_label: String,
     /// The queue of a pod without a queue label.
     pub default_queue: String,
     /// Gantry's own gang labels: the gang's name and its size.
@@ -54,8 +63,16 @@ pub struct KubeConfig {
     /// scheduler-plugins' pod label naming the pod's `PodGroup` (in the pod's namespace).
     pub pod_group_label: String,
     /// Pod label that marks a balloon (`"true"`): a placeholder holding capacity, preempted
-    /// first by any real work, as OpenAI's clusters ran them.
+    /// first by any real work and charged to no queue, as OpenAI's clusters ran them. Honoured
+    /// only for pods from a trusted source (the two sets below): any tenant can set a label.
     pub balloon_label: String,
+    /// PriorityClasses whose pods may be balloons (`--balloon-priority-class`). Which
+    /// namespaces may use a PriorityClass is the cluster admin's to restrict (a ResourceQuota
+    /// with a `priorityClass` scope selector).
+    pub balloon_priority_classes: BTreeSet<String>,
+    /// Namespaces whose pods may be balloons whatever their PriorityClass
+    /// (`--balloon-namespace`).
+    pub balloon_namespaces: BTreeSet<String>,
 }
 
 impl Default for KubeConfig {
@@ -69,15 +86,15 @@ impl Default for KubeConfig {
                 .collect(),
             gpu_resource: "nvidia.com/gpu".into(),
             gpu_type_label: "nvidia.com/gpu.product".into(),
-            queue_labels: vec![
-                "gantry.dev/queue".into(),
-                "kueue.x-k8s.io/queue-name".into(),
-            ],
+            queue_label: "gantry.dev/queue".into(),
+            local_queue_label: "kueue.x-k8s.io/queue-name".into(),
             default_queue: "default".into(),
             gang_label: "gantry.dev/gang".into(),
             gang_size_label: "gantry.dev/gang-size".into(),
             pod_group_label: "scheduling.x-k8s.io/pod-group".into(),
             balloon_label: "gantry.dev/balloon".into(),
+            balloon_priority_classes: [DEFAULT_BALLOON_PRIORITY_CLASS.to_string()].into(),
+            balloon_namespaces: BTreeSet::new(),
         }
     }
 }

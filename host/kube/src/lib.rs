@@ -2,8 +2,9 @@
 //! `gantry-sim`, that differs between a real cluster and the simulator.
 //!
 //! - **Source** ([`KubeCluster`]): reflectors (watch caches) over nodes, over our unbound pods
-//!   (`spec.schedulerName: gantry`), over every bound pod (for accounting) and over
-//!   scheduler-plugins' `PodGroup`s. Nothing is listed per cycle or per node; nothing is scheduled
+//!   (`spec.schedulerName: gantry`), over every bound pod (for accounting), over namespaces
+//!   (their labels, for the Queues' `namespaceSelector`), over scheduler-plugins' `PodGroup`s
+//!   and over Kueue's `LocalQueue`s. Nothing is listed per cycle or per node; nothing is scheduled
 //!   until every cache has synced. [`tracker::Tracker`] keeps one long-lived scheduler up to date
 //!   from the keys each watch event changed, using [`mapping`]'s rules: a node table
 //!   (topology from labels, GPUs from `nvidia.com/gpu`, health from conditions and taints)
@@ -16,6 +17,10 @@
 //!   running jobs the core may preempt; victims go through the Eviction API (PodDisruptionBudgets
 //!   apply) and the preemptor is nominated, not bound, until they are gone.
 //! - **Queues** ([`queues`]): `Queue` objects (`gantry.dev/v1alpha1`) are the quota tree.
+//! - **Tenancy** ([`tenancy`]): which queue a pod may use, from each Queue's
+//!   `namespaceSelector`, the namespace's labels and Kueue's `LocalQueue`s, never from the pod's
+//!   labels alone; a refused pod waits with the reason. Balloons count only from trusted
+//!   PriorityClasses or namespaces.
 //! - **Leader election** ([`leader`]): a `coordination.k8s.io/v1` Lease; only its holder binds.
 //!
 //! The core stays pure: kube types stop at this crate's boundary.
@@ -29,6 +34,7 @@ pub mod mapping;
 pub mod nodes;
 pub mod quantity;
 pub mod queues;
+pub mod tenancy;
 pub mod tracker;
 
 pub use cluster::KubeCluster;

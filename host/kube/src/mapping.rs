@@ -131,18 +131,43 @@ fn label<'a>(pod: &'a Pod, key: &str) -> Option<&'a str> {
         .map(String::as_str)
 }
 
-/// Whether a bound pod is a balloon: a placeholder holding capacity that gives way at once.
+/// Whether a pod is a balloon: a placeholder holding capacity that gives way at once and is
+/// charged to no queue. The label alone is a tenant's claim; it counts only for a pod whose
+/// PriorityClass or namespace is trusted ([`KubeConfig::balloon_priority_classes`],
+/// [`KubeConfig::balloon_namespaces`]), otherwise the pod is ordinary work, charged to its queue.
 pub(crate) fn is_balloon(pod: &Pod, config: &KubeConfig) -> bool {
-    label(pod, &config.balloon_label) == Some("true")
+    if label(pod, &config.balloon_label) != Some("true") {
+        return false;
+    }
+    let class = pod
+        .spec
+        .as_ref()
+        .and_then(|s| s.priority_class_name.as_deref());
+    let namespace = pod.metadata.namespace.as_deref().unwrap_or_default();
+    class.is_some_and(|c| config.balloon_priority_classes.contains(c))
+        || config.balloon_namespaces.contains(namespace)
 }
 
-pub(crate) fn queue_of(pod: &Pod, config: &KubeConfig) -> String {
-    config
-        .queue_labels
-        .iter()
-        .find_map(|key| label(pod, key))
-        .unwrap_or(&config.default_queue)
-        .to_string()
+/// What a pod's labels say about its queue, before anything is checked.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum QueueClaim {
+    /// [`KubeConfig::queue_label`]: a Gantry `Queue` by name.
+    Queue(String),
+    /// [`KubeConfig::local_queue_label`]: a Kueue `LocalQueue` in the pod's namespace.
+    LocalQueue(String),
+    /// No queue label: [`KubeConfig::default_queue`].
+    Default,
+}
+
+/// The pod's queue label, Gantry's first.
+pub(crate) fn queue_claim(pod: &Pod, config: &KubeConfig) -> QueueClaim {
+    if let Some(queue) = label(pod, &config.queue_label) {
+        QueueClaim::Queue(queue.into())
+    } else if let Some(local) = label(pod, &config.local_queue_label) {
+        QueueClaim::LocalQueue(local.into())
+    } else {
+        QueueClaim::Default
+    }
 }
 
 /// How a pod belongs to a gang: the key its job is grouped by.
@@ -157,6 +182,13 @@ pub(crate) enum Gang {
 }
 
 impl Gang {
+    /// The namespace its pods are in.
+    pub(crate) fn namespace(&self) -> &str {
+        match self {
+            Gang::Single(ns, _) | Gang::PodGroup(ns, _) | Gang::Labels(ns, _, _) => ns,
+        }
+    }
+
     /// The job's name: `namespace/pod` for a single pod, `namespace/group` for a gang.
     pub(crate) fn job_name(&self) -> String {
         match self {

@@ -4,11 +4,16 @@
 //! name is the object's name. The CRD's schema rejects wrong types and negative numbers; what
 //! a schema cannot see (a missing parent, a loop, a lending limit over the quota) is checked
 //! here, and such a queue is left out with a reason instead of stopping the scheduler.
+//!
+//! `spec.namespaceSelector` (a label selector, as Kueue's ClusterQueue has it) says which
+//! namespaces' pods may use the queue: absent or null none, `{}` all (see [`crate::tenancy`]).
 
 use std::collections::HashMap;
 
 use gantry_core::QueueDef;
 use kube::api::{ApiResource, DynamicObject, GroupVersionKind};
+
+use crate::tenancy::NamespaceSelector;
 
 /// The API group and version of [`resource`].
 pub const GROUP: &str = "gantry.dev";
@@ -19,8 +24,16 @@ pub fn resource() -> ApiResource {
     ApiResource::from_gvk_with_plural(&GroupVersionKind::gvk(GROUP, VERSION, "Queue"), "queues")
 }
 
-/// One `Queue` object's spec as a [`QueueDef`], or why it cannot be used.
-pub fn parse(object: &DynamicObject) -> Result<QueueDef, String> {
+/// A usable `Queue`: its place in the tree and quotas, and which namespaces may use it.
+#[derive(Debug, Clone, PartialEq)]
+pub struct DeclaredQueue {
+    pub def: QueueDef,
+    /// `None` when absent or null: no namespace may use the queue.
+    pub namespace_selector: Option<NamespaceSelector>,
+}
+
+/// One `Queue` object's spec, or why it cannot be used.
+pub fn parse(object: &DynamicObject) -> Result<DeclaredQueue, String> {
     let name = object.metadata.name.clone().unwrap_or_default();
     let spec = object.data.get("spec");
     let field = |key: &str| spec.and_then(|s| s.get(key)).filter(|v| !v.is_null());
@@ -53,6 +66,13 @@ pub fn parse(object: &DynamicObject) -> Result<QueueDef, String> {
             u32::MAX
         ));
     }
+    let namespace_selector = match field("namespaceSelector") {
+        None => None,
+        Some(value) => Some(
+            NamespaceSelector::parse(value)
+                .map_err(|e| format!("queue {name}: spec.namespaceSelector: {e}"))?,
+        ),
+    };
     let def = QueueDef {
         name: name.clone(),
         parent,
@@ -69,24 +89,36 @@ pub fn parse(object: &DynamicObject) -> Result<QueueDef, String> {
             def.nominal_gpus
         ));
     }
-    Ok(def)
+    Ok(DeclaredQueue {
+        def,
+        namespace_selector,
+    })
 }
 
-/// The usable queues of `objects`, parents before children, and one line per queue left out.
-/// A queue whose parent is missing, left out, or part of a loop is left out too.
-pub fn check(objects: &[std::sync::Arc<DynamicObject>]) -> (Vec<QueueDef>, Vec<String>) {
+/// The usable queues of `objects`, parents before children, and per queue left out its name
+/// and one line saying why. A queue whose parent is missing, left out, or part of a loop is
+/// left out too.
+pub fn check(
+    objects: &[std::sync::Arc<DynamicObject>],
+) -> (Vec<DeclaredQueue>, Vec<(String, String)>) {
     let mut problems = Vec::new();
-    let mut defs: Vec<QueueDef> = Vec::new();
+    let mut queues: Vec<DeclaredQueue> = Vec::new();
     for object in objects {
         match parse(object) {
-            Ok(def) => defs.push(def),
-            Err(problem) => problems.push(problem),
+            Ok(queue) => queues.push(queue),
+            Err(problem) => {
+                problems.push((object.metadata.name.clone().unwrap_or_default(), problem))
+            }
         }
     }
-    defs.sort_by(|a, b| a.name.cmp(&b.name));
-    let by_name: HashMap<&str, &QueueDef> = defs.iter().map(|d| (d.name.as_str(), d)).collect();
-    let mut usable: Vec<QueueDef> = Vec::new();
-    for def in &defs {
+    queues.sort_by(|a, b| a.def.name.cmp(&b.def.name));
+    let name_to_def: HashMap<&str, &QueueDef> = queues
+        .iter()
+        .map(|q| (q.def.name.as_str(), &q.def))
+        .collect();
+    let mut usable: Vec<DeclaredQueue> = Vec::new();
+    for queue in &queues {
+        let def = &queue.def;
         // Walk up to a root; meeting a queue twice means the chain loops.
         let mut current = def;
         let mut chain = vec![def.name.as_str()];
@@ -94,7 +126,7 @@ pub fn check(objects: &[std::sync::Arc<DynamicObject>]) -> (Vec<QueueDef>, Vec<S
             let Some(parent) = &current.parent else {
                 break Ok(());
             };
-            match by_name.get(parent.as_str()) {
+            match name_to_def.get(parent.as_str()) {
                 None => {
                     break Err(format!(
                         "queue {}: spec.parent {parent} is not a usable Queue",
@@ -116,8 +148,8 @@ pub fn check(objects: &[std::sync::Arc<DynamicObject>]) -> (Vec<QueueDef>, Vec<S
             }
         };
         match verdict {
-            Ok(()) => usable.push(def.clone()),
-            Err(problem) => problems.push(problem),
+            Ok(()) => usable.push(queue.clone()),
+            Err(problem) => problems.push((def.name.clone(), problem)),
         }
     }
     // Parents first: the core links a child to a parent it has seen.
@@ -126,11 +158,11 @@ pub fn check(objects: &[std::sync::Arc<DynamicObject>]) -> (Vec<QueueDef>, Vec<S
         let mut at = def.parent.as_deref();
         while let Some(parent) = at {
             depth += 1;
-            at = by_name.get(parent).and_then(|p| p.parent.as_deref());
+            at = name_to_def.get(parent).and_then(|p| p.parent.as_deref());
         }
         depth
     };
-    usable.sort_by_key(|d| (depth(d), d.name.clone()));
+    usable.sort_by_key(|q| (depth(&q.def), q.def.name.clone()));
     (usable, problems)
 }
 
@@ -151,7 +183,15 @@ mod tests {
             queue("research", serde_json::json!({"nominalGpus": 16})),
             queue(
                 "team-a",
-                serde_json::json!({"parent": "research", "nominalGpus": 8, "weight": 2, "borrowingLimitGpus": 4}),
+                serde_json::json!({"parent": "research", "nominalGpus": 8, "weight": 2, "borrowingLimitGpus": 4, "namespaceSelector": {}}),
+            ),
+            queue(
+                "team-c",
+                serde_json::json!({"parent": "research", "namespaceSelector": null}),
+            ),
+            queue(
+                "bad-selector",
+                serde_json::json!({"namespaceSelector": {"matchExpressions": [{"key": "team", "operator": "In"}]}}),
             ),
             queue("neg", serde_json::json!({"nominalGpus": -1})),
             queue("orphan", serde_json::json!({"parent": "nowhere"})),
@@ -162,14 +202,22 @@ mod tests {
                 serde_json::json!({"nominalGpus": 1, "lendingLimitGpus": 2}),
             ),
         ];
-        let (defs, problems) = check(&objects);
-        let names: Vec<&str> = defs.iter().map(|d| d.name.as_str()).collect();
-        assert_eq!(names, ["research", "team-a"]);
-        assert_eq!(defs[1].borrowing_limit_gpus, Some(4));
-        assert_eq!(defs[1].weight, 2);
+        let (queues, problems) = check(&objects);
+        let names: Vec<&str> = queues.iter().map(|q| q.def.name.as_str()).collect();
+        assert_eq!(names, ["research", "team-a", "team-c"]);
+        assert_eq!(queues[1].def.borrowing_limit_gpus, Some(4));
+        assert_eq!(queues[1].def.weight, 2);
+        assert_eq!(queues[0].namespace_selector, None, "absent: no namespace");
+        assert_eq!(
+            queues[1].namespace_selector,
+            Some(NamespaceSelector::default()),
+            "{{}}: every namespace"
+        );
+        let problems: Vec<&str> = problems.iter().map(|(_, p)| p.as_str()).collect();
         assert_eq!(
             problems,
             [
+                "queue bad-selector: spec.namespaceSelector: matchExpressions[0]: operator In needs at least one value",
                 "queue neg: spec.nominalGpus must be a whole number of GPUs ≥ 0, found -1",
                 "queue lend: spec.lendingLimitGpus (2) is more than spec.nominalGpus (1)",
                 "queue orphan: spec.parent nowhere is not a usable Queue",

@@ -12,6 +12,9 @@
 //!   (one job per group; a group that changes is adopted again). Anything else, or a pod that
 //!   is terminating, only holds its room.
 //! - **Queues** and **PodGroups** replace the queue tree or the gangs' sizes.
+//! - **Tenancy**: before a pending gang becomes a job, [`Tenancy::admit`] decides which queue
+//!   it may use; a refused gang waits with the reason. A change to the Queues, a namespace's
+//!   labels or a LocalQueue decides again for the gangs it may concern.
 //!
 //! Work is proportional to the keys that changed, never to the cluster.
 
@@ -28,8 +31,10 @@ use k8s_openapi::api::core::v1::{Node, Pod};
 use crate::config::KubeConfig;
 use crate::mapping::{
     self, Gang, NodeDigest, PendingPod, created_unix_s, gang_of, is_balloon, is_ours, pod_request,
-    pod_shape, queue_of, widen,
+    pod_shape, queue_claim, widen,
 };
+use crate::queues::DeclaredQueue;
+use crate::tenancy::{Affected, Labels, Tenancy};
 
 /// A pod's `(namespace, name)`: how the watch caches key it.
 pub type PodKey = (String, String);
@@ -100,6 +105,9 @@ pub struct Tracker {
     capacity: Resources,
     /// The checked `Queue` objects, and every queue name a pod ever named: the tree is both.
     declared_queues: Vec<QueueDef>,
+    /// Which queue each pod may use (the Queues' namespaceSelectors, the namespaces' labels,
+    /// the LocalQueues).
+    tenancy: Tenancy,
     used_queues: BTreeSet<String>,
     /// `minMember` of each scheduler-plugins PodGroup.
     group_to_min: HashMap<PodKey, u32>,
@@ -140,6 +148,7 @@ impl Tracker {
             name_to_digest: HashMap::new(),
             capacity: Resources::default(),
             declared_queues: Vec::new(),
+            tenancy: Tenancy::default(),
             used_queues: BTreeSet::new(),
             group_to_min: HashMap::new(),
             key_to_pending: HashMap::new(),
@@ -275,13 +284,64 @@ impl Tracker {
         self.used_queues.iter().cloned().collect()
     }
 
-    /// The declared queues changed.
-    pub fn queues_changed(&mut self, scheduler: &mut Scheduler, declared: Vec<QueueDef>) {
-        if declared == self.declared_queues {
+    /// The Queue objects changed: `declared` are the usable ones, `left_out` those left out
+    /// (by name, with why).
+    pub fn queues_changed(
+        &mut self,
+        scheduler: &mut Scheduler,
+        declared: Vec<DeclaredQueue>,
+        left_out: &BTreeMap<String, String>,
+    ) {
+        let affected = self.tenancy.set_queues(&declared, left_out);
+        self.mark(affected);
+        let defs: Vec<QueueDef> = declared.into_iter().map(|q| q.def).collect();
+        if defs == self.declared_queues {
             return;
         }
-        self.declared_queues = declared;
+        self.declared_queues = defs;
         self.replace_queues(scheduler);
+    }
+
+    /// Namespace `name` changed (`None`: deleted).
+    pub fn namespace_changed(&mut self, name: &str, labels: Option<Labels>) {
+        if self.tenancy.set_namespace(name, labels) {
+            self.mark(Affected::Namespaces([name.to_string()].into()));
+        }
+    }
+
+    /// Every namespace, after the Namespace cache listed (again).
+    pub fn namespaces_listed(&mut self, all: HashMap<String, Labels>) {
+        let affected = self.tenancy.set_namespaces(all);
+        self.mark(affected);
+    }
+
+    /// Kueue's LocalQueues: whether the kind is served and listed, and each one's
+    /// `spec.clusterQueue` by `(namespace, name)`.
+    pub fn local_queues_changed(&mut self, served: bool, all: HashMap<PodKey, String>) {
+        let affected = self.tenancy.set_local_queues(served, all);
+        self.mark(affected);
+    }
+
+    /// Pending gangs a tenancy change may concern are decided again at the sync's end.
+    fn mark(&mut self, affected: Affected) {
+        let gangs: Vec<Gang> = match affected {
+            Affected::Nothing => return,
+            Affected::All => self.gang_to_pending.keys().cloned().collect(),
+            Affected::Namespaces(namespaces) => self
+                .gang_to_pending
+                .keys()
+                .filter(|g| namespaces.contains(g.namespace()))
+                .cloned()
+                .collect(),
+        };
+        self.dirty_pending.extend(gangs);
+    }
+
+    /// The queue a bound pod is charged to (see [`Tenancy::charged_queue`]).
+    fn charged_queue(&self, pod: &Pod) -> String {
+        let namespace = pod.metadata.namespace.as_deref().unwrap_or_default();
+        self.tenancy
+            .charged_queue(namespace, &queue_claim(pod, &self.config), &self.config)
     }
 
     fn replace_queues(&mut self, scheduler: &mut Scheduler) {
@@ -451,7 +511,7 @@ impl Tracker {
             ..PodShape::default()
         };
         let slot = scheduler.state.reserve(node, &shape);
-        let charged = ours.then(|| (queue_of(pod, &self.config), u64::from(gpus)));
+        let charged = ours.then(|| (self.charged_queue(pod), u64::from(gpus)));
         if let Some((queue, gpus)) = &charged {
             self.ensure_queue(scheduler, queue);
             if let Some(id) = scheduler.queues.id(queue) {
@@ -576,7 +636,7 @@ impl Tracker {
             );
             *per_node.entry(*node).or_default() += 1;
         }
-        let queue = queue_of(&first, &self.config);
+        let queue = self.charged_queue(&first);
         self.ensure_queue(scheduler, &queue);
         let fits = per_node
             .iter()
@@ -629,8 +689,26 @@ impl Tracker {
         };
         let now: BTreeSet<PodKey> = entry.pods.keys().cloned().collect();
         let first = entry.pods.values().next().map(|p| p.pod.clone());
+        let balloon = first.as_ref().is_some_and(|p| is_balloon(p, &self.config));
+        // The queue the gang may use, or why it may not: the tenant trust boundary. A trusted
+        // balloon is charged to no queue, so the one it names is not checked.
+        let admitted = first.as_ref().map(|pod| {
+            let claim = queue_claim(pod, &self.config);
+            if balloon {
+                Ok(self
+                    .tenancy
+                    .charged_queue(gang.namespace(), &claim, &self.config))
+            } else {
+                self.tenancy.admit(gang.namespace(), &claim, &self.config)
+            }
+        });
+        let (queue, refused) = match admitted {
+            Some(Ok(queue)) => (Some(queue), None),
+            Some(Err(why)) => (None, Some(why)),
+            None => (None, None),
+        };
         // Why the gang cannot be a job yet, if it cannot.
-        let waiting = first.as_ref().and_then(|_| {
+        let waiting = refused.or_else(|| first.as_ref().and_then(|_| {
             let name = gang.job_name();
             let min = match gang {
                 Gang::Single(..) => 1,
@@ -661,9 +739,14 @@ impl Tracker {
                     bound_members + pending
                 )
             })
-        });
+        }));
         if let Some((job, pods)) = &entry.job {
-            if *pods == now && waiting.is_none() && scheduler.get(*job).is_some() {
+            // The same pods in the same queue: nothing to do. A queue that changed (its
+            // LocalQueue was pointed elsewhere) submits the gang again.
+            let same_queue = scheduler
+                .get(*job)
+                .is_some_and(|spec| Some(scheduler.queues.name(spec.queue)) == queue.as_deref());
+            if *pods == now && waiting.is_none() && same_queue {
                 return;
             }
             let job = *job;
@@ -681,9 +764,9 @@ impl Tracker {
             self.gang_to_pending.remove(gang);
             return;
         };
-        if entry.waiting.is_some() {
+        let (None, Some(queue)) = (&entry.waiting, queue) else {
             return;
-        }
+        };
         let members: Vec<PendingPod> = entry.pods.values().cloned().collect();
         let mut shape = pod_shape(&first, &self.config, &self.symbols);
         for pod in &members[1..] {
@@ -693,7 +776,6 @@ impl Tracker {
             );
         }
         let name = gang.job_name();
-        let queue = queue_of(&first, &self.config);
         shape.name = self.symbols.intern(&name);
         shape.queue = self.symbols.intern(&queue);
         shape.gang_size = members.len() as u32;
@@ -706,7 +788,7 @@ impl Tracker {
             pods: members.len() as u32,
             shape,
             // A balloon is charged to no queue and gives way to any work, pending or bound.
-            balloon: is_balloon(&first, &self.config),
+            balloon,
             topology: TopologyPref::default(),
             submit_s,
             expected_runtime_s: None,
@@ -939,6 +1021,13 @@ mod tests {
         })
     }
 
+    /// `pod` with a PriorityClass.
+    fn with_class(pod: Arc<Pod>, class: &str) -> Arc<Pod> {
+        let mut pod = (*pod).clone();
+        pod.spec.as_mut().unwrap().priority_class_name = Some(class.into());
+        Arc::new(pod)
+    }
+
     fn key(name: &str) -> PodKey {
         ("ns".to_string(), name.to_string())
     }
@@ -960,7 +1049,16 @@ mod tests {
         );
         let mut tracker = Tracker::new(KubeConfig::default(), symbols);
         tracker.set_clock(0.0, 0.0);
-        tracker.queues_changed(&mut scheduler, queues.to_vec());
+        tracker.namespace_changed("ns", Some(Labels::new()));
+        // Every namespace may use these queues: the tenancy tests below say otherwise.
+        let declared = queues
+            .iter()
+            .map(|def| DeclaredQueue {
+                def: def.clone(),
+                namespace_selector: Some(Default::default()),
+            })
+            .collect();
+        tracker.queues_changed(&mut scheduler, declared, &BTreeMap::new());
         tracker.pod_groups_changed(groups.iter().map(|(name, min)| (key(name), *min)).collect());
         tracker.rebuild(
             &mut scheduler,
@@ -1147,8 +1245,11 @@ mod tests {
     #[test]
     fn bound_balloons_and_our_pods_are_preemptable_jobs() {
         let nodes = [node("a", 8, &[], true), node("b", 8, &[], true)];
-        let mut balloon =
-            (*pod("balloon", 8, &[("gantry.dev/balloon", "true")], Some("a"))).clone();
+        let mut balloon = (*with_class(
+            pod("balloon", 8, &[("gantry.dev/balloon", "true")], Some("a")),
+            "gantry-balloon",
+        ))
+        .clone();
         balloon.spec.as_mut().unwrap().scheduler_name = Some("default-scheduler".into());
         let mut foreign = (*pod("foreign", 4, &[], Some("b"))).clone();
         foreign.spec.as_mut().unwrap().scheduler_name = Some("default-scheduler".into());
@@ -1178,11 +1279,9 @@ mod tests {
     #[test]
     fn a_preemptor_keeps_its_room_while_victims_leave_then_is_placed_again() {
         let nodes = [node("a", 8, &[], true)];
-        let bound = [pod(
-            "victim",
-            8,
-            &[("gantry.dev/balloon", "true")],
-            Some("a"),
+        let bound = [with_class(
+            pod("victim", 8, &[("gantry.dev/balloon", "true")], Some("a")),
+            "gantry-balloon",
         )];
         let mut urgent = (*pod("urgent", 8, &[], None)).clone();
         urgent.spec.as_mut().unwrap().priority = Some(1000);
@@ -1324,11 +1423,23 @@ mod tests {
             borrowing_limit_gpus: None,
             lending_limit_gpus: None,
         };
-        tracker.queues_changed(&mut s, vec![small]);
+        let small = DeclaredQueue {
+            def: small,
+            namespace_selector: Some(Default::default()),
+        };
+        tracker.queues_changed(&mut s, vec![small], &BTreeMap::new());
         assert_eq!(s.queues.nominal(s.queues.id("small").unwrap()), 4);
         assert_eq!(s.queues.used(s.queues.id("small").unwrap()).gpus, 2);
         let y = s.pending()[0];
         assert_eq!(s.queues.name(s.job(y).queue), "new");
+        // Once checked (at the sync's end), "new" is no declared queue: y waits, refused.
+        tracker.finish_sync(&mut s, Duration::from_secs(120));
+        assert_eq!(s.pending_count(), 0);
+        assert_eq!(
+            tracker.waiting()[0].1,
+            "queue \"new\" is not declared: declared queues are small"
+        );
+        assert_eq!(s.queues.used(s.queues.id("small").unwrap()).gpus, 2);
     }
 
     #[test]
@@ -1351,5 +1462,123 @@ mod tests {
         assert_eq!(s.pending_count(), 0, "bound, not pending again");
         assert_eq!(s.running().count(), 1);
         assert_eq!(s.state.nodes.gpu_free, [0]);
+    }
+
+    fn queue_def(name: &str, nominal: u64, borrowing_limit: Option<u64>) -> QueueDef {
+        QueueDef {
+            name: name.into(),
+            parent: None,
+            nominal_gpus: nominal,
+            weight: 1,
+            borrowing_limit_gpus: borrowing_limit,
+            lending_limit_gpus: None,
+        }
+    }
+
+    #[test]
+    fn a_balloon_label_counts_only_from_a_trusted_priority_class_or_namespace() {
+        let nodes = [node("a", 8, &[], true), node("b", 8, &[], true)];
+        let labels = [("gantry.dev/balloon", "true"), ("gantry.dev/queue", "team")];
+        let tenant = pod("tenant", 4, &labels, Some("a"));
+        let trusted = with_class(pod("trusted", 4, &labels, Some("b")), "gantry-balloon");
+        let other_class = with_class(pod("other", 4, &labels, None), "high");
+        let config = KubeConfig::default();
+        assert!(!is_balloon(&tenant, &config), "a label alone is a claim");
+        assert!(is_balloon(&trusted, &config));
+        assert!(!is_balloon(&other_class, &config));
+        let mut by_namespace = config.clone();
+        by_namespace.balloon_namespaces = ["ns".to_string()].into();
+        assert!(is_balloon(&tenant, &by_namespace), "a trusted namespace");
+        let mut unlabelled = (*trusted).clone();
+        unlabelled.metadata.labels = None;
+        assert!(
+            !is_balloon(&unlabelled, &config),
+            "the class alone is no balloon"
+        );
+        // Bound: the tenant's pod is charged to its queue and is not preempted first; the
+        // trusted balloon is charged to none.
+        let (_, s) = build(
+            &nodes,
+            &[tenant, trusted],
+            &[],
+            &[],
+            &[queue_def("team", 8, Some(0))],
+        );
+        let team = s.queues.id("team").unwrap();
+        assert_eq!(
+            s.queues.used(team).gpus,
+            4,
+            "only the tenant's pod is charged"
+        );
+        let balloons: Vec<bool> = s.running().map(|id| s.job(id).balloon).collect();
+        assert_eq!(balloons.iter().filter(|&&b| b).count(), 1);
+        assert_eq!(balloons.len(), 2);
+    }
+
+    #[test]
+    fn a_refused_pod_waits_with_why_until_its_namespace_is_admitted() {
+        let nodes = [node("a", 8, &[], true)];
+        let pending = [pod("p", 1, &[("gantry.dev/queue", "team-a")], None)];
+        let (mut tracker, mut s) = build(&nodes, &[], &pending, &[], &[]);
+        assert_eq!(s.pending_count(), 1, "no Queue declared: nothing enforced");
+        let team_a = DeclaredQueue {
+            def: queue_def("team-a", 8, None),
+            namespace_selector: Some(
+                crate::tenancy::NamespaceSelector::parse(
+                    &serde_json::json!({"matchLabels": {"team": "a"}}),
+                )
+                .unwrap(),
+            ),
+        };
+        tracker.queues_changed(&mut s, vec![team_a], &BTreeMap::new());
+        let changes = tracker.finish_sync(&mut s, Duration::from_secs(120));
+        assert_eq!((changes.ended, s.pending_count()), (1, 0), "withdrawn");
+        let waiting: Vec<(String, String)> = tracker
+            .waiting()
+            .into_iter()
+            .map(|(p, why)| (p.key(), why))
+            .collect();
+        assert_eq!(
+            waiting,
+            [(
+                "ns/p".to_string(),
+                "queue \"team-a\" does not admit pods from namespace \"ns\" (its namespaceSelector does not select it)".to_string()
+            )]
+        );
+        // A label on another namespace changes nothing here; one on "ns" admits the pod.
+        tracker.namespace_changed("other", Some([("team".into(), "a".into())].into()));
+        tracker.finish_sync(&mut s, Duration::from_secs(120));
+        assert_eq!(s.pending_count(), 0);
+        tracker.namespace_changed("ns", Some([("team".into(), "a".into())].into()));
+        let changes = tracker.finish_sync(&mut s, Duration::from_secs(120));
+        assert_eq!((changes.submitted, s.pending_count()), (1, 1));
+        assert!(tracker.waiting().is_empty());
+        let job = s.pending()[0];
+        assert_eq!(s.queues.name(s.job(job).queue), "team-a");
+    }
+
+    #[test]
+    fn a_local_queue_pointed_elsewhere_moves_its_pods_to_the_new_queue() {
+        let nodes = [node("a", 8, &[], true)];
+        let pending = [pod("p", 1, &[("kueue.x-k8s.io/queue-name", "main")], None)];
+        let queues = [queue_def("one", 4, None), queue_def("two", 4, None)];
+        let (mut tracker, mut s) = build(&nodes, &[], &pending, &[], &queues);
+        let (_, why) = &tracker.waiting()[0];
+        assert!(
+            why.contains("Kueue's LocalQueue (kueue.x-k8s.io) is not installed"),
+            "{why}"
+        );
+        let local =
+            |queue: &str| -> HashMap<PodKey, String> { [(key("main"), queue.into())].into() };
+        tracker.local_queues_changed(true, local("one"));
+        tracker.finish_sync(&mut s, Duration::from_secs(120));
+        let job = s.pending()[0];
+        assert_eq!(s.queues.name(s.job(job).queue), "one");
+        tracker.local_queues_changed(true, local("two"));
+        tracker.finish_sync(&mut s, Duration::from_secs(120));
+        assert_eq!(s.pending_count(), 1);
+        let moved = s.pending()[0];
+        assert_ne!(moved, job, "submitted again");
+        assert_eq!(s.queues.name(s.job(moved).queue), "two");
     }
 }

@@ -1,0 +1,693 @@
+//! The tenant trust boundary: which queue a pod's work is charged to is decided by what the
+//! cluster admin declared (each `Queue`'s `namespaceSelector`, which queues are cohorts) and by
+//! what the pod's namespace holds (its labels, its Kueue `LocalQueue`s), never by the pod's
+//! labels alone. Pure (no I/O): [`crate::tracker::Tracker`] feeds [`Tenancy`] the Queue,
+//! Namespace and LocalQueue caches as they change, and asks it, for each pending gang before
+//! the gang becomes a job, which queue the gang may use or why it is refused
+//! ([`Tenancy::admit`]). A refused gang waits, and the binder's report of waiting pods posts
+//! the reason as its FailedScheduling Event and PodScheduled condition.
+//!
+//! While `Queue` objects are declared (the CRD is served and at least one exists):
+//! - `gantry.dev/queue: Q` names Queue `Q`; Kueue's `kueue.x-k8s.io/queue-name: L` names the
+//!   LocalQueue `L` in the pod's namespace, and the queue is its `spec.clusterQueue`, as Kueue
+//!   resolves it; a pod with neither is in the default queue (`default`), which must then be
+//!   declared like any other.
+//! - The queue must be declared and usable (not left out for a problem), must not be a cohort
+//!   (another queue's parent), and its `namespaceSelector` must select the pod's namespace
+//!   (Kueue ClusterQueue semantics: absent or null selects no namespace, `{}` selects all).
+//! - A trusted balloon ([`crate::mapping::is_balloon`]) is charged to no queue and is not
+//!   checked.
+//!
+//! Without Queue objects nothing is enforced: every queue may use the whole cluster, as before,
+//! and a pod's queue is the one it names (through its LocalQueue when that exists).
+//!
+//! The check applies to pending pods only: a pod already bound (by Gantry earlier, or by its
+//! creator setting `spec.nodeName`) is charged to the queue it names, since it holds its GPUs
+//! either way.
+//!
+//! Selectors are evaluated when a namespace's labels or the Queues change, into the set of
+//! queues each namespace may use; checking a pod is then a few map lookups.
+
+use std::collections::{BTreeMap, BTreeSet, HashMap};
+
+use k8s_openapi::apimachinery::pkg::apis::meta::v1::LabelSelector;
+
+use crate::config::KubeConfig;
+use crate::mapping::QueueClaim;
+use crate::queues::DeclaredQueue;
+
+/// Labels by key, as a namespace carries them.
+pub type Labels = BTreeMap<String, String>;
+
+/// At most this many queue names are listed in a refusal (an Event's note is capped at 1 kB).
+const LISTED_QUEUES: usize = 20;
+
+/// A Kubernetes label selector (`matchLabels` and `matchExpressions`, all of which must hold),
+/// over a namespace's labels.
+#[derive(Debug, Clone, PartialEq, Eq, Default)]
+pub struct NamespaceSelector {
+    /// `matchLabels`: each key must carry exactly this value.
+    match_labels: Labels,
+    /// `matchExpressions`.
+    expressions: Vec<Requirement>,
+}
+
+/// One `matchExpressions` entry.
+#[derive(Debug, Clone, PartialEq, Eq)]
+enum Requirement {
+    /// The key is present with one of the values.
+    In(String, BTreeSet<String>),
+    /// The key is absent, or present with none of the values.
+    NotIn(String, BTreeSet<String>),
+    /// The key is present, with any value.
+    Exists(String),
+    /// The key is absent.
+    DoesNotExist(String),
+}
+
+impl NamespaceSelector {
+    /// Parses a `LabelSelector` as the API writes it (`{}` selects everything), or says what is
+    /// wrong with it.
+    pub fn parse(value: &serde_json::Value) -> Result<Self, String> {
+        let selector: LabelSelector = serde_json::from_value(value.clone())
+            .map_err(|e| format!("not a label selector ({e}), found {value}"))?;
+        let mut expressions = Vec::new();
+        for (i, e) in selector
+            .match_expressions
+            .unwrap_or_default()
+            .into_iter()
+            .enumerate()
+        {
+            let values: BTreeSet<String> = e.values.unwrap_or_default().into_iter().collect();
+            let at = format!("matchExpressions[{i}]");
+            let requirement = match e.operator.as_str() {
+                "In" | "NotIn" if values.is_empty() => {
+                    return Err(format!(
+                        "{at}: operator {} needs at least one value",
+                        e.operator
+                    ));
+                }
+                "In" => Requirement::In(e.key, values),
+                "NotIn" => Requirement::NotIn(e.key, values),
+                "Exists" | "DoesNotExist" if !values.is_empty() => {
+                    return Err(format!("{at}: operator {} takes no values", e.operator));
+                }
+                "Exists" => Requirement::Exists(e.key),
+                "DoesNotExist" => Requirement::DoesNotExist(e.key),
+                other => {
+                    return Err(format!(
+                        "{at}: unknown operator {other:?} (In, NotIn, Exists or DoesNotExist)"
+                    ));
+                }
+            };
+            expressions.push(requirement);
+        }
+        Ok(Self {
+            match_labels: selector.match_labels.unwrap_or_default(),
+            expressions,
+        })
+    }
+
+    /// Whether a namespace with `labels` is selected.
+    pub fn matches(&self, labels: &Labels) -> bool {
+        self.match_labels
+            .iter()
+            .all(|(k, v)| labels.get(k) == Some(v))
+            && self.expressions.iter().all(|r| match r {
+                Requirement::In(key, values) => labels.get(key).is_some_and(|v| values.contains(v)),
+                Requirement::NotIn(key, values) => {
+                    labels.get(key).is_none_or(|v| !values.contains(v))
+                }
+                Requirement::Exists(key) => labels.contains_key(key),
+                Requirement::DoesNotExist(key) => !labels.contains_key(key),
+            })
+    }
+}
+
+/// Which pending gangs must be looked at again after a change.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum Affected {
+    /// Nothing a decision reads changed.
+    Nothing,
+    /// Those in these namespaces (their labels or LocalQueues changed).
+    Namespaces(BTreeSet<String>),
+    /// Every one (the Queues changed, or the LocalQueue kind appeared).
+    All,
+}
+
+/// What decides which queue a pod may use: the declared queues, the namespaces' labels and the
+/// LocalQueues. See the module documentation for the rules.
+#[derive(Debug, Default)]
+pub struct Tenancy {
+    /// Whether any Queue object exists: only then is a pod's queue checked.
+    enforced: bool,
+    /// The usable declared queues and their selectors (`None`: no selector, so no namespace).
+    queue_to_selector: BTreeMap<String, Option<NamespaceSelector>>,
+    /// Each cohort (a usable queue that is a usable queue's parent) and its children, sorted:
+    /// a pod may not name a cohort, and its refusal lists the queues it may name instead.
+    cohort_to_children: BTreeMap<String, Vec<String>>,
+    /// Queue objects left out of the tree, with why (the line the Queue's status shows).
+    queue_to_problem: BTreeMap<String, String>,
+    /// Every namespace's labels, as the Namespace cache holds them.
+    namespace_to_labels: HashMap<String, Labels>,
+    /// The queues whose selector selects each namespace: recomputed for one namespace when its
+    /// labels change and for all when the Queues do, so a pod's check never runs a selector.
+    namespace_to_queues: HashMap<String, BTreeSet<String>>,
+    /// Whether the API serves Kueue's LocalQueue and its cache holds a full list.
+    local_queues_served: bool,
+    /// Each LocalQueue by `(namespace, name)`, and its `spec.clusterQueue` (empty when unset).
+    local_to_cluster_queue: HashMap<(String, String), String>,
+}
+
+impl Tenancy {
+    /// The Queue objects changed: `declared` are the usable ones, `left_out` those left out
+    /// (by name, with why). Every pending gang is looked at again when anything changed.
+    pub fn set_queues(
+        &mut self,
+        declared: &[DeclaredQueue],
+        left_out: &BTreeMap<String, String>,
+    ) -> Affected {
+        let queue_to_selector: BTreeMap<String, Option<NamespaceSelector>> = declared
+            .iter()
+            .map(|q| (q.def.name.clone(), q.namespace_selector.clone()))
+            .collect();
+        let enforced = !declared.is_empty() || !left_out.is_empty();
+        if enforced == self.enforced
+            && queue_to_selector == self.queue_to_selector
+            && *left_out == self.queue_to_problem
+        {
+            return Affected::Nothing;
+        }
+        let mut cohort_to_children: BTreeMap<String, Vec<String>> = BTreeMap::new();
+        for queue in declared {
+            if let Some(parent) = &queue.def.parent {
+                cohort_to_children
+                    .entry(parent.clone())
+                    .or_default()
+                    .push(queue.def.name.clone());
+            }
+        }
+        for children in cohort_to_children.values_mut() {
+            children.sort();
+        }
+        self.enforced = enforced;
+        self.queue_to_selector = queue_to_selector;
+        self.cohort_to_children = cohort_to_children;
+        self.queue_to_problem = left_out.clone();
+        self.namespace_to_queues = self
+            .namespace_to_labels
+            .iter()
+            .map(|(ns, labels)| (ns.clone(), self.admitted(labels)))
+            .collect();
+        Affected::All
+    }
+
+    /// The queues whose selector selects a namespace with `labels`.
+    fn admitted(&self, labels: &Labels) -> BTreeSet<String> {
+        self.queue_to_selector
+            .iter()
+            .filter(|(_, selector)| selector.as_ref().is_some_and(|s| s.matches(labels)))
+            .map(|(name, _)| name.clone())
+            .collect()
+    }
+
+    /// Namespace `name` changed (`None`: deleted). Whether its labels did.
+    pub fn set_namespace(&mut self, name: &str, labels: Option<Labels>) -> bool {
+        if self.namespace_to_labels.get(name) == labels.as_ref() {
+            return false;
+        }
+        match labels {
+            Some(labels) => {
+                let admitted = self.admitted(&labels);
+                self.namespace_to_queues.insert(name.to_string(), admitted);
+                self.namespace_to_labels.insert(name.to_string(), labels);
+            }
+            None => {
+                self.namespace_to_queues.remove(name);
+                self.namespace_to_labels.remove(name);
+            }
+        }
+        true
+    }
+
+    /// Every namespace, after the Namespace cache listed again.
+    pub fn set_namespaces(&mut self, all: HashMap<String, Labels>) -> Affected {
+        let gone: Vec<String> = self
+            .namespace_to_labels
+            .keys()
+            .filter(|name| !all.contains_key(*name))
+            .cloned()
+            .collect();
+        let mut changed: BTreeSet<String> = BTreeSet::new();
+        for name in gone {
+            if self.set_namespace(&name, None) {
+                changed.insert(name);
+            }
+        }
+        for (name, labels) in all {
+            if self.set_namespace(&name, Some(labels)) {
+                changed.insert(name);
+            }
+        }
+        if changed.is_empty() {
+            Affected::Nothing
+        } else {
+            Affected::Namespaces(changed)
+        }
+    }
+
+    /// Kueue's LocalQueues: whether the kind is served (and listed), and every one of them.
+    pub fn set_local_queues(
+        &mut self,
+        served: bool,
+        all: HashMap<(String, String), String>,
+    ) -> Affected {
+        if served != self.local_queues_served {
+            self.local_queues_served = served;
+            self.local_to_cluster_queue = all;
+            return Affected::All;
+        }
+        let mut changed: BTreeSet<String> = BTreeSet::new();
+        for (key, queue) in &all {
+            if self.local_to_cluster_queue.get(key) != Some(queue) {
+                changed.insert(key.0.clone());
+            }
+        }
+        for key in self.local_to_cluster_queue.keys() {
+            if !all.contains_key(key) {
+                changed.insert(key.0.clone());
+            }
+        }
+        self.local_to_cluster_queue = all;
+        if changed.is_empty() {
+            Affected::Nothing
+        } else {
+            Affected::Namespaces(changed)
+        }
+    }
+
+    /// The queue a pending pod in `namespace` that claims `claim` may use, or why it may not:
+    /// one line a user reads in the pod's FailedScheduling Event.
+    pub fn admit(
+        &self,
+        namespace: &str,
+        claim: &QueueClaim,
+        config: &KubeConfig,
+    ) -> Result<String, String> {
+        let (queue, local) = match claim {
+            QueueClaim::Queue(queue) => (queue.clone(), None),
+            QueueClaim::Default => (config.default_queue.clone(), None),
+            QueueClaim::LocalQueue(local) => {
+                let found = self
+                    .local_to_cluster_queue
+                    .get(&(namespace.to_string(), local.clone()))
+                    .filter(|q| !q.is_empty());
+                match found {
+                    Some(queue) => (queue.clone(), Some(local)),
+                    // Nothing enforced: the label's value is the queue, as before.
+                    None if !self.enforced => return Ok(local.clone()),
+                    None if !self.local_queues_served => {
+                        return Err(format!(
+                            "LocalQueue {local:?} (label {}) cannot be resolved: Kueue's LocalQueue \
+                             (kueue.x-k8s.io) is not installed in this cluster; name a Queue with \
+                             label {} instead",
+                            config.local_queue_label, config.queue_label
+                        ));
+                    }
+                    None if self
+                        .local_to_cluster_queue
+                        .contains_key(&(namespace.to_string(), local.clone())) =>
+                    {
+                        return Err(format!(
+                            "LocalQueue {local:?} in namespace {namespace:?} has no spec.clusterQueue"
+                        ));
+                    }
+                    None => {
+                        return Err(format!(
+                            "LocalQueue {local:?} (label {}) does not exist in namespace {namespace:?}",
+                            config.local_queue_label
+                        ));
+                    }
+                }
+            }
+        };
+        if !self.enforced {
+            return Ok(queue);
+        }
+        let refuse = |why: String| {
+            Err(match local {
+                Some(local) => format!("{why} (named by LocalQueue {namespace}/{local})"),
+                None => why,
+            })
+        };
+        if let Some(children) = self.cohort_to_children.get(&queue) {
+            return refuse(format!(
+                "{queue:?} is a cohort, not a queue: name one of its queues ({})",
+                children.join(", ")
+            ));
+        }
+        if let Some(problem) = self.queue_to_problem.get(&queue) {
+            return refuse(format!("queue {queue:?} cannot be used: {problem}"));
+        }
+        let Some(selector) = self.queue_to_selector.get(&queue) else {
+            let unlabelled = if *claim == QueueClaim::Default {
+                format!(
+                    " (the pod has no {} label, so it is in the default queue)",
+                    config.queue_label
+                )
+            } else {
+                String::new()
+            };
+            return refuse(format!(
+                "queue {queue:?} is not declared{unlabelled}: {}",
+                self.declared_list()
+            ));
+        };
+        let Some(admitted) = self.namespace_to_queues.get(namespace) else {
+            return refuse(format!(
+                "namespace {namespace:?} is not in the watch cache yet"
+            ));
+        };
+        if !admitted.contains(&queue) {
+            let why = if selector.is_some() {
+                "its namespaceSelector does not select it"
+            } else {
+                "it has no namespaceSelector, so it admits no namespace"
+            };
+            return refuse(format!(
+                "queue {queue:?} does not admit pods from namespace {namespace:?} ({why})"
+            ));
+        }
+        Ok(queue)
+    }
+
+    /// The queue a bound pod is charged to: the one it names, through its LocalQueue when that
+    /// exists, checked or not (it holds its GPUs either way).
+    pub fn charged_queue(
+        &self,
+        namespace: &str,
+        claim: &QueueClaim,
+        config: &KubeConfig,
+    ) -> String {
+        match claim {
+            QueueClaim::Queue(queue) => queue.clone(),
+            QueueClaim::Default => config.default_queue.clone(),
+            QueueClaim::LocalQueue(local) => self
+                .local_to_cluster_queue
+                .get(&(namespace.to_string(), local.clone()))
+                .filter(|q| !q.is_empty())
+                .unwrap_or(local)
+                .clone(),
+        }
+    }
+
+    /// "declared queues are a, b" (those a pod may name: usable, not cohorts).
+    fn declared_list(&self) -> String {
+        let names: Vec<&str> = self
+            .queue_to_selector
+            .keys()
+            .filter(|q| !self.cohort_to_children.contains_key(*q))
+            .map(String::as_str)
+            .collect();
+        match names.len() {
+            0 => "no declared queue is usable (see the Queues' status)".into(),
+            n if n > LISTED_QUEUES => format!(
+                "declared queues are {} (and {} more)",
+                names[..LISTED_QUEUES].join(", "),
+                n - LISTED_QUEUES
+            ),
+            _ => format!("declared queues are {}", names.join(", ")),
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use gantry_core::QueueDef;
+    use serde_json::json;
+
+    fn labels(pairs: &[(&str, &str)]) -> Labels {
+        pairs
+            .iter()
+            .map(|(k, v)| (k.to_string(), v.to_string()))
+            .collect()
+    }
+
+    fn selector(value: serde_json::Value) -> NamespaceSelector {
+        NamespaceSelector::parse(&value).unwrap()
+    }
+
+    #[test]
+    fn selectors_match_labels_and_each_operator() {
+        let team_a = labels(&[("team", "a"), ("tier", "gold")]);
+        let team_b = labels(&[("team", "b")]);
+        let bare = labels(&[]);
+        let all = selector(json!({}));
+        assert!(all.matches(&team_a) && all.matches(&bare));
+        let match_labels = selector(json!({"matchLabels": {"team": "a", "tier": "gold"}}));
+        assert!(match_labels.matches(&team_a));
+        assert!(!match_labels.matches(&team_b) && !match_labels.matches(&bare));
+        let is_in = selector(json!({"matchExpressions": [
+            {"key": "team", "operator": "In", "values": ["a", "c"]}
+        ]}));
+        assert!(is_in.matches(&team_a));
+        assert!(!is_in.matches(&team_b) && !is_in.matches(&bare));
+        let not_in = selector(json!({"matchExpressions": [
+            {"key": "team", "operator": "NotIn", "values": ["a"]}
+        ]}));
+        assert!(!not_in.matches(&team_a));
+        assert!(not_in.matches(&team_b));
+        assert!(
+            not_in.matches(&bare),
+            "NotIn selects a namespace without the key"
+        );
+        let exists = selector(json!({"matchExpressions": [{"key": "tier", "operator": "Exists"}]}));
+        assert!(exists.matches(&team_a) && !exists.matches(&team_b));
+        let absent = selector(json!({"matchExpressions": [
+            {"key": "tier", "operator": "DoesNotExist"}
+        ]}));
+        assert!(!absent.matches(&team_a) && absent.matches(&team_b));
+        let both = selector(json!({
+            "matchLabels": {"team": "a"},
+            "matchExpressions": [{"key": "tier", "operator": "NotIn", "values": ["gold"]}]
+        }));
+        assert!(!both.matches(&team_a), "every term must hold");
+    }
+
+    #[test]
+    fn bad_selectors_say_what_is_wrong() {
+        let error = |value| NamespaceSelector::parse(&value).unwrap_err();
+        assert_eq!(
+            error(json!({"matchExpressions": [{"key": "team", "operator": "In", "values": []}]})),
+            "matchExpressions[0]: operator In needs at least one value"
+        );
+        assert_eq!(
+            error(
+                json!({"matchExpressions": [{"key": "t", "operator": "Exists", "values": ["x"]}]})
+            ),
+            "matchExpressions[0]: operator Exists takes no values"
+        );
+        assert_eq!(
+            error(json!({"matchExpressions": [{"key": "t", "operator": "Gt", "values": ["1"]}]})),
+            "matchExpressions[0]: unknown operator \"Gt\" (In, NotIn, Exists or DoesNotExist)"
+        );
+    }
+
+    fn declared(
+        name: &str,
+        parent: Option<&str>,
+        selector: Option<serde_json::Value>,
+    ) -> DeclaredQueue {
+        DeclaredQueue {
+            def: QueueDef {
+                name: name.into(),
+                parent: parent.map(str::to_string),
+                nominal_gpus: 4,
+                weight: 1,
+                borrowing_limit_gpus: None,
+                lending_limit_gpus: None,
+            },
+            namespace_selector: selector.map(|s| NamespaceSelector::parse(&s).unwrap()),
+        }
+    }
+
+    /// research (a cohort) with team-a (namespaces labelled team=a) and team-b (namespaces
+    /// with a gantry.dev/team-b label), a queue with no selector, one left out; namespaces
+    /// team-a and team-b.
+    fn tenancy() -> Tenancy {
+        let mut tenancy = Tenancy::default();
+        tenancy.set_namespace("team-a", Some(labels(&[("team", "a")])));
+        tenancy.set_namespace("team-b", Some(labels(&[("gantry.dev/team-b", "")])));
+        let queues = [
+            declared("research", None, Some(json!({}))),
+            declared(
+                "team-a",
+                Some("research"),
+                Some(json!({"matchLabels": {"team": "a"}})),
+            ),
+            declared(
+                "team-b",
+                Some("research"),
+                Some(
+                    json!({"matchExpressions": [{"key": "gantry.dev/team-b", "operator": "Exists"}]}),
+                ),
+            ),
+            declared("closed", None, None),
+        ];
+        let left_out = [(
+            "orphan".to_string(),
+            "queue orphan: spec.parent nowhere is not a usable Queue".to_string(),
+        )]
+        .into();
+        assert_eq!(tenancy.set_queues(&queues, &left_out), Affected::All);
+        tenancy
+    }
+
+    fn queue(name: &str) -> QueueClaim {
+        QueueClaim::Queue(name.into())
+    }
+
+    #[test]
+    fn a_pod_may_use_only_a_declared_queue_that_selects_its_namespace() {
+        let t = tenancy();
+        let config = KubeConfig::default();
+        assert_eq!(
+            t.admit("team-a", &queue("team-a"), &config),
+            Ok("team-a".into())
+        );
+        assert_eq!(
+            t.admit("team-b", &queue("team-b"), &config),
+            Ok("team-b".into())
+        );
+        let refused = |ns: &str, claim: &QueueClaim| t.admit(ns, claim, &config).unwrap_err();
+        assert_eq!(
+            refused("team-a", &queue("team-b")),
+            "queue \"team-b\" does not admit pods from namespace \"team-a\" (its namespaceSelector does not select it)"
+        );
+        assert_eq!(
+            refused("team-a", &queue("closed")),
+            "queue \"closed\" does not admit pods from namespace \"team-a\" (it has no namespaceSelector, so it admits no namespace)"
+        );
+        assert_eq!(
+            refused("team-a", &queue("research")),
+            "\"research\" is a cohort, not a queue: name one of its queues (team-a, team-b)"
+        );
+        assert_eq!(
+            refused("team-a", &queue("nope")),
+            "queue \"nope\" is not declared: declared queues are closed, team-a, team-b"
+        );
+        assert_eq!(
+            refused("team-a", &QueueClaim::Default),
+            "queue \"default\" is not declared (the pod has no gantry.dev/queue label, so it is in the default queue): declared queues are closed, team-a, team-b"
+        );
+        assert_eq!(
+            refused("team-a", &queue("orphan")),
+            "queue \"orphan\" cannot be used: queue orphan: spec.parent nowhere is not a usable Queue"
+        );
+        assert_eq!(
+            refused("new-ns", &queue("team-a")),
+            "namespace \"new-ns\" is not in the watch cache yet"
+        );
+    }
+
+    #[test]
+    fn namespace_labels_and_queue_changes_decide_again() {
+        let mut t = tenancy();
+        let config = KubeConfig::default();
+        assert!(t.admit("team-a", &queue("team-b"), &config).is_err());
+        // team-a's namespace gets team-b's label: team-b now admits it too.
+        assert!(t.set_namespace(
+            "team-a",
+            Some(labels(&[("team", "a"), ("gantry.dev/team-b", "guest")]))
+        ));
+        assert!(!t.set_namespace(
+            "team-a",
+            Some(labels(&[("team", "a"), ("gantry.dev/team-b", "guest")]))
+        ));
+        assert_eq!(
+            t.admit("team-a", &queue("team-b"), &config),
+            Ok("team-b".into())
+        );
+        // No Queue left: nothing is enforced, a pod's queue is what it names.
+        assert_eq!(t.set_queues(&[], &BTreeMap::new()), Affected::All);
+        assert_eq!(
+            t.admit("team-a", &queue("nope"), &config),
+            Ok("nope".into())
+        );
+        assert_eq!(
+            t.admit("team-a", &QueueClaim::LocalQueue("lq".into()), &config),
+            Ok("lq".into())
+        );
+        assert_eq!(t.set_queues(&[], &BTreeMap::new()), Affected::Nothing);
+    }
+
+    #[test]
+    fn kueue_labels_resolve_through_the_namespace_local_queue() {
+        let mut t = tenancy();
+        let config = KubeConfig::default();
+        let local = |name: &str| QueueClaim::LocalQueue(name.into());
+        assert_eq!(
+            t.admit("team-a", &local("main"), &config).unwrap_err(),
+            "LocalQueue \"main\" (label kueue.x-k8s.io/queue-name) cannot be resolved: Kueue's \
+             LocalQueue (kueue.x-k8s.io) is not installed in this cluster; name a Queue with label \
+             gantry.dev/queue instead"
+        );
+        let local_queues: HashMap<(String, String), String> = [
+            (("team-a".into(), "main".into()), "team-a".into()),
+            (("team-a".into(), "sneaky".into()), "team-b".into()),
+            (("team-a".into(), "unset".into()), String::new()),
+        ]
+        .into();
+        assert_eq!(
+            t.set_local_queues(true, local_queues.clone()),
+            Affected::All
+        );
+        assert_eq!(
+            t.admit("team-a", &local("main"), &config),
+            Ok("team-a".into())
+        );
+        assert_eq!(
+            t.admit("team-a", &local("sneaky"), &config).unwrap_err(),
+            "queue \"team-b\" does not admit pods from namespace \"team-a\" (its namespaceSelector \
+             does not select it) (named by LocalQueue team-a/sneaky)"
+        );
+        assert_eq!(
+            t.admit("team-b", &local("main"), &config).unwrap_err(),
+            "LocalQueue \"main\" (label kueue.x-k8s.io/queue-name) does not exist in namespace \"team-b\""
+        );
+        assert_eq!(
+            t.admit("team-a", &local("unset"), &config).unwrap_err(),
+            "LocalQueue \"unset\" in namespace \"team-a\" has no spec.clusterQueue"
+        );
+        // A bound pod is charged to what it names, through its LocalQueue when that exists.
+        assert_eq!(t.charged_queue("team-a", &local("main"), &config), "team-a");
+        assert_eq!(t.charged_queue("team-b", &local("main"), &config), "main");
+        // One LocalQueue moves: only its namespace is looked at again.
+        let mut moved = local_queues;
+        moved.insert(("team-a".into(), "main".into()), "closed".into());
+        assert_eq!(
+            t.set_local_queues(true, moved),
+            Affected::Namespaces(["team-a".to_string()].into())
+        );
+    }
+
+    #[test]
+    fn queue_claims_read_gantry_label_first() {
+        use k8s_openapi::api::core::v1::Pod;
+        let config = KubeConfig::default();
+        let pod = |labels: serde_json::Value| -> Pod {
+            serde_json::from_value(json!({"metadata": {"name": "p", "labels": labels}})).unwrap()
+        };
+        let claim = |labels| crate::mapping::queue_claim(&pod(labels), &config);
+        assert_eq!(
+            claim(json!({"gantry.dev/queue": "a", "kueue.x-k8s.io/queue-name": "lq"})),
+            queue("a")
+        );
+        assert_eq!(
+            claim(json!({"kueue.x-k8s.io/queue-name": "lq"})),
+            QueueClaim::LocalQueue("lq".into())
+        );
+        assert_eq!(claim(json!({})), QueueClaim::Default);
+    }
+}
