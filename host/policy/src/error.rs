@@ -1,3 +1,5 @@
+use std::time::Duration;
+
 use serde::Serialize;
 
 /// Why a policy could not be loaded. Each message is one line an admin reads as it is, so each
@@ -37,6 +39,19 @@ pub enum PolicyError {
     Engine(String),
     #[error("cannot read the file: {message}")]
     Read { path: String, message: String },
+    /// The compile ran past `Limits::compile_timeout`; it finishes in the background (and warms
+    /// the cache), but the upload is answered now.
+    #[error(
+        "compiling the component took longer than {limit:?} (the compile time limit); \
+         a component this slow to compile is too large for a policy"
+    )]
+    CompileTimeout { limit: Duration },
+    /// Every compile slot stayed busy past `Limits::compile_timeout`.
+    #[error(
+        "no compile slot came free within {limit:?}: {slots} compiles are already running; \
+         try again shortly"
+    )]
+    CompileBusy { limit: Duration, slots: usize },
 }
 
 pub type Result<T, E = PolicyError> = std::result::Result<T, E>;
@@ -48,8 +63,41 @@ pub type Result<T, E = PolicyError> = std::result::Result<T, E>;
 pub enum PolicyFault {
     #[error("timed out after {deadline_ms} ms")]
     Timeout { deadline_ms: u64 },
-    #[error("ran out of memory (linear memory is capped at {limit_mib} MiB)")]
+    /// The instance's memories and tables together reached `Limits::memory_bytes`.
+    #[error("ran out of memory (memories and tables are capped at {limit_mib} MiB per instance)")]
     OutOfMemory { limit_mib: u64 },
+    /// Every instance of every policy together holds `Limits::process_memory_bytes`: this one
+    /// could not get (or grow) its memory. A fault of the host's budget, not of the policy's
+    /// code, but it is still refused rather than let the process run out.
+    #[error(
+        "the process's Wasm memory budget of {budget_mib} MiB is spent (all policies' instances \
+         together); this instance could not get its memory"
+    )]
+    ProcessMemory { budget_mib: u64 },
+    /// No warm instance was ready within the call deadline: instantiate + init run on the
+    /// policy's refill thread, never on the caller's, so a slow or failing init costs a caller
+    /// at most the deadline.
+    #[error(
+        "no warm instance was ready within {waited_ms} ms{}",
+        refill_note(last_refill)
+    )]
+    NotReady {
+        waited_ms: u64,
+        /// The fault of the last refill, if it failed.
+        last_refill: Option<Box<PolicyFault>>,
+    },
+    /// The policy faulted `faults` times in a row and is quarantined: calls fail at once
+    /// without running Wasm (its role's failure policy applies) until a probe call succeeds.
+    #[error(
+        "quarantined after {faults} consecutive faults (last: {last}); {}",
+        probe_note(*probe_in_ms)
+    )]
+    Quarantined {
+        faults: u32,
+        last: Box<PolicyFault>,
+        /// Milliseconds until the next probe call is let through (0: one is due or running).
+        probe_in_ms: u64,
+    },
     #[error("trapped: {message}")]
     Trap { message: String },
     #[error("bad output: {detail}")]
@@ -67,6 +115,9 @@ impl PolicyFault {
             Self::Trap { .. } => FaultKind::Trap,
             Self::BadOutput { .. } => FaultKind::BadOutput,
             Self::BadConfig { .. } => FaultKind::BadConfig,
+            Self::ProcessMemory { .. } => FaultKind::ProcessMemory,
+            Self::NotReady { .. } => FaultKind::NotReady,
+            Self::Quarantined { .. } => FaultKind::Quarantined,
         }
     }
 }
@@ -80,6 +131,9 @@ pub enum FaultKind {
     Trap,
     BadOutput,
     BadConfig,
+    ProcessMemory,
+    NotReady,
+    Quarantined,
 }
 
 impl FaultKind {
@@ -90,6 +144,25 @@ impl FaultKind {
             Self::Trap => "trap",
             Self::BadOutput => "bad-output",
             Self::BadConfig => "bad-config",
+            Self::ProcessMemory => "process-memory",
+            Self::NotReady => "not-ready",
+            Self::Quarantined => "quarantined",
         }
+    }
+}
+
+fn refill_note(last_refill: &Option<Box<PolicyFault>>) -> String {
+    match last_refill {
+        Some(fault) => format!(" (the last refill faulted: {fault})"),
+        None => String::new(),
+    }
+}
+
+/// "next probe in 4 s", rounded up; milliseconds under a second.
+fn probe_note(probe_in_ms: u64) -> String {
+    match probe_in_ms {
+        0 => "a probe call is due".into(),
+        ms if ms < 1000 => format!("next probe in {ms} ms"),
+        ms => format!("next probe in {} s", ms.div_ceil(1000)),
     }
 }
