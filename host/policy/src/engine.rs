@@ -19,14 +19,19 @@ use crate::policy::{FailurePolicy, Policy, PolicyOptions};
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, serde::Serialize, serde::Deserialize)]
 #[serde(rename_all = "kebab-case")]
 pub enum Role {
+    /// Decides per node whether a pod may go there.
     Filter,
+    /// Ranks the nodes that passed every filter.
     Score,
+    /// Decides whether a job is admitted now.
     Quota,
 }
 
 impl Role {
+    /// Every role, in the order a cycle consults them.
     pub const ALL: [Role; 3] = [Role::Filter, Role::Score, Role::Quota];
 
+    /// The role's name, as the WIT world and the API spell it.
     pub fn as_str(self) -> &'static str {
         match self {
             Role::Filter => "filter",
@@ -234,8 +239,11 @@ pub(crate) struct EngineShared {
 
 /// A compiled, pre-linked component: instantiating from here costs microseconds.
 pub struct CompiledPolicy {
+    /// The sha256 of the component's bytes, hex: its identity in the cache and the store.
     pub sha256: String,
+    /// The role its exports play.
     pub role: Role,
+    /// The component's size in bytes.
     pub size_bytes: usize,
     pub(crate) pre: RolePre,
 }
@@ -247,6 +255,8 @@ pub(crate) enum RolePre {
 }
 
 impl PolicyEngine {
+    /// An engine whose policies run under `limits` and resolve ids through `symbols`; starts
+    /// the epoch ticker thread.
     pub fn new(limits: Limits, symbols: Arc<Symbols>) -> Result<Self> {
         let mut config = wasmtime::Config::new();
         config
@@ -302,6 +312,7 @@ impl PolicyEngine {
         self.shared.budget.used()
     }
 
+    /// The interned strings policies resolve ids through.
     pub fn symbols(&self) -> &Arc<Symbols> {
         &self.shared.symbols
     }

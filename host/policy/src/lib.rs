@@ -6,9 +6,11 @@
 //! [`PolicyFault`] instead of a host panic. Instances are made off the caller's thread (a warm
 //! spare per policy), and a policy that keeps faulting is quarantined.
 
+#![warn(missing_docs)]
+
 // The generated bindings use `unsafe` internally (typed function handles); this is the one
 // module allowed to.
-#[allow(unsafe_code, unused_variables, clippy::all)]
+#[allow(unsafe_code, unused_variables, missing_docs, clippy::all)]
 mod bindings;
 // The unit tests share the integration tests' fixtures, which name this crate by its name.
 #[cfg(test)]

@@ -56,6 +56,7 @@ impl Default for PolicyOptions {
 }
 
 impl PolicyOptions {
+    /// Default options with this JSON config.
     pub fn with_config(config: impl Into<String>) -> Self {
         Self {
             config: config.into(),
@@ -67,9 +68,13 @@ impl PolicyOptions {
 /// What a policy said about itself at init.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize)]
 pub struct PolicyInfo {
+    /// The policy's name (at most [`NAME_MAX_BYTES`]).
     pub name: String,
+    /// Its version (at most [`VERSION_MAX_BYTES`]).
     pub version: String,
+    /// Its role.
     pub role: Role,
+    /// The sha256 of its component, hex.
     pub sha256: String,
     /// Declared reason codes and their texts, sorted by code.
     pub reasons: Vec<(u16, String)>,
