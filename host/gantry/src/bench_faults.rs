@@ -3,7 +3,9 @@
 //! pending jobs, it times scheduling cycles:
 //! - with the healthy example set (gpu-fit, gpu-binpack, team-quota);
 //! - with `hostile-misbehave` added as a filter: its init takes 900 ms and it traps on every
-//!   call, so the cycles pay for its faults until it is quarantined, and then for its probes;
+//!   call, so the cycles pay for its faults until it is quarantined, and then for its probes
+//!   (and once more failing open, to tell the policy's cost from the scheduler's handling of
+//!   jobs a fail-closed filter leaves unplaceable);
 //! - with that policy only in a shadow set, run as `Live::decide` runs one (inline, before the
 //!   active cycle, on a copy of the state);
 //! - with the healthy set while `--uploads` components of `--upload-mib` MiB each compile at
@@ -20,7 +22,8 @@ use std::time::{Duration, Instant};
 use clap::Args;
 use gantry_core::{PodShape, Scheduler, Symbols};
 use gantry_policy::{
-    Capabilities, Limits, NodeCache, Policy, PolicyEngine, PolicyOptions, PolicySet, SetEntry,
+    Capabilities, FailurePolicy, Limits, NodeCache, Policy, PolicyEngine, PolicyOptions, PolicySet,
+    SetEntry,
 };
 use indicatif::{ProgressBar, ProgressStyle};
 use serde_json::json;
@@ -139,7 +142,11 @@ fn healthy(args: &FaultsBenchArgs, engine: &PolicyEngine) -> anyhow::Result<Vec<
     Ok(entries)
 }
 
-fn faulty(args: &FaultsBenchArgs, engine: &PolicyEngine) -> anyhow::Result<Arc<Policy>> {
+fn faulty(
+    args: &FaultsBenchArgs,
+    engine: &PolicyEngine,
+    failure: Option<FailurePolicy>,
+) -> anyhow::Result<Arc<Policy>> {
     let bytes = std::fs::read(args.plugins.resolve("hostile_misbehave.wasm")?)?;
     let options = PolicyOptions {
         config: format!(r#"{{"init_ms": {}, "trap": true}}"#, args.init_ms),
@@ -147,7 +154,7 @@ fn faulty(args: &FaultsBenchArgs, engine: &PolicyEngine) -> anyhow::Result<Arc<P
             clock: true,
             ..Capabilities::default()
         },
-        ..PolicyOptions::default()
+        failure,
     };
     Ok(Arc::new(engine.load(&bytes, options)?))
 }
@@ -248,7 +255,7 @@ pub fn run(args: FaultsBenchArgs) -> anyhow::Result<()> {
     );
 
     // 2. The faulty policy active (a filter: fails closed, so its jobs stay pending).
-    let policy = faulty(&args, &engine)?;
+    let policy = faulty(&args, &engine, None)?;
     let mut entries = healthy_entries.clone();
     entries.push(SetEntry {
         policy: policy.clone(),
@@ -286,8 +293,35 @@ pub fn run(args: FaultsBenchArgs) -> anyhow::Result<()> {
     drop(faulty_set);
     drop(policy);
 
+    // 2b. The same, failing open: a fault skips the policy instead of rejecting every node, so
+    // this separates what the faults and the quarantine cost from what the scheduler does with
+    // jobs a fail-closed filter leaves unplaceable.
+    let open_policy = faulty(&args, &engine, Some(FailurePolicy::FailOpen))?;
+    let mut entries = healthy_entries.clone();
+    entries.push(SetEntry {
+        policy: open_policy.clone(),
+        weight: 1,
+    });
+    let open_set = PolicySet::new(4, entries);
+    let open_cycles = cycles(
+        args.cycles,
+        &template,
+        &open_set,
+        None,
+        "faulty policy, fail-open",
+        |_| {},
+    );
+    let active_fail_open = json!({
+        "cycles": summary(open_cycles.clone()),
+        "first_cycle_ms": ms(open_cycles[0]),
+        "cycles_after_the_first": summary(open_cycles[1..].to_vec()),
+        "quarantined_calls": open_policy.stats.quarantined_calls.load(Ordering::Relaxed),
+    });
+    drop(open_set);
+    drop(open_policy);
+
     // 3. The faulty policy only in a shadow set.
-    let shadow_policy = faulty(&args, &engine)?;
+    let shadow_policy = faulty(&args, &engine, None)?;
     let mut entries = healthy_entries.clone();
     entries.push(SetEntry {
         policy: shadow_policy.clone(),
@@ -366,6 +400,7 @@ pub fn run(args: FaultsBenchArgs) -> anyhow::Result<()> {
         "cycles_per_scenario": args.cycles,
         "healthy": summary(healthy_cycles),
         "faulty_active": active_faulty,
+        "faulty_active_fail_open": active_fail_open,
         "faulty_in_shadow": shadow,
         "uploads": {
             "count": args.uploads,
