@@ -4,6 +4,7 @@
 mod bench;
 mod bench_activate;
 mod bench_cluster;
+mod bench_faults;
 mod client;
 mod kube;
 mod policy_test;
@@ -91,6 +92,8 @@ enum BenchCommand {
     Store(bench::StoreBenchArgs),
     /// How soon an activated policy set takes effect, over the API, under load.
     Activate(bench_activate::ActivateBenchArgs),
+    /// Cycle latency with a faulting policy (active, then in shadow) and during uploads.
+    Faults(bench_faults::FaultsBenchArgs),
 }
 
 /// Where the policies built from `plugins/` are found.
@@ -143,6 +146,9 @@ fn main() -> ExitCode {
         }
         Command::Bench(BenchCommand::Activate(args)) => {
             bench_activate::run(args).map(|()| ExitCode::SUCCESS)
+        }
+        Command::Bench(BenchCommand::Faults(args)) => {
+            bench_faults::run(args).map(|()| ExitCode::SUCCESS)
         }
         Command::Bench(BenchCommand::Store(args)) => {
             bench::run_store(args).map(|()| ExitCode::SUCCESS)

@@ -5,7 +5,9 @@ use std::process::ExitCode;
 
 use clap::Args;
 use gantry_core::{QuotaVerdict, Symbols};
-use gantry_policy::{Capabilities, Limits, PolicyEngine, PolicyOptions, Role, WasmNodes};
+use gantry_policy::{
+    Capabilities, Limits, NetworkRule, PolicyEngine, PolicyOptions, Role, WasmNodes,
+};
 
 use crate::sample;
 
@@ -25,12 +27,25 @@ pub struct ValidateArgs {
     /// Grant the policy read access to this directory, mounted at `/`.
     #[arg(long, value_name = "DIR")]
     allow_read: Option<PathBuf>,
-    /// Grant the policy network sockets.
-    #[arg(long)]
-    allow_network: bool,
+    /// Let the policy connect (TCP) and send (UDP) to these addresses only: a comma-separated
+    /// list of IP addresses and CIDR blocks, each with an optional port, e.g.
+    /// `10.0.0.0/8,127.0.0.1:8080,[fd00::/8]:443`. Host names are refused (no DNS lookup is
+    /// granted), and a policy may never listen. Without it, the policy gets no network.
+    #[arg(
+        long,
+        value_name = "ADDR[/PREFIX][:PORT],...",
+        value_delimiter = ',',
+        value_parser = parse_network_rule
+    )]
+    allow_network: Vec<NetworkRule>,
     /// Per-call deadline in milliseconds.
     #[arg(long, default_value_t = 50)]
     deadline_ms: u64,
+}
+
+/// One `--allow-network` entry; the error names the entry and the forms accepted.
+fn parse_network_rule(entry: &str) -> Result<NetworkRule, String> {
+    entry.trim().parse().map_err(|e| format!("{e}"))
 }
 
 pub fn run(args: ValidateArgs) -> anyhow::Result<ExitCode> {
@@ -46,7 +61,7 @@ pub fn run(args: ValidateArgs) -> anyhow::Result<ExitCode> {
         capabilities: Capabilities {
             clock: args.allow_clock,
             read_dir: args.allow_read.clone(),
-            network: args.allow_network,
+            network: args.allow_network.clone(),
         },
     };
     let policy = match engine.load_file(&args.file, options) {
@@ -124,5 +139,60 @@ pub fn run(args: ValidateArgs) -> anyhow::Result<ExitCode> {
             );
             Ok(ExitCode::from(BAD_POLICY))
         }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use clap::Parser;
+
+    use super::*;
+
+    #[derive(Parser)]
+    struct Cli {
+        #[command(flatten)]
+        args: ValidateArgs,
+    }
+
+    fn parse(args: &[&str]) -> Result<ValidateArgs, String> {
+        let argv = ["validate", "policy.wasm"].iter().chain(args);
+        Cli::try_parse_from(argv)
+            .map(|cli| cli.args)
+            .map_err(|e| e.to_string())
+    }
+
+    #[test]
+    fn allow_network_takes_a_list_of_addresses_and_blocks() {
+        assert!(parse(&[]).unwrap().allow_network.is_empty());
+        let args = parse(&["--allow-network", "10.0.0.0/8,127.0.0.1:8080"]).unwrap();
+        let shown: Vec<String> = args.allow_network.iter().map(|r| r.to_string()).collect();
+        assert_eq!(shown, ["10.0.0.0/8", "127.0.0.1:8080"]);
+        let args = parse(&[
+            "--allow-network",
+            "[fd00::/8]:443",
+            "--allow-network",
+            "192.168.1.7",
+        ])
+        .unwrap();
+        assert_eq!(args.allow_network.len(), 2);
+    }
+
+    #[test]
+    fn a_bad_allow_network_entry_is_a_clear_error() {
+        let error = parse(&["--allow-network", "10.0.0.0/8,example.com:80"]).unwrap_err();
+        assert!(
+            error.contains(
+                "bad network entry `example.com:80`: `example.com` is not an IP address (host \
+                 names are not allowed)"
+            ),
+            "{error}"
+        );
+        let error = parse(&["--allow-network", "10.0.0.1/8"]).unwrap_err();
+        assert!(
+            error.contains("host bits are set past /8; did you mean 10.0.0.0/8?"),
+            "{error}"
+        );
+        // The old boolean form is refused rather than read as "everything".
+        assert!(parse(&["--allow-network"]).is_err());
     }
 }

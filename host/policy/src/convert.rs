@@ -18,6 +18,7 @@ pub struct WasmNodes {
 }
 
 impl WasmNodes {
+    /// Every node of `table`, in Wasm shape.
     pub fn new(table: &NodeTable) -> Self {
         Self::new_range(table, 0..table.len())
     }
@@ -54,10 +55,12 @@ impl WasmNodes {
         }
     }
 
+    /// Nodes held.
     pub fn len(&self) -> usize {
         self.raw.name.len()
     }
 
+    /// Whether no node is held.
     pub fn is_empty(&self) -> bool {
         self.raw.name.is_empty()
     }

@@ -1,9 +1,9 @@
 use std::collections::HashMap;
 use std::path::PathBuf;
 use std::sync::atomic::{AtomicBool, Ordering};
-use std::sync::{Arc, Mutex};
+use std::sync::{Arc, Condvar, Mutex};
 use std::thread::JoinHandle;
-use std::time::Duration;
+use std::time::{Duration, Instant};
 
 use gantry_core::Symbols;
 use sha2::{Digest, Sha256};
@@ -11,21 +11,27 @@ use wasmtime::component::{Component, Linker};
 
 use crate::bindings::{filter::FilterPre, quota::QuotaPre, score::ScorePre};
 use crate::error::{PolicyError, Result};
-use crate::instance::HostState;
+use crate::instance::{HostState, ProcessBudget};
+use crate::network::NetworkRule;
 use crate::policy::{FailurePolicy, Policy, PolicyOptions};
 
 /// The role a policy plays in a scheduling cycle; one WIT world each.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, serde::Serialize, serde::Deserialize)]
 #[serde(rename_all = "kebab-case")]
 pub enum Role {
+    /// Decides per node whether a pod may go there.
     Filter,
+    /// Ranks the nodes that passed every filter.
     Score,
+    /// Decides whether a job is admitted now.
     Quota,
 }
 
 impl Role {
+    /// Every role, in the order a cycle consults them.
     pub const ALL: [Role; 3] = [Role::Filter, Role::Score, Role::Quota];
 
+    /// The role's name, as the WIT world and the API spell it.
     pub fn as_str(self) -> &'static str {
         match self {
             Role::Filter => "filter",
@@ -62,23 +68,63 @@ impl std::fmt::Display for Role {
 /// Bounds on every policy call. Defaults follow DESIGN.md: 50 ms, 64 MiB.
 #[derive(Debug, Clone)]
 pub struct Limits {
-    /// Wall time for one call, enforced by epoch interruption.
+    /// Wall time for one call, enforced by epoch interruption. Also the longest a call waits
+    /// for a warm instance before it faults.
     pub deadline: Duration,
     /// Wall time for instantiate + init. Apart from the call deadline because interpreted guests
     /// (Python, JavaScript) copy in a runtime heap of megabytes before init runs: ~12 ms alone
     /// for componentize-py's, which a busy host stretches past 50 ms. Init runs once per
-    /// instance, off the hot path; a policy that loops in init is still stopped.
+    /// instance, off the hot path (on the policy's refill thread); a policy that loops in init
+    /// is still stopped.
     pub init_deadline: Duration,
+    /// Bytes one instance may hold in all its memories and tables together (tables are charged
+    /// a pointer per element). A sum, not a per-memory cap: a component may create several
+    /// memories and core instances, and each would otherwise get the whole cap.
     pub memory_bytes: usize,
+    /// Bytes every instance of every policy of this engine may hold together: each store
+    /// reserves what it grows and gives it back when dropped. Past it, instantiation and growth
+    /// are refused (a [`PolicyFault::ProcessMemory`](crate::PolicyFault::ProcessMemory)), so
+    /// many policies times their instances cannot exhaust the host.
+    pub process_memory_bytes: usize,
+    /// Elements of one table.
     pub table_elements: usize,
-    /// Core instances, tables and memories a component may create in its store.
+    /// Core instances a component may create in its store. Measured by the unit test
+    /// `limits_fit_the_real_policies`: a Rust or ComponentizeJS policy needs 3, a
+    /// componentize-py one 38 (libpython, libc and each native extension are core modules of
+    /// their own, dynamically linked). 48 leaves a margin for a few more Python extensions, not
+    /// room for a hostile component to multiply its memories (and the per-instance byte cap
+    /// holds whatever the count).
     pub instances: usize,
+    /// Tables a component may create in its store: every real policy creates 2 (measured as
+    /// above); 4 leaves a margin of 2.
     pub tables: usize,
+    /// Memories a component may create in its store: every real policy creates 1 (measured as
+    /// above; componentize-py's modules share one); 2 leaves a margin of 1.
     pub memories: usize,
     /// Calls that may run at once on one policy; also the most instances it keeps alive.
     pub concurrency: usize,
     /// Wasm stack, so unbounded recursion traps early instead of exhausting the host's.
     pub max_wasm_stack: usize,
+    /// Consecutive faults after which a policy is quarantined: its calls fault at once, without
+    /// running Wasm, until a probe call succeeds.
+    pub quarantine_after: u32,
+    /// Wait before the first probe of a quarantined policy; doubled after each failed probe, up
+    /// to `quarantine_backoff_max`.
+    pub quarantine_backoff: Duration,
+    /// The longest wait between probes.
+    pub quarantine_backoff_max: Duration,
+    /// Wall time for compiling one upload (waiting for a compile slot included). 60 s by
+    /// default: a ComponentizeJS policy (~10 MB, a whole JS engine) took over 20 s to compile
+    /// on a two-core test machine busy with other builds, and refusing a real policy is worse
+    /// than a slow upload; the cap is there for hostile uploads that would compile for minutes.
+    /// Past it,
+    /// `compile` returns [`PolicyError::CompileTimeout`] at once; the compile itself finishes on
+    /// its own thread, holding its slot (wasmtime cannot cancel a compile).
+    pub compile_timeout: Duration,
+    /// `log` lines a policy may write per second, on average.
+    pub log_lines_per_s: u32,
+    /// `log` lines a policy may write in a burst before the rate applies.
+    pub log_burst: u32,
 }
 
 impl Default for Limits {
@@ -87,12 +133,19 @@ impl Default for Limits {
             deadline: Duration::from_millis(50),
             init_deadline: Duration::from_millis(1000),
             memory_bytes: 64 << 20,
+            process_memory_bytes: 1 << 30,
             table_elements: 100_000,
-            instances: 64,
-            tables: 64,
-            memories: 16,
+            instances: 48,
+            tables: 4,
+            memories: 2,
             concurrency: 4,
             max_wasm_stack: 1 << 20,
+            quarantine_after: 5,
+            quarantine_backoff: Duration::from_secs(1),
+            quarantine_backoff_max: Duration::from_secs(300),
+            compile_timeout: Duration::from_secs(60),
+            log_lines_per_s: 20,
+            log_burst: 100,
         }
     }
 }
@@ -101,10 +154,63 @@ impl Default for Limits {
 /// `log`/`resolve`/`lookup` calls, an empty environment, captured stdio and random numbers.
 #[derive(Debug, Clone, Default, PartialEq, Eq, Hash)]
 pub struct Capabilities {
+    /// The WASI clocks (wall and monotonic).
     pub clock: bool,
     /// A directory the policy may read, mounted at `/`.
     pub read_dir: Option<PathBuf>,
-    pub network: bool,
+    /// Addresses the policy may connect and send to. Empty: no network (and a component that
+    /// imports `wasi:sockets` is refused). Name lookup is never granted.
+    pub network: Vec<NetworkRule>,
+}
+
+/// Compiles that may run at once in the process: each compile already uses every core
+/// (wasmtime compiles functions in parallel), so more at once only queue for the same cores and
+/// hold more memory; two keep one upload from waiting on another's whole compile.
+pub const COMPILE_SLOTS: usize = 2;
+
+/// The process-wide compile slots (a counting semaphore). Process-wide, not per engine, because
+/// the cores and memory compiles compete for are the process's.
+static COMPILE_PERMITS: Semaphore = Semaphore::new(COMPILE_SLOTS);
+
+struct Semaphore {
+    free: Mutex<usize>,
+    freed: Condvar,
+}
+
+impl Semaphore {
+    const fn new(permits: usize) -> Self {
+        Self {
+            free: Mutex::new(permits),
+            freed: Condvar::new(),
+        }
+    }
+
+    /// A permit, waiting until `deadline`; `None` if none came free in time.
+    fn acquire(&'static self, deadline: Instant) -> Option<Permit> {
+        let mut free = self.free.lock().unwrap_or_else(|e| e.into_inner());
+        loop {
+            if *free > 0 {
+                *free -= 1;
+                return Some(Permit(self));
+            }
+            let left = deadline.checked_duration_since(Instant::now())?;
+            free = self
+                .freed
+                .wait_timeout(free, left)
+                .unwrap_or_else(|e| e.into_inner())
+                .0;
+        }
+    }
+}
+
+/// Held while a compile runs; gives the slot back when dropped, wherever the compile ends.
+struct Permit(&'static Semaphore);
+
+impl Drop for Permit {
+    fn drop(&mut self) {
+        *self.0.free.lock().unwrap_or_else(|e| e.into_inner()) += 1;
+        self.0.freed.notify_one();
+    }
 }
 
 /// How often the epoch ticks; deadlines are whole ticks, so a timeout lands within one tick.
@@ -122,6 +228,8 @@ pub(crate) struct EngineShared {
     pub(crate) linker: Linker<HostState>,
     pub(crate) limits: Limits,
     pub(crate) symbols: Arc<Symbols>,
+    /// The process-wide Wasm memory budget every store of this engine reserves from.
+    pub(crate) budget: Arc<ProcessBudget>,
     /// Compiled components keyed by the sha256 of their bytes, so uploading the same policy
     /// twice (or under another name) compiles once. Locked only to look up or insert.
     digest_to_compiled: Mutex<HashMap<[u8; 32], Arc<CompiledPolicy>>>,
@@ -131,8 +239,11 @@ pub(crate) struct EngineShared {
 
 /// A compiled, pre-linked component: instantiating from here costs microseconds.
 pub struct CompiledPolicy {
+    /// The sha256 of the component's bytes, hex: its identity in the cache and the store.
     pub sha256: String,
+    /// The role its exports play.
     pub role: Role,
+    /// The component's size in bytes.
     pub size_bytes: usize,
     pub(crate) pre: RolePre,
 }
@@ -144,6 +255,8 @@ pub(crate) enum RolePre {
 }
 
 impl PolicyEngine {
+    /// An engine whose policies run under `limits` and resolve ids through `symbols`; starts
+    /// the epoch ticker thread.
     pub fn new(limits: Limits, symbols: Arc<Symbols>) -> Result<Self> {
         let mut config = wasmtime::Config::new();
         config
@@ -161,6 +274,7 @@ impl PolicyEngine {
         let shared = Arc::new(EngineShared {
             engine,
             linker,
+            budget: Arc::new(ProcessBudget::new(limits.process_memory_bytes)),
             limits,
             symbols,
             digest_to_compiled: Mutex::new(HashMap::new()),
@@ -186,39 +300,79 @@ impl PolicyEngine {
         })
     }
 
+    /// The bounds every policy of this engine runs under.
     pub fn limits(&self) -> &Limits {
         &self.shared.limits
     }
 
+    /// Bytes of Wasm memories and tables every live instance of this engine holds now, out of
+    /// `Limits::process_memory_bytes`: for metrics, and for tests that check the budget is
+    /// given back.
+    pub fn process_memory_used(&self) -> usize {
+        self.shared.budget.used()
+    }
+
+    /// The interned strings policies resolve ids through.
     pub fn symbols(&self) -> &Arc<Symbols> {
         &self.shared.symbols
     }
 
-    /// Compile (or find compiled) and check the component's world and imports.
+    /// Compile (or find compiled) and check the component's world and imports. At most
+    /// [`COMPILE_SLOTS`] compiles run at once in the process, and one takes at most
+    /// `Limits::compile_timeout` (waiting for a slot included): past it this returns
+    /// [`PolicyError::CompileTimeout`] at once, while the compile finishes on its own thread,
+    /// holding its slot, and lands in the cache (so a retry of the same bytes is instant).
     pub fn compile(&self, bytes: &[u8], caps: &Capabilities) -> Result<Arc<CompiledPolicy>> {
         let digest: [u8; 32] = Sha256::digest(bytes).into();
-        let cached = self
-            .shared
-            .digest_to_compiled
-            .lock()
-            .unwrap_or_else(|e| e.into_inner())
-            .get(&digest)
-            .cloned();
+        let cached = self.shared.cached(&digest);
         let compiled = match cached {
             Some(compiled) => compiled,
-            None => {
-                let compiled = Arc::new(self.compile_new(bytes, digest)?);
-                self.shared
-                    .digest_to_compiled
-                    .lock()
-                    .unwrap_or_else(|e| e.into_inner())
-                    .entry(digest)
-                    .or_insert(compiled)
-                    .clone()
-            }
+            None => self.compile_bounded(bytes, digest)?,
         };
         check_imports(&self.shared.engine, &compiled, caps)?;
         Ok(compiled)
+    }
+
+    /// Compile on a thread of its own under a compile slot, waiting at most the compile timeout.
+    fn compile_bounded(&self, bytes: &[u8], digest: [u8; 32]) -> Result<Arc<CompiledPolicy>> {
+        let limit = self.shared.limits.compile_timeout;
+        let deadline = Instant::now() + limit;
+        let permit = COMPILE_PERMITS
+            .acquire(deadline)
+            .ok_or(PolicyError::CompileBusy {
+                limit,
+                slots: COMPILE_SLOTS,
+            })?;
+        let (send, receive) = std::sync::mpsc::sync_channel(1);
+        let shared = self.shared.clone();
+        let bytes = bytes.to_vec();
+        std::thread::Builder::new()
+            .name("gantry-policy-compile".into())
+            .spawn(move || {
+                let result = compile_new(&shared, &bytes, digest).map(|compiled| {
+                    shared
+                        .digest_to_compiled
+                        .lock()
+                        .unwrap_or_else(|e| e.into_inner())
+                        .entry(digest)
+                        .or_insert_with(|| Arc::new(compiled))
+                        .clone()
+                });
+                drop(permit);
+                // The caller may have given up; then the result only warms the cache.
+                let _ = send.send(result);
+            })
+            .map_err(|e| PolicyError::Engine(format!("cannot start a compile thread: {e}")))?;
+        let left = deadline.saturating_duration_since(Instant::now());
+        match receive.recv_timeout(left) {
+            Ok(result) => result,
+            Err(std::sync::mpsc::RecvTimeoutError::Timeout) => {
+                Err(PolicyError::CompileTimeout { limit })
+            }
+            Err(std::sync::mpsc::RecvTimeoutError::Disconnected) => Err(PolicyError::Engine(
+                "the compile thread ended without an answer".into(),
+            )),
+        }
     }
 
     /// Compile, check, instantiate and `init` with `config`: a policy ready to call.
@@ -238,37 +392,37 @@ impl PolicyEngine {
         })?;
         self.load(&bytes, options)
     }
+}
 
-    fn compile_new(&self, bytes: &[u8], digest: [u8; 32]) -> Result<CompiledPolicy> {
-        check_magic(bytes)?;
-        let engine = &self.shared.engine;
-        let component = Component::new(engine, bytes)
-            .map_err(|e| PolicyError::Invalid(one_line(&format!("{e:#}"))))?;
-        let role = detect_role(engine, &component)?;
-        let linker = &self.shared.linker;
-        let wrong_world = |e: wasmtime::Error| PolicyError::WrongWorld {
-            world: format!("gantry:policy/{role}@0.1.0"),
-            detail: one_line(&format!("{e:#}")),
-        };
-        let instance_pre = linker.instantiate_pre(&component).map_err(|e| {
-            // An import we do not provide is reported by `check_imports` with a better message.
-            match first_unknown_import(engine, &component) {
-                Some(import) => PolicyError::UnknownImport { import },
-                None => wrong_world(e),
-            }
-        })?;
-        let pre = match role {
-            Role::Filter => RolePre::Filter(FilterPre::new(instance_pre).map_err(wrong_world)?),
-            Role::Score => RolePre::Score(ScorePre::new(instance_pre).map_err(wrong_world)?),
-            Role::Quota => RolePre::Quota(QuotaPre::new(instance_pre).map_err(wrong_world)?),
-        };
-        Ok(CompiledPolicy {
-            sha256: hex(&digest),
-            role,
-            size_bytes: bytes.len(),
-            pre,
-        })
-    }
+fn compile_new(shared: &EngineShared, bytes: &[u8], digest: [u8; 32]) -> Result<CompiledPolicy> {
+    check_magic(bytes)?;
+    let engine = &shared.engine;
+    let component = Component::new(engine, bytes)
+        .map_err(|e| PolicyError::Invalid(one_line(&format!("{e:#}"))))?;
+    let role = detect_role(engine, &component)?;
+    let linker = &shared.linker;
+    let wrong_world = |e: wasmtime::Error| PolicyError::WrongWorld {
+        world: format!("gantry:policy/{role}@0.1.0"),
+        detail: one_line(&format!("{e:#}")),
+    };
+    let instance_pre = linker.instantiate_pre(&component).map_err(|e| {
+        // An import we do not provide is reported by `check_imports` with a better message.
+        match first_unknown_import(engine, &component) {
+            Some(import) => PolicyError::UnknownImport { import },
+            None => wrong_world(e),
+        }
+    })?;
+    let pre = match role {
+        Role::Filter => RolePre::Filter(FilterPre::new(instance_pre).map_err(wrong_world)?),
+        Role::Score => RolePre::Score(ScorePre::new(instance_pre).map_err(wrong_world)?),
+        Role::Quota => RolePre::Quota(QuotaPre::new(instance_pre).map_err(wrong_world)?),
+    };
+    Ok(CompiledPolicy {
+        sha256: hex(&digest),
+        role,
+        size_bytes: bytes.len(),
+        pre,
+    })
 }
 
 impl Drop for PolicyEngine {
@@ -281,6 +435,14 @@ impl Drop for PolicyEngine {
 }
 
 impl EngineShared {
+    fn cached(&self, digest: &[u8; 32]) -> Option<Arc<CompiledPolicy>> {
+        self.digest_to_compiled
+            .lock()
+            .unwrap_or_else(|e| e.into_inner())
+            .get(digest)
+            .cloned()
+    }
+
     /// Epoch ticks that cover the call deadline, plus one for the tick already under way.
     pub(crate) fn deadline_ticks(&self) -> u64 {
         ticks_for(self.limits.deadline)
@@ -397,7 +559,7 @@ fn check_imports(
         } else if name.starts_with("wasi:filesystem/") {
             (caps.read_dir.is_some(), "a read directory")
         } else if name.starts_with("wasi:sockets/") {
-            (caps.network, "the network")
+            (!caps.network.is_empty(), "network addresses")
         } else {
             return Err(PolicyError::UnknownImport { import: name });
         };

@@ -1,24 +1,36 @@
 //! Gantry's policy engine: runs filter, score and quota policies as sandboxed WebAssembly
 //! components. This crate is the only place that runs `bindgen!`. It compiles each component
 //! once (keyed by sha256), keeps pre-instantiated `*Pre`s, bounds every call by an epoch
-//! deadline, a memory cap and a concurrency cap, and turns every guest failure into a typed
-//! [`PolicyFault`] instead of a host panic.
+//! deadline, a per-instance memory cap (every memory and table summed), a process-wide Wasm
+//! memory budget and a concurrency cap, and turns every guest failure into a typed
+//! [`PolicyFault`] instead of a host panic. Instances are made off the caller's thread (a warm
+//! spare per policy), and a policy that keeps faulting is quarantined.
+
+#![warn(missing_docs)]
 
 // The generated bindings use `unsafe` internally (typed function handles); this is the one
 // module allowed to.
-#[allow(unsafe_code, unused_variables, clippy::all)]
+#[allow(unsafe_code, unused_variables, missing_docs, clippy::all)]
 mod bindings;
+// The unit tests share the integration tests' fixtures, which name this crate by its name.
+#[cfg(test)]
+extern crate self as gantry_policy;
 mod convert;
 mod engine;
 mod error;
 mod instance;
+mod network;
 mod policy;
 mod set;
 
 pub use convert::WasmNodes;
-pub use engine::{Capabilities, CompiledPolicy, Limits, PolicyEngine, Role};
+pub use engine::{COMPILE_SLOTS, Capabilities, CompiledPolicy, Limits, PolicyEngine, Role};
 pub use error::{FaultKind, PolicyError, PolicyFault, Result};
-pub use policy::{FailurePolicy, Guarded, Policy, PolicyInfo, PolicyOptions, PolicyStats};
+pub use network::{NetworkRule, NetworkRuleError};
+pub use policy::{
+    DENY_REASON_MAX_BYTES, FailurePolicy, Guarded, NAME_MAX_BYTES, Policy, PolicyHealth,
+    PolicyInfo, PolicyOptions, PolicyStats, REASON_TEXT_MAX_BYTES, REASONS_MAX, VERSION_MAX_BYTES,
+};
 pub use set::{ActiveSet, BoundSet, NodeCache, PolicySet, SetEntry};
 
 /// The highest score a policy may give a node (kube-scheduler's MaxNodeScore).

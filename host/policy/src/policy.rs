@@ -1,6 +1,7 @@
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{Arc, Condvar, Mutex};
-use std::time::Instant;
+use std::thread::JoinHandle;
+use std::time::{Duration, Instant};
 
 use gantry_core::{CohortUsage, JobRequest, PodShape, QueueUsage, QuotaVerdict};
 use serde::{Deserialize, Serialize};
@@ -10,7 +11,18 @@ use crate::bindings::types;
 use crate::convert::{self, WasmNodes};
 use crate::engine::{Capabilities, CompiledPolicy, EngineShared, Role};
 use crate::error::{PolicyError, PolicyFault, Result};
-use crate::instance::{Exports, Instance};
+use crate::instance::{Exports, Instance, InstanceHost, LogBucket, Refusal};
+
+/// Longest policy name `init` may return, in bytes: it is shown in every explanation.
+pub const NAME_MAX_BYTES: usize = 64;
+/// Longest policy version `init` may return, in bytes.
+pub const VERSION_MAX_BYTES: usize = 64;
+/// Longest reason text `init` may declare, in bytes: one line a researcher reads.
+pub const REASON_TEXT_MAX_BYTES: usize = 200;
+/// Most reason codes `init` may declare; each is kept for the policy's life.
+pub const REASONS_MAX: usize = 256;
+/// Longest deny reason `admit` may return, in bytes: it is stored with every decision.
+pub const DENY_REASON_MAX_BYTES: usize = 1024;
 
 /// What a fault does to the decision it happened in.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Serialize, Deserialize)]
@@ -29,6 +41,7 @@ pub struct PolicyOptions {
     pub config: String,
     /// `None` uses the role's default (filter and quota closed, score open).
     pub failure: Option<FailurePolicy>,
+    /// WASI capabilities granted (none by default).
     pub capabilities: Capabilities,
 }
 
@@ -43,6 +56,7 @@ impl Default for PolicyOptions {
 }
 
 impl PolicyOptions {
+    /// Default options with this JSON config.
     pub fn with_config(config: impl Into<String>) -> Self {
         Self {
             config: config.into(),
@@ -54,9 +68,13 @@ impl PolicyOptions {
 /// What a policy said about itself at init.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize)]
 pub struct PolicyInfo {
+    /// The policy's name (at most [`NAME_MAX_BYTES`]).
     pub name: String,
+    /// Its version (at most [`VERSION_MAX_BYTES`]).
     pub version: String,
+    /// Its role.
     pub role: Role,
+    /// The sha256 of its component, hex.
     pub sha256: String,
     /// Declared reason codes and their texts, sorted by code.
     pub reasons: Vec<(u16, String)>,
@@ -65,41 +83,126 @@ pub struct PolicyInfo {
 /// Per-policy counters, for metrics and the bench.
 #[derive(Debug, Default)]
 pub struct PolicyStats {
+    /// Calls made, quarantined ones included.
     pub calls: AtomicU64,
+    /// Calls that returned a fault, quarantined ones included.
     pub faults: AtomicU64,
+    /// Wall time spent in calls, in nanoseconds.
     pub busy_ns: AtomicU64,
+    /// Instances created (instantiate + init), the one at load included.
     pub instances_created: AtomicU64,
+    /// Calls refused at once because the policy was quarantined (no Wasm ran).
+    pub quarantined_calls: AtomicU64,
+    /// `log` lines written.
+    pub log_lines: AtomicU64,
+    /// `log` lines dropped by the rate limit.
+    pub log_dropped: AtomicU64,
+}
+
+/// A policy's health, as the scheduler's metrics (`gantry_policy_quarantined`) and the UI show
+/// it. A snapshot: [`Policy::health`] takes it under a short lock.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct PolicyHealth {
+    /// Faults in a row since the last success (quarantined calls not counted).
+    pub consecutive_faults: u32,
+    /// Whether calls are refused at once without running Wasm.
+    pub quarantined: bool,
+    /// While quarantined: how long until the next probe call is let through (zero when one is
+    /// due or running). `None` when not quarantined.
+    pub probe_in: Option<Duration>,
+    /// While quarantined: the wait between the last fault and the next probe, which doubles
+    /// after each failed probe. `None` when not quarantined.
+    pub backoff: Option<Duration>,
+    /// Times this policy has been quarantined since it was loaded.
+    pub quarantines: u64,
+    /// The latest fault, if any call ever faulted.
+    pub last_fault: Option<PolicyFault>,
 }
 
 /// A loaded, configured policy: call it from any thread. Calls run on pooled instances, at most
-/// `Limits::concurrency` at once; each call is bounded by the deadline and the memory cap, and
+/// `Limits::concurrency` at once; each call is bounded by the deadline and the memory caps, and
 /// an instance that faulted is dropped, never reused.
+///
+/// Instantiate + init never run on a caller's thread after load: each policy has one refill
+/// thread (`gantry-policy-refill`) that creates instances when none is left (after a fault
+/// dropped one) or when callers wait for one under the concurrency cap. One thread per policy,
+/// not per engine, so one policy's slow init never delays another's refill. A call that finds
+/// no idle instance waits at most the call deadline, then faults with
+/// [`PolicyFault::NotReady`]. After `Limits::quarantine_after` consecutive faults the policy is
+/// quarantined (see [`Policy::health`]).
+///
+/// Dropping a `Policy` stops its refill thread and waits for it, which is at most one init
+/// deadline, so every instance (and its share of the process memory budget) is gone when
+/// `drop` returns.
 pub struct Policy {
+    inner: Arc<Inner>,
+    /// Counters, shared with the refill thread.
+    pub stats: Arc<PolicyStats>,
+    refill: Option<JoinHandle<()>>,
+}
+
+/// What the callers and the refill thread share.
+struct Inner {
     shared: Arc<EngineShared>,
     compiled: Arc<CompiledPolicy>,
     options: PolicyOptions,
     info: PolicyInfo,
     /// Indexed by reason code: whether the policy declared it. Checked for every verdict.
     declared: Vec<bool>,
+    host: InstanceHost,
     pool: Pool,
-    pub stats: PolicyStats,
+    health: Mutex<HealthState>,
+    stats: Arc<PolicyStats>,
 }
 
-/// Idle instances plus a count of live ones. Locked briefly to take or return an instance;
-/// `returned` wakes a caller waiting for the concurrency cap.
+/// Idle instances plus a count of live ones. Locked briefly to take or return an instance.
 struct Pool {
     state: Mutex<PoolState>,
-    returned: Condvar,
+    /// Wakes callers waiting for an instance: one was returned or created, or a refill failed.
+    changed: Condvar,
+    /// Wakes the refill thread.
+    wake_refill: Condvar,
 }
 
 struct PoolState {
     idle: Vec<Instance>,
+    /// Idle, busy, and being created.
     live: usize,
+    /// Callers waiting for an instance.
+    waiters: usize,
+    /// A refill failed and no caller has asked since: do not retry in a loop.
+    paused: bool,
+    /// Refills that failed, so a waiter sees one fail while it waits.
+    refill_faults: u64,
+    last_refill_fault: Option<PolicyFault>,
+    /// The policy was dropped: the refill thread exits.
+    closed: bool,
+}
+
+impl PoolState {
+    fn refill_wanted(&self, concurrency: usize) -> bool {
+        !self.closed
+            && !self.paused
+            && self.idle.is_empty()
+            && self.live < concurrency
+            && (self.live == 0 || self.waiters > 0)
+    }
+}
+
+struct HealthState {
+    consecutive: u32,
+    quarantined: bool,
+    quarantines: u64,
+    backoff: Duration,
+    next_probe: Instant,
+    probing: bool,
+    last_fault: Option<PolicyFault>,
 }
 
 /// A policy's answer after its failure policy was applied to any fault.
 #[derive(Debug, Clone, PartialEq)]
 pub enum Guarded<T> {
+    /// The policy answered.
     Answer(T),
     /// The policy faulted and fails open: leave it out of this decision.
     Skipped(PolicyFault),
@@ -113,8 +216,27 @@ impl Policy {
         compiled: Arc<CompiledPolicy>,
         options: PolicyOptions,
     ) -> Result<Self> {
-        let mut policy = Self {
+        let stats = Arc::new(PolicyStats::default());
+        let log = Arc::new(LogBucket::new(
+            shared.limits.log_lines_per_s,
+            shared.limits.log_burst,
+            stats.clone(),
+        ));
+        let mut inner = Inner {
+            health: Mutex::new(HealthState {
+                consecutive: 0,
+                quarantined: false,
+                quarantines: 0,
+                backoff: shared.limits.quarantine_backoff,
+                next_probe: Instant::now(),
+                probing: false,
+                last_fault: None,
+            }),
             shared,
+            host: InstanceHost {
+                policy_name: Arc::from(compiled.sha256.get(..12).unwrap_or_default()),
+                log,
+            },
             compiled,
             options,
             info: PolicyInfo {
@@ -129,12 +251,19 @@ impl Policy {
                 state: Mutex::new(PoolState {
                     idle: Vec::new(),
                     live: 0,
+                    waiters: 0,
+                    paused: false,
+                    refill_faults: 0,
+                    last_refill_fault: None,
+                    closed: false,
                 }),
-                returned: Condvar::new(),
+                changed: Condvar::new(),
+                wake_refill: Condvar::new(),
             },
-            stats: PolicyStats::default(),
+            stats: stats.clone(),
         };
-        let (instance, info) = policy.instantiate().map_err(|fault| match fault {
+        // The first instance is made here, on the loading thread: load reports its faults.
+        let (instance, info) = inner.instantiate().map_err(|fault| match fault {
             PolicyFault::BadConfig { message } => PolicyError::BadConfig(message),
             other => PolicyError::InitFault(other),
         })?;
@@ -142,44 +271,114 @@ impl Policy {
         for (code, _) in &info.reasons {
             declared[usize::from(*code)] = true;
         }
-        policy.declared = declared;
-        policy.info = info;
-        let mut state = policy.pool.lock();
-        state.live = 1;
-        state.idle.push(instance);
-        drop(state);
-        Ok(policy)
+        inner.declared = declared;
+        inner.host.policy_name = Arc::from(info.name.as_str());
+        inner.info = info;
+        {
+            let mut state = inner.pool.lock();
+            state.live = 1;
+            state.idle.push(instance);
+        }
+        let inner = Arc::new(inner);
+        let refill_inner = inner.clone();
+        let refill = std::thread::Builder::new()
+            .name("gantry-policy-refill".into())
+            .spawn(move || refill_inner.refill_loop())
+            .map_err(|e| PolicyError::Engine(format!("cannot start a refill thread: {e}")))?;
+        Ok(Self {
+            inner,
+            stats,
+            refill: Some(refill),
+        })
     }
 
+    /// This policy's health: consecutive faults, quarantine, and when the next probe is due.
+    /// What the engine exports as `gantry_policy_quarantined{policy=...}` and the UI shows.
+    pub fn health(&self) -> PolicyHealth {
+        let health = self.inner.health();
+        let now = Instant::now();
+        PolicyHealth {
+            consecutive_faults: health.consecutive,
+            quarantined: health.quarantined,
+            probe_in: health.quarantined.then(|| {
+                if health.probing {
+                    Duration::ZERO
+                } else {
+                    health.next_probe.saturating_duration_since(now)
+                }
+            }),
+            backoff: health.quarantined.then_some(health.backoff),
+            quarantines: health.quarantines,
+            last_fault: health.last_fault.clone(),
+        }
+    }
+
+    /// Wait until a warm instance is idle, at most `timeout`; `false` if none came (or the
+    /// refill faulted). For tests, and for callers that want a policy warm before its first
+    /// call (activating a set, say); calls themselves wait at most the call deadline.
+    pub fn wait_ready(&self, timeout: Duration) -> bool {
+        let inner = &*self.inner;
+        let deadline = Instant::now() + timeout;
+        let mut state = inner.pool.lock();
+        let faults_before = state.refill_faults;
+        if state.idle.is_empty() && state.paused {
+            state.paused = false;
+            inner.pool.wake_refill.notify_one();
+        }
+        loop {
+            if !state.idle.is_empty() {
+                return true;
+            }
+            if state.refill_faults != faults_before {
+                return false;
+            }
+            let Some(left) = deadline.checked_duration_since(Instant::now()) else {
+                return false;
+            };
+            state = inner
+                .pool
+                .changed
+                .wait_timeout(state, left)
+                .unwrap_or_else(|e| e.into_inner())
+                .0;
+        }
+    }
+
+    /// What the policy said about itself at load.
     pub fn info(&self) -> &PolicyInfo {
-        &self.info
+        &self.inner.info
     }
 
+    /// The policy's role (its WIT world).
     pub fn role(&self) -> Role {
-        self.compiled.role
+        self.inner.compiled.role
     }
 
+    /// The sha256 of the component's bytes, hex.
     pub fn sha256(&self) -> &str {
-        &self.compiled.sha256
+        &self.inner.compiled.sha256
     }
 
+    /// The component's size in bytes.
     pub fn size_bytes(&self) -> usize {
-        self.compiled.size_bytes
+        self.inner.compiled.size_bytes
     }
 
+    /// What a fault does: the options' override, or the role's default.
     pub fn failure_policy(&self) -> FailurePolicy {
-        self.options
+        self.inner
+            .options
             .failure
-            .unwrap_or_else(|| self.compiled.role.default_failure())
+            .unwrap_or_else(|| self.inner.compiled.role.default_failure())
     }
 
     /// The text of a reason code this policy declared.
     pub fn reason_text(&self, code: u16) -> Option<&str> {
-        self.info
-            .reasons
+        let reasons = &self.inner.info.reasons;
+        reasons
             .binary_search_by_key(&code, |(c, _)| *c)
             .ok()
-            .map(|i| self.info.reasons[i].1.as_str())
+            .map(|i| reasons[i].1.as_str())
     }
 
     /// A filter's verdicts in words: "N fit; M <reason>, …", most-declared code first. What
@@ -219,31 +418,38 @@ impl Policy {
         pod: &PodShape,
         nodes: &WasmNodes,
     ) -> std::result::Result<Vec<u16>, PolicyFault> {
-        let pod = convert::pod(pod);
-        let codes = self.call(|instance| match &instance.exports {
-            Exports::Filter(filter) => Some(filter.gantry_policy_filter_policy().call_filter(
-                &mut instance.store,
-                &pod,
-                nodes.raw(),
-            )),
-            _ => None,
-        })?;
-        if codes.len() != nodes.len() {
-            return Err(self.bad_output(format!(
-                "filter returned {} verdicts for {} nodes",
-                codes.len(),
-                nodes.len()
-            )));
-        }
-        if let Some(code) = codes
-            .iter()
-            .find(|&&c| c != 0 && !self.declared[usize::from(c)])
-        {
-            return Err(self.bad_output(format!(
-                "filter returned reason code {code}, which it did not declare at init"
-            )));
-        }
-        Ok(codes)
+        let inner = &*self.inner;
+        inner.guarded(|| {
+            let pod = convert::pod(pod);
+            let codes = inner.call(|instance| match &instance.exports {
+                Exports::Filter(filter) => Some(filter.gantry_policy_filter_policy().call_filter(
+                    &mut instance.store,
+                    &pod,
+                    nodes.raw(),
+                )),
+                _ => None,
+            })?;
+            if codes.len() != nodes.len() {
+                return Err(PolicyFault::BadOutput {
+                    detail: format!(
+                        "filter returned {} verdicts for {} nodes",
+                        codes.len(),
+                        nodes.len()
+                    ),
+                });
+            }
+            if let Some(code) = codes
+                .iter()
+                .find(|&&c| c != 0 && !inner.declared[usize::from(c)])
+            {
+                return Err(PolicyFault::BadOutput {
+                    detail: format!(
+                        "filter returned reason code {code}, which it did not declare at init"
+                    ),
+                });
+            }
+            Ok(codes)
+        })
     }
 
     /// One score in 0..=100 per node of `nodes`.
@@ -252,29 +458,33 @@ impl Policy {
         pod: &PodShape,
         nodes: &WasmNodes,
     ) -> std::result::Result<Vec<u32>, PolicyFault> {
-        let pod = convert::pod(pod);
-        let scores = self.call(|instance| match &instance.exports {
-            Exports::Score(score) => Some(score.gantry_policy_score_policy().call_score(
-                &mut instance.store,
-                &pod,
-                nodes.raw(),
-            )),
-            _ => None,
-        })?;
-        if scores.len() != nodes.len() {
-            return Err(self.bad_output(format!(
-                "score returned {} scores for {} nodes",
-                scores.len(),
-                nodes.len()
-            )));
-        }
-        if let Some(score) = scores.iter().find(|&&s| s > crate::MAX_SCORE) {
-            return Err(self.bad_output(format!(
-                "score returned {score}, outside 0..={}",
-                crate::MAX_SCORE
-            )));
-        }
-        Ok(scores)
+        let inner = &*self.inner;
+        inner.guarded(|| {
+            let pod = convert::pod(pod);
+            let scores = inner.call(|instance| match &instance.exports {
+                Exports::Score(score) => Some(score.gantry_policy_score_policy().call_score(
+                    &mut instance.store,
+                    &pod,
+                    nodes.raw(),
+                )),
+                _ => None,
+            })?;
+            if scores.len() != nodes.len() {
+                return Err(PolicyFault::BadOutput {
+                    detail: format!(
+                        "score returned {} scores for {} nodes",
+                        scores.len(),
+                        nodes.len()
+                    ),
+                });
+            }
+            if let Some(score) = scores.iter().find(|&&s| s > crate::MAX_SCORE) {
+                return Err(PolicyFault::BadOutput {
+                    detail: format!("score returned {score}, outside 0..={}", crate::MAX_SCORE),
+                });
+            }
+            Ok(scores)
+        })
     }
 
     /// Whether `job` may start now, given its queue's and cohort's usage.
@@ -284,30 +494,153 @@ impl Policy {
         queue: &QueueUsage,
         cohort: Option<&CohortUsage>,
     ) -> std::result::Result<QuotaVerdict, PolicyFault> {
-        let job = convert::job(job);
-        let queue = convert::queue(queue);
-        let cohort = cohort.map(convert::cohort);
-        let verdict = self.call(|instance| match &instance.exports {
-            Exports::Quota(quota) => Some(quota.gantry_policy_quota_policy().call_admit(
-                &mut instance.store,
-                &job,
-                queue,
-                cohort.as_ref(),
-            )),
-            _ => None,
-        })?;
-        Ok(match verdict {
-            types::QuotaVerdict::Admit => QuotaVerdict::Admit,
-            types::QuotaVerdict::AdmitBorrowing(borrowed) => QuotaVerdict::AdmitBorrowing {
-                borrowed: convert::resources_from(borrowed),
-            },
-            types::QuotaVerdict::Deny(reason) => QuotaVerdict::Deny { reason },
+        let inner = &*self.inner;
+        inner.guarded(|| {
+            let job = convert::job(job);
+            let queue = convert::queue(queue);
+            let cohort = cohort.map(convert::cohort);
+            let verdict = inner.call(|instance| match &instance.exports {
+                Exports::Quota(quota) => Some(quota.gantry_policy_quota_policy().call_admit(
+                    &mut instance.store,
+                    &job,
+                    queue,
+                    cohort.as_ref(),
+                )),
+                _ => None,
+            })?;
+            Ok(match verdict {
+                types::QuotaVerdict::Admit => QuotaVerdict::Admit,
+                types::QuotaVerdict::AdmitBorrowing(borrowed) => QuotaVerdict::AdmitBorrowing {
+                    borrowed: convert::resources_from(borrowed),
+                },
+                types::QuotaVerdict::Deny(reason) => {
+                    if reason.len() > DENY_REASON_MAX_BYTES {
+                        return Err(PolicyFault::BadOutput {
+                            detail: format!(
+                                "admit returned a deny reason of {} bytes; deny reasons are at \
+                                 most {DENY_REASON_MAX_BYTES} bytes",
+                                reason.len()
+                            ),
+                        });
+                    }
+                    QuotaVerdict::Deny { reason }
+                }
+            })
+        })
+    }
+}
+
+impl Drop for Policy {
+    fn drop(&mut self) {
+        {
+            let mut state = self.inner.pool.lock();
+            state.closed = true;
+            state.idle.clear();
+        }
+        self.inner.pool.wake_refill.notify_all();
+        if let Some(refill) = self.refill.take() {
+            let _ = refill.join();
+        }
+    }
+}
+
+impl Inner {
+    fn health(&self) -> std::sync::MutexGuard<'_, HealthState> {
+        self.health.lock().unwrap_or_else(|e| e.into_inner())
+    }
+
+    /// Run `body` (one call plus the checks of its output) unless the policy is quarantined,
+    /// and account for its outcome: stats, consecutive faults, quarantine and probes.
+    fn guarded<T>(
+        &self,
+        body: impl FnOnce() -> std::result::Result<T, PolicyFault>,
+    ) -> std::result::Result<T, PolicyFault> {
+        let started = Instant::now();
+        self.stats.calls.fetch_add(1, Ordering::Relaxed);
+        let probe = match self.gate() {
+            Ok(probe) => probe,
+            Err(fault) => {
+                self.stats.faults.fetch_add(1, Ordering::Relaxed);
+                self.stats.quarantined_calls.fetch_add(1, Ordering::Relaxed);
+                return Err(fault);
+            }
+        };
+        let result = body();
+        self.record(result.as_ref().err(), probe);
+        if result.is_err() {
+            self.stats.faults.fetch_add(1, Ordering::Relaxed);
+        }
+        let elapsed = u64::try_from(started.elapsed().as_nanos()).unwrap_or(u64::MAX);
+        self.stats.busy_ns.fetch_add(elapsed, Ordering::Relaxed);
+        self.host.log.report(&self.host.policy_name);
+        result
+    }
+
+    /// `Ok(true)`: this call is the probe of a quarantined policy; `Ok(false)`: an ordinary
+    /// call; `Err`: quarantined, refuse at once.
+    fn gate(&self) -> std::result::Result<bool, PolicyFault> {
+        let mut health = self.health();
+        if !health.quarantined {
+            return Ok(false);
+        }
+        let now = Instant::now();
+        if !health.probing && now >= health.next_probe {
+            health.probing = true;
+            return Ok(true);
+        }
+        let probe_in = if health.probing {
+            Duration::ZERO
+        } else {
+            health.next_probe - now
+        };
+        Err(PolicyFault::Quarantined {
+            faults: health.consecutive,
+            last: Box::new(health.last_fault.clone().unwrap_or(PolicyFault::Trap {
+                message: "unknown".into(),
+            })),
+            probe_in_ms: u64::try_from(probe_in.as_millis())
+                .unwrap_or(u64::MAX)
+                .max(u64::from(!probe_in.is_zero())),
         })
     }
 
-    fn bad_output(&self, detail: String) -> PolicyFault {
-        self.stats.faults.fetch_add(1, Ordering::Relaxed);
-        PolicyFault::BadOutput { detail }
+    fn record(&self, fault: Option<&PolicyFault>, probe: bool) {
+        let limits = &self.shared.limits;
+        let mut health = self.health();
+        let policy = &*self.host.policy_name;
+        let Some(fault) = fault else {
+            if health.quarantined {
+                tracing::info!(policy, "a probe call succeeded: quarantine lifted");
+            }
+            health.consecutive = 0;
+            health.quarantined = false;
+            health.probing = false;
+            health.backoff = limits.quarantine_backoff;
+            return;
+        };
+        health.consecutive = health.consecutive.saturating_add(1);
+        health.last_fault = Some(fault.clone());
+        let now = Instant::now();
+        if probe {
+            health.probing = false;
+            health.backoff = (health.backoff * 2).min(limits.quarantine_backoff_max);
+            health.next_probe = now + health.backoff;
+            tracing::warn!(
+                policy,
+                "the probe call faulted ({fault}); still quarantined, next probe in {:?}",
+                health.backoff
+            );
+        } else if !health.quarantined && health.consecutive >= limits.quarantine_after {
+            health.quarantined = true;
+            health.quarantines += 1;
+            health.backoff = limits.quarantine_backoff;
+            health.next_probe = now + health.backoff;
+            tracing::warn!(
+                policy,
+                "quarantined after {} consecutive faults (last: {fault})",
+                health.consecutive
+            );
+        }
     }
 
     /// Run `f` on a pooled instance under the call bounds. `f` returns `None` when the instance
@@ -316,89 +649,139 @@ impl Policy {
         &self,
         f: impl FnOnce(&mut Instance) -> Option<wasmtime::Result<T>>,
     ) -> std::result::Result<T, PolicyFault> {
-        let started = Instant::now();
-        self.stats.calls.fetch_add(1, Ordering::Relaxed);
-        let result = self.acquire().and_then(|mut instance| {
-            instance.arm(self.shared.deadline_ticks());
-            let outcome = f(&mut instance).unwrap_or_else(|| {
-                Err(wasmtime::Error::msg(format!(
-                    "policy is not a {} policy",
-                    self.compiled.role
-                )))
-            });
-            match outcome {
-                Ok(answer) => {
-                    self.release(instance);
-                    Ok(answer)
-                }
-                Err(error) => {
-                    let fault = self.classify(&instance, &error);
-                    self.discard(instance);
-                    Err(fault)
-                }
-            }
+        let mut instance = self.acquire()?;
+        instance.arm(self.shared.deadline_ticks());
+        let outcome = f(&mut instance).unwrap_or_else(|| {
+            Err(wasmtime::Error::msg(format!(
+                "policy is not a {} policy",
+                self.compiled.role
+            )))
         });
-        if result.is_err() {
-            self.stats.faults.fetch_add(1, Ordering::Relaxed);
+        match outcome {
+            Ok(answer) => {
+                self.release(instance);
+                Ok(answer)
+            }
+            Err(error) => {
+                let fault =
+                    self.classify(instance.refused(), instance.console_tail(), &error, false);
+                self.discard(instance);
+                Err(fault)
+            }
         }
-        let elapsed = u64::try_from(started.elapsed().as_nanos()).unwrap_or(u64::MAX);
-        self.stats.busy_ns.fetch_add(elapsed, Ordering::Relaxed);
-        result
     }
 
-    /// An idle instance, a new one if under the cap, or wait for one to come back.
+    /// An idle instance, or wait at most the call deadline for one to be returned or made by
+    /// the refill thread. Never instantiates on the caller's thread.
     fn acquire(&self) -> std::result::Result<Instance, PolicyFault> {
+        let deadline_after = self.shared.limits.deadline;
+        let deadline = Instant::now() + deadline_after;
         let mut state = self.pool.lock();
-        loop {
+        if let Some(instance) = state.idle.pop() {
+            return Ok(instance);
+        }
+        let faults_before = state.refill_faults;
+        // Each caller that finds nothing may retry a refill that failed before it came.
+        state.paused = false;
+        state.waiters += 1;
+        self.pool.wake_refill.notify_one();
+        let result = loop {
             if let Some(instance) = state.idle.pop() {
-                return Ok(instance);
+                break Ok(instance);
             }
-            if state.live < self.shared.limits.concurrency {
-                state.live += 1;
-                drop(state);
-                return match self.instantiate() {
-                    Ok((instance, _)) => Ok(instance),
-                    Err(fault) => {
-                        self.pool.lock().live -= 1;
-                        self.pool.returned.notify_one();
-                        Err(fault)
-                    }
-                };
+            let left = deadline.checked_duration_since(Instant::now());
+            if state.refill_faults != faults_before || left.is_none() {
+                break Err(PolicyFault::NotReady {
+                    waited_ms: u64::try_from(deadline_after.as_millis()).unwrap_or(u64::MAX),
+                    last_refill: state.last_refill_fault.clone().map(Box::new),
+                });
             }
             state = self
                 .pool
-                .returned
-                .wait(state)
-                .unwrap_or_else(|e| e.into_inner());
-        }
+                .changed
+                .wait_timeout(state, left.unwrap_or_default())
+                .unwrap_or_else(|e| e.into_inner())
+                .0;
+        };
+        state.waiters -= 1;
+        result
     }
 
     fn release(&self, instance: Instance) {
-        self.pool.lock().idle.push(instance);
-        self.pool.returned.notify_one();
+        let mut state = self.pool.lock();
+        if !state.closed {
+            state.idle.push(instance);
+        } else {
+            state.live -= 1;
+        }
+        drop(state);
+        self.pool.changed.notify_one();
     }
 
     fn discard(&self, instance: Instance) {
         drop(instance);
-        self.pool.lock().live -= 1;
-        self.pool.returned.notify_one();
+        let mut state = self.pool.lock();
+        state.live -= 1;
+        drop(state);
+        self.pool.wake_refill.notify_one();
     }
 
-    /// A fresh instance, initialised with the policy's config.
+    /// The refill thread: make an instance whenever the pool wants one (none left, or callers
+    /// waiting under the cap), until the policy is dropped. A failed refill is not retried
+    /// until a caller asks again, so a policy whose init always fails costs one init per call
+    /// (and none once quarantined), not a busy loop.
+    fn refill_loop(&self) {
+        let concurrency = self.shared.limits.concurrency;
+        let mut state = self.pool.lock();
+        loop {
+            if state.closed {
+                break;
+            }
+            if !state.refill_wanted(concurrency) {
+                state = self
+                    .pool
+                    .wake_refill
+                    .wait(state)
+                    .unwrap_or_else(|e| e.into_inner());
+                continue;
+            }
+            state.live += 1;
+            drop(state);
+            let made = self.instantiate();
+            state = self.pool.lock();
+            match made {
+                Ok((instance, _)) if !state.closed => {
+                    state.idle.push(instance);
+                    state.last_refill_fault = None;
+                }
+                Ok(_) => state.live -= 1,
+                Err(fault) => {
+                    tracing::warn!(
+                        policy = &*self.host.policy_name,
+                        "refilling a warm instance faulted: {fault}"
+                    );
+                    state.live -= 1;
+                    state.paused = true;
+                    state.refill_faults += 1;
+                    state.last_refill_fault = Some(fault);
+                }
+            }
+            self.pool.changed.notify_all();
+        }
+        state.live -= state.idle.len();
+        state.idle.clear();
+    }
+
+    /// A fresh instance, initialised with the policy's config, its self-description checked.
     fn instantiate(&self) -> std::result::Result<(Instance, PolicyInfo), PolicyFault> {
         self.stats.instances_created.fetch_add(1, Ordering::Relaxed);
-        let name: Arc<str> = if self.info.name.is_empty() {
-            Arc::from(self.compiled.sha256.get(..12).unwrap_or_default())
-        } else {
-            Arc::from(self.info.name.as_str())
-        };
         let mut instance = Instance::new(
             &self.shared,
             &self.compiled,
             &self.options.capabilities,
-            name,
+            self.host.clone(),
         )
-        .map_err(|e| self.classify_error(None, &e, true))?;
+        .map_err(|(error, refused)| self.classify(refused, None, &error, true))?;
         let config = self.options.config.as_str();
         let init = match &instance.exports {
             Exports::Filter(f) => f
@@ -414,8 +797,53 @@ impl Policy {
         let info = match init {
             Ok(Ok(info)) => info,
             Ok(Err(message)) => return Err(PolicyFault::BadConfig { message }),
-            Err(error) => return Err(self.classify_error(Some(&instance), &error, true)),
+            Err(error) => {
+                return Err(self.classify(
+                    instance.refused(),
+                    instance.console_tail(),
+                    &error,
+                    true,
+                ));
+            }
         };
+        let info = self.check_info(info)?;
+        Ok((instance, info))
+    }
+
+    /// Bound and check what init returned: every string a policy hands the host is bounded.
+    fn check_info(&self, info: types::PolicyInfo) -> std::result::Result<PolicyInfo, PolicyFault> {
+        let bad = |detail: String| PolicyFault::BadOutput { detail };
+        if info.name.len() > NAME_MAX_BYTES {
+            return Err(bad(format!(
+                "init returned a name of {} bytes; names are at most {NAME_MAX_BYTES} bytes",
+                info.name.len()
+            )));
+        }
+        if info.version.len() > VERSION_MAX_BYTES {
+            return Err(bad(format!(
+                "init returned a version of {} bytes; versions are at most {VERSION_MAX_BYTES} \
+                 bytes",
+                info.version.len()
+            )));
+        }
+        if info.reasons.len() > REASONS_MAX {
+            return Err(bad(format!(
+                "init declared {} reasons; at most {REASONS_MAX} may be declared",
+                info.reasons.len()
+            )));
+        }
+        if let Some(reason) = info
+            .reasons
+            .iter()
+            .find(|r| r.text.len() > REASON_TEXT_MAX_BYTES)
+        {
+            return Err(bad(format!(
+                "init declared a text of {} bytes for reason code {}; reason texts are at most \
+                 {REASON_TEXT_MAX_BYTES} bytes",
+                reason.text.len(),
+                reason.code
+            )));
+        }
         let mut reasons: Vec<(u16, String)> = info
             .reasons
             .into_iter()
@@ -423,66 +851,76 @@ impl Policy {
             .collect();
         reasons.sort_by_key(|(code, _)| *code);
         if let Some((code, _)) = reasons.iter().find(|(code, _)| *code == 0) {
-            return Err(PolicyFault::BadOutput {
-                detail: format!("init declared reason code {code}, which is reserved for \"fits\""),
-            });
+            return Err(bad(format!(
+                "init declared reason code {code}, which is reserved for \"fits\""
+            )));
         }
         if reasons.windows(2).any(|pair| pair[0].0 == pair[1].0) {
-            return Err(PolicyFault::BadOutput {
-                detail: "init declared the same reason code twice".into(),
-            });
+            return Err(bad("init declared the same reason code twice".into()));
         }
-        let info = PolicyInfo {
+        Ok(PolicyInfo {
             name: info.name,
             version: info.version,
             role: self.compiled.role,
             sha256: self.compiled.sha256.clone(),
             reasons,
-        };
-        Ok((instance, info))
-    }
-
-    fn classify(&self, instance: &Instance, error: &wasmtime::Error) -> PolicyFault {
-        self.classify_error(Some(instance), error, false)
+        })
     }
 
     /// `in_init`: the error came from instantiate + init, which run under the init deadline.
-    fn classify_error(
+    fn classify(
         &self,
-        instance: Option<&Instance>,
+        refused: Option<Refusal>,
+        console: Option<String>,
         error: &wasmtime::Error,
         in_init: bool,
     ) -> PolicyFault {
-        let limits = &self.shared.limits;
-        let trap = error.downcast_ref::<Trap>().copied();
-        if trap == Some(Trap::Interrupt) {
-            let deadline = if in_init {
-                limits.init_deadline
-            } else {
-                limits.deadline
-            };
-            return PolicyFault::Timeout {
-                deadline_ms: u64::try_from(deadline.as_millis()).unwrap_or(u64::MAX),
-            };
-        }
-        let out_of_memory = PolicyFault::OutOfMemory {
-            limit_mib: (limits.memory_bytes >> 20) as u64,
-        };
-        if instance.is_some_and(Instance::memory_refused) {
-            return out_of_memory;
-        }
-        let root = crate::engine::one_line(&error.root_cause().to_string());
-        if instance.is_none() && root.contains("memory") && root.contains("limit") {
-            return out_of_memory;
-        }
-        let message = match (trap, instance.and_then(Instance::console_tail)) {
-            (Some(Trap::StackOverflow), _) => "call stack exhausted (unbounded recursion?)".into(),
-            (Some(trap), Some(console)) => format!("{console} (wasm trap: {trap})"),
-            (Some(trap), None) => format!("wasm trap: {trap}"),
-            (None, _) => root,
-        };
-        PolicyFault::Trap { message }
+        classify(&self.shared.limits, refused, console, error, in_init)
     }
+}
+
+/// Turn a wasmtime error into the fault an admin reads. `refused`: which memory limit refused a
+/// grow during the call; `console`: the guest's last console line (a Rust panic message).
+pub(crate) fn classify(
+    limits: &crate::engine::Limits,
+    refused: Option<Refusal>,
+    console: Option<String>,
+    error: &wasmtime::Error,
+    in_init: bool,
+) -> PolicyFault {
+    let trap = error.downcast_ref::<Trap>().copied();
+    if trap == Some(Trap::Interrupt) {
+        let deadline = if in_init {
+            limits.init_deadline
+        } else {
+            limits.deadline
+        };
+        return PolicyFault::Timeout {
+            deadline_ms: u64::try_from(deadline.as_millis()).unwrap_or(u64::MAX),
+        };
+    }
+    match refused {
+        Some(Refusal::Process) => {
+            return PolicyFault::ProcessMemory {
+                budget_mib: (limits.process_memory_bytes >> 20) as u64,
+            };
+        }
+        Some(Refusal::Instance) => {
+            return PolicyFault::OutOfMemory {
+                limit_mib: (limits.memory_bytes >> 20) as u64,
+            };
+        }
+        None => {}
+    }
+    let root = crate::engine::one_line(&error.root_cause().to_string());
+    let message = match (trap, console) {
+        (Some(Trap::StackOverflow), _) => "call stack exhausted (unbounded recursion?)".into(),
+        // A trap displays as "wasm trap: …" already.
+        (Some(trap), Some(console)) => format!("{console} ({trap})"),
+        (Some(trap), None) => trap.to_string(),
+        (None, _) => root,
+    };
+    PolicyFault::Trap { message }
 }
 
 impl Pool {
@@ -490,3 +928,7 @@ impl Pool {
         self.state.lock().unwrap_or_else(|e| e.into_inner())
     }
 }
+
+#[cfg(test)]
+#[path = "policy_tests.rs"]
+mod tests;

@@ -22,7 +22,9 @@ use crate::policy::{Guarded, Policy};
 /// One policy in a set, with its weight (for scores).
 #[derive(Clone)]
 pub struct SetEntry {
+    /// The loaded policy.
     pub policy: Arc<Policy>,
+    /// Its scores are multiplied by this (ignored for filters and quotas).
     pub weight: u32,
 }
 
@@ -33,14 +35,17 @@ pub struct PolicySet {
 }
 
 impl PolicySet {
+    /// A set of `entries`, in order, under `version`.
     pub fn new(version: u64, entries: Vec<SetEntry>) -> Self {
         Self { version, entries }
     }
 
+    /// The set's version, as stored.
     pub fn version(&self) -> u64 {
         self.version
     }
 
+    /// The policies, in the order they run.
     pub fn entries(&self) -> &[SetEntry] {
         &self.entries
     }
@@ -69,6 +74,7 @@ pub struct ActiveSet {
 }
 
 impl ActiveSet {
+    /// `set` active.
     pub fn new(set: PolicySet) -> Self {
         Self {
             current: arc_swap::ArcSwap::from_pointee(set),

@@ -99,12 +99,19 @@ fn a_python_infinite_loop_times_out_exactly_as_the_rust_one() {
         "{imports:?}"
     );
     let expected = PolicyFault::Timeout { deadline_ms: 50 };
+    // Instances are refilled on each policy's own thread: wait for one before each call, so the
+    // call meets the loop rather than an empty pool on a slow machine.
+    let ready = |p: &gantry_policy::Policy| assert!(p.wait_ready(Duration::from_secs(60)));
     for _ in 0..3 {
+        ready(&rust);
         assert_eq!(rust.filter(&pod, &table), Err(expected.clone()));
+        ready(&python);
         assert_eq!(python.filter(&pod, &table), Err(expected.clone()));
     }
     assert_eq!(expected.to_string(), "timed out after 50 ms");
-    // Every timed-out instance was dropped: after the one made at load, each later call needed a
+    ready(&rust);
+    ready(&python);
+    // Every timed-out instance was dropped: after the one made at load, each fault needed a
     // fresh one.
     let created = |p: &gantry_policy::Policy| {
         p.stats
@@ -112,7 +119,7 @@ fn a_python_infinite_loop_times_out_exactly_as_the_rust_one() {
             .load(std::sync::atomic::Ordering::Relaxed)
     };
     assert_eq!(created(&python), created(&rust));
-    assert_eq!(created(&python), 3);
+    assert_eq!(created(&python), 4);
     // And the engine keeps serving well-behaved policies beside them.
     let fit = load(&engine, "gpu-fit");
     assert_eq!(fit.filter(&pod, &table).unwrap().len(), 16);

@@ -1,0 +1,446 @@
+//! `gantry bench faults`: what a failing policy and a burst of uploads cost the scheduling loop.
+//! On the simulated cluster (the spec `gantry serve` uses, 7,500 nodes by default) with 100
+//! pending jobs, it times scheduling cycles:
+//! - with the healthy example set (gpu-fit, gpu-binpack, team-quota);
+//! - with `hostile-misbehave` added as a filter: its init takes 900 ms and it traps on every
+//!   call, so the cycles pay for its faults until it is quarantined, and then for its probes
+//!   (and once more failing open, to tell the policy's cost from the scheduler's handling of
+//!   jobs a fail-closed filter leaves unplaceable);
+//! - with that policy only in a shadow set, run as `Live::decide` runs one (inline, before the
+//!   active cycle, on a copy of the state);
+//! - with the healthy set while `--uploads` components of `--upload-mib` MiB each compile at
+//!   once through `PolicyEngine::compile` (at most two compile at a time).
+//!
+//! Each cycle starts from the same 100 pending jobs on a fresh copy of the cluster, so every
+//! sample does the same work.
+
+use std::path::PathBuf;
+use std::sync::Arc;
+use std::sync::atomic::{AtomicUsize, Ordering};
+use std::time::{Duration, Instant};
+
+use clap::Args;
+use gantry_core::{PodShape, Scheduler, Symbols};
+use gantry_policy::{
+    Capabilities, FailurePolicy, Limits, NodeCache, Policy, PolicyEngine, PolicyOptions, PolicySet,
+    SetEntry,
+};
+use indicatif::{ProgressBar, ProgressStyle};
+use serde_json::json;
+
+/// Arguments of `gantry bench faults`.
+#[derive(Args, Debug)]
+pub struct FaultsBenchArgs {
+    /// Cluster spec to simulate.
+    #[arg(long, default_value = concat!(env!("CARGO_MANIFEST_DIR"), "/../../../shared/clusters/openai-like-7500.yaml"))]
+    cluster: PathBuf,
+    /// Pending jobs every cycle considers.
+    #[arg(long, default_value_t = 100)]
+    pending: usize,
+    /// Cycles timed in each scenario.
+    #[arg(long, default_value_t = 200)]
+    cycles: usize,
+    /// How long the faulty policy's init spins, in milliseconds.
+    #[arg(long, default_value_t = 900)]
+    init_ms: u64,
+    /// Uploads compiling at once in the upload scenario.
+    #[arg(long, default_value_t = 10)]
+    uploads: usize,
+    /// Size of each upload, in MiB (a real policy padded with a custom section).
+    #[arg(long, default_value_t = 16)]
+    upload_mib: usize,
+    /// Print one JSON object instead of indented JSON.
+    #[arg(long)]
+    json: bool,
+    #[command(flatten)]
+    plugins: crate::PluginDir,
+}
+
+fn bar(len: u64, what: &str) -> ProgressBar {
+    let bar = ProgressBar::new(len);
+    bar.set_style(
+        ProgressStyle::with_template(&format!(
+            "{what:<28} {{bar:40}} {{pos}}/{{len}} {{elapsed}}"
+        ))
+        .expect("a valid template"),
+    );
+    bar
+}
+
+fn ms(d: Duration) -> f64 {
+    (d.as_secs_f64() * 1e5).round() / 100.0
+}
+
+fn percentile(sorted: &[Duration], p: f64) -> Duration {
+    if sorted.is_empty() {
+        return Duration::ZERO;
+    }
+    let rank = ((p / 100.0) * sorted.len() as f64).ceil() as usize;
+    sorted[rank.clamp(1, sorted.len()) - 1]
+}
+
+fn summary(mut samples: Vec<Duration>) -> serde_json::Value {
+    samples.sort_unstable();
+    json!({
+        "p50_ms": ms(percentile(&samples, 50.0)),
+        "p99_ms": ms(percentile(&samples, 99.0)),
+        "max_ms": ms(samples.last().copied().unwrap_or_default()),
+    })
+}
+
+/// The scheduler with `pending` single-pod jobs queued, to clone for each cycle.
+fn template(args: &FaultsBenchArgs, symbols: &Arc<Symbols>) -> anyhow::Result<Scheduler> {
+    let spec = gantry_sim::ClusterSpec::load(&args.cluster)?;
+    let cluster = spec.build(symbols);
+    let leaves = cluster.leaf_queues();
+    let queues = cluster.queue_tree(600.0)?;
+    let config = gantry_core::SchedulerConfig {
+        max_attempts: args.pending,
+        ..gantry_core::SchedulerConfig::default()
+    };
+    let mut scheduler = Scheduler::new(
+        gantry_core::ClusterState::new(cluster.nodes),
+        queues,
+        symbols.clone(),
+        config,
+    );
+    anyhow::ensure!(!leaves.is_empty(), "the cluster spec declares no queue");
+    for i in 0..args.pending {
+        let queue = &leaves[i % leaves.len()];
+        let id = scheduler.queues.id(queue).unwrap_or(0);
+        let gpus = [1, 2, 4, 8][i % 4];
+        let name = format!("job-{i}");
+        scheduler.submit(gantry_core::JobSpec {
+            shape: PodShape {
+                name: symbols.intern(&name),
+                queue: symbols.intern(queue),
+                gpus,
+                gang_size: 1,
+                ..PodShape::default()
+            },
+            name,
+            queue: id,
+            priority: 0,
+            pods: 1,
+            balloon: false,
+            topology: gantry_core::TopologyPref::default(),
+            submit_s: 0.0,
+        });
+    }
+    Ok(scheduler)
+}
+
+fn healthy(args: &FaultsBenchArgs, engine: &PolicyEngine) -> anyhow::Result<Vec<SetEntry>> {
+    let mut entries = Vec::new();
+    for file in ["gpu_fit.wasm", "gpu_binpack.wasm", "team_quota.wasm"] {
+        let bytes = std::fs::read(args.plugins.resolve(file)?)?;
+        entries.push(SetEntry {
+            policy: Arc::new(engine.load(&bytes, PolicyOptions::default())?),
+            weight: 1,
+        });
+    }
+    Ok(entries)
+}
+
+fn faulty(
+    args: &FaultsBenchArgs,
+    engine: &PolicyEngine,
+    failure: Option<FailurePolicy>,
+) -> anyhow::Result<Arc<Policy>> {
+    let bytes = std::fs::read(args.plugins.resolve("hostile_misbehave.wasm")?)?;
+    let options = PolicyOptions {
+        config: format!(r#"{{"init_ms": {}, "trap": true}}"#, args.init_ms),
+        capabilities: Capabilities {
+            clock: true,
+            ..Capabilities::default()
+        },
+        failure,
+    };
+    Ok(Arc::new(engine.load(&bytes, options)?))
+}
+
+/// Time `cycles` cycles of `active` (and `shadow` beside it, as `Live::decide` runs one),
+/// calling `after` with the cycle's index after each.
+fn cycles(
+    count: usize,
+    template: &Scheduler,
+    active: &PolicySet,
+    shadow: Option<&PolicySet>,
+    what: &str,
+    mut after: impl FnMut(usize),
+) -> Vec<Duration> {
+    let bar = bar(count as u64, what);
+    let mut samples = Vec::with_capacity(count);
+    for i in 0..count {
+        let mut scheduler = template.clone();
+        let mut cache = NodeCache::default();
+        let started = Instant::now();
+        if let Some(shadow) = shadow {
+            let mut shadow_cache = NodeCache::default();
+            scheduler.shadow_cycle(0.0, &mut shadow.bind(&mut shadow_cache));
+        }
+        scheduler.cycle(0.0, &mut active.bind(&mut cache));
+        samples.push(started.elapsed());
+        after(i);
+        bar.inc(1);
+    }
+    bar.finish_and_clear();
+    samples
+}
+
+/// `bytes` with a custom section appended so the whole is `size` bytes and its sha256 is its
+/// own (`tag`): a valid component the engine must compile afresh.
+fn padded(bytes: &[u8], size: usize, tag: usize) -> Vec<u8> {
+    fn leb(mut n: usize, out: &mut Vec<u8>) {
+        loop {
+            let byte = (n & 0x7f) as u8;
+            n >>= 7;
+            if n == 0 {
+                out.push(byte);
+                return;
+            }
+            out.push(byte | 0x80);
+        }
+    }
+    fn leb_len(n: usize) -> usize {
+        let mut len = 1;
+        while n >> (7 * len) != 0 {
+            len += 1;
+        }
+        len
+    }
+    let name = format!("gantry-bench-padding-{tag}");
+    // Section id, body size, then the body: name length, name, payload up to `size` in all.
+    let room = size.saturating_sub(bytes.len() + 1);
+    let body_len = (1..=5)
+        .map(|k| room.saturating_sub(k))
+        .find(|&body| leb_len(body) + body == room)
+        .unwrap_or(0);
+    let mut body = Vec::with_capacity(body_len);
+    leb(name.len(), &mut body);
+    body.extend_from_slice(name.as_bytes());
+    body.resize(body_len.max(body.len()), tag as u8);
+    let mut out = bytes.to_vec();
+    out.push(0);
+    leb(body.len(), &mut out);
+    out.extend_from_slice(&body);
+    out
+}
+
+/// `gantry bench faults`.
+pub fn run(args: FaultsBenchArgs) -> anyhow::Result<()> {
+    anyhow::ensure!(args.cycles > 0, "--cycles must be at least 1");
+    let symbols = Symbols::new();
+    let engine = PolicyEngine::new(
+        Limits {
+            // The faulty policy's init runs on its refill thread, under this deadline.
+            init_deadline: Duration::from_millis(args.init_ms * 3 + 1000),
+            ..Limits::default()
+        },
+        symbols.clone(),
+    )?;
+    let template = template(&args, &symbols)?;
+    let nodes = template.state.len();
+    let healthy_entries = healthy(&args, &engine)?;
+    let healthy_set = PolicySet::new(1, healthy_entries.clone());
+
+    // 1. Healthy.
+    let healthy_cycles = cycles(
+        args.cycles,
+        &template,
+        &healthy_set,
+        None,
+        "healthy set",
+        |_| {},
+    );
+
+    // 2. The faulty policy active (a filter: fails closed, so its jobs stay pending).
+    let policy = faulty(&args, &engine, None)?;
+    let mut entries = healthy_entries.clone();
+    entries.push(SetEntry {
+        policy: policy.clone(),
+        weight: 1,
+    });
+    let faulty_set = PolicySet::new(2, entries);
+    let mut quarantined_at: Option<(usize, u64)> = None;
+    let faulty_cycles = cycles(
+        args.cycles,
+        &template,
+        &faulty_set,
+        None,
+        "faulty policy active",
+        |i| {
+            if quarantined_at.is_none() && policy.health().quarantined {
+                let faults = policy.stats.faults.load(Ordering::Relaxed)
+                    - policy.stats.quarantined_calls.load(Ordering::Relaxed);
+                quarantined_at = Some((i, faults));
+            }
+        },
+    );
+    let health = policy.health();
+    let active_faulty = json!({
+        "cycles": summary(faulty_cycles.clone()),
+        "first_cycle_ms": ms(faulty_cycles[0]),
+        "cycles_after_the_first": summary(faulty_cycles[1..].to_vec()),
+        "faults_before_quarantine": quarantined_at.map(|(_, faults)| faults),
+        "quarantined_in_cycle": quarantined_at.map(|(i, _)| i + 1),
+        "calls": policy.stats.calls.load(Ordering::Relaxed),
+        "quarantined_calls": policy.stats.quarantined_calls.load(Ordering::Relaxed),
+        "instances_created": policy.stats.instances_created.load(Ordering::Relaxed),
+        "still_quarantined": health.quarantined,
+        "last_fault": health.last_fault.map(|f| f.to_string()),
+    });
+    drop(faulty_set);
+    drop(policy);
+
+    // 2b. The same, failing open: a fault skips the policy instead of rejecting every node, so
+    // this separates what the faults and the quarantine cost from what the scheduler does with
+    // jobs a fail-closed filter leaves unplaceable.
+    let open_policy = faulty(&args, &engine, Some(FailurePolicy::FailOpen))?;
+    let mut entries = healthy_entries.clone();
+    entries.push(SetEntry {
+        policy: open_policy.clone(),
+        weight: 1,
+    });
+    let open_set = PolicySet::new(4, entries);
+    let open_cycles = cycles(
+        args.cycles,
+        &template,
+        &open_set,
+        None,
+        "faulty policy, fail-open",
+        |_| {},
+    );
+    let active_fail_open = json!({
+        "cycles": summary(open_cycles.clone()),
+        "first_cycle_ms": ms(open_cycles[0]),
+        "cycles_after_the_first": summary(open_cycles[1..].to_vec()),
+        "quarantined_calls": open_policy.stats.quarantined_calls.load(Ordering::Relaxed),
+    });
+    drop(open_set);
+    drop(open_policy);
+
+    // 3. The faulty policy only in a shadow set.
+    let shadow_policy = faulty(&args, &engine, None)?;
+    let mut entries = healthy_entries.clone();
+    entries.push(SetEntry {
+        policy: shadow_policy.clone(),
+        weight: 1,
+    });
+    let shadow_set = PolicySet::new(3, entries);
+    let shadow_cycles = cycles(
+        args.cycles,
+        &template,
+        &healthy_set,
+        Some(&shadow_set),
+        "faulty policy in shadow",
+        |_| {},
+    );
+    let shadow = json!({
+        "cycles": summary(shadow_cycles.clone()),
+        "first_cycle_ms": ms(shadow_cycles[0]),
+        "runs_inline": true,
+        "quarantined": shadow_policy.health().quarantined,
+    });
+    drop(shadow_set);
+    drop(shadow_policy);
+
+    // 4. Uploads compiling while the healthy set schedules.
+    let upload_base = std::fs::read(
+        args.plugins
+            .resolve("gpu_fit_js.wasm")
+            .or_else(|_| args.plugins.resolve("gpu_fit.wasm"))?,
+    )?;
+    let size = args.upload_mib << 20;
+    let finished = AtomicUsize::new(0);
+    let (upload_cycles, outcomes) = std::thread::scope(|scope| {
+        let uploads: Vec<_> = (0..args.uploads)
+            .map(|i| {
+                let bytes = padded(&upload_base, size, i + 1);
+                let (engine, finished) = (&engine, &finished);
+                scope.spawn(move || {
+                    let started = Instant::now();
+                    let result = engine.compile(&bytes, &Capabilities::default());
+                    finished.fetch_add(1, Ordering::Relaxed);
+                    (
+                        started.elapsed(),
+                        result.map(|_| ()).map_err(|e| e.to_string()),
+                    )
+                })
+            })
+            .collect();
+        // Cycles on this thread (a scheduler is not shared across threads): at least
+        // `cycles`, and on until every upload has finished.
+        let mut samples = Vec::new();
+        let bar = bar(args.cycles as u64, "healthy set, uploads");
+        while samples.len() < args.cycles || finished.load(Ordering::Relaxed) < args.uploads {
+            let mut scheduler = template.clone();
+            let mut cache = NodeCache::default();
+            let started = Instant::now();
+            scheduler.cycle(0.0, &mut healthy_set.bind(&mut cache));
+            samples.push(started.elapsed());
+            bar.inc(1);
+        }
+        bar.finish_and_clear();
+        let outcomes: Vec<_> = uploads
+            .into_iter()
+            .map(|upload| upload.join().expect("an upload thread panicked"))
+            .collect();
+        (samples, outcomes)
+    });
+    let compiled = outcomes.iter().filter(|(_, r)| r.is_ok()).count();
+    let mut errors: Vec<String> = outcomes
+        .iter()
+        .filter_map(|(_, r)| r.clone().err())
+        .collect();
+    errors.dedup();
+    let report = json!({
+        "nodes": nodes,
+        "pending_jobs": args.pending,
+        "cycles_per_scenario": args.cycles,
+        "healthy": summary(healthy_cycles),
+        "faulty_active": active_faulty,
+        "faulty_active_fail_open": active_fail_open,
+        "faulty_in_shadow": shadow,
+        "uploads": {
+            "count": args.uploads,
+            "mib_each": args.upload_mib,
+            "compile_slots": gantry_policy::COMPILE_SLOTS,
+            "compile_timeout_s": engine.limits().compile_timeout.as_secs(),
+            "cycles_during_uploads": upload_cycles.len(),
+            "cycles": summary(upload_cycles),
+            "compiled": compiled,
+            "refused": outcomes.len() - compiled,
+            "refusals": errors,
+            "compile_wall": summary(outcomes.iter().map(|(d, _)| *d).collect()),
+        },
+    });
+    if args.json {
+        println!("{report}");
+    } else {
+        println!("{}", serde_json::to_string_pretty(&report)?);
+    }
+    Ok(())
+}
+
+#[cfg(test)]
+mod tests {
+    use gantry_policy::{Capabilities, Limits, PolicyEngine, PolicyError};
+
+    #[test]
+    fn padding_makes_a_valid_component_of_the_size_asked() {
+        // The smallest component: "\0asm", component version 0x0d, layer 1.
+        let empty = [0x00, 0x61, 0x73, 0x6d, 0x0d, 0x00, 0x01, 0x00];
+        let engine = PolicyEngine::new(Limits::default(), gantry_core::Symbols::new()).unwrap();
+        for size in [1 << 10, 64 << 10, 16 << 20] {
+            let padded = super::padded(&empty, size, 3);
+            assert_eq!(padded.len(), size);
+            // It parses and compiles; it is refused only for exporting no policy.
+            let error = engine
+                .compile(&padded, &Capabilities::default())
+                .err()
+                .unwrap();
+            assert!(matches!(error, PolicyError::MissingWorld { .. }), "{error}");
+        }
+    }
+}
