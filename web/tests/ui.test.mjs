@@ -235,6 +235,9 @@ await check("viewer sees no mutating control anywhere", async () => {
     assert(mutating.length === 0, `${hash} shows ${mutating.join(", ")}`);
   }
   await go(page, "policies", "text=Policy set versions");
+  // What runs now, and whether any policy is quarantined.
+  const running = await page.locator("h2:has-text('Running now') + table tbody tr").allTextContents();
+  assert(running.length === 3 && running.every((row) => row.includes("healthy")), `running policies: ${running.join(" | ")}`);
   // The audit log is admin-only: a viewer's page neither shows nor asks for it.
   assert(await page.locator("table[aria-label='Audit trail']").count() === 0, "a viewer sees the audit trail");
   const refused = await fetch(`${BASE}/api/audit`, { headers: { Authorization: `Bearer ${VIEWER}` } });

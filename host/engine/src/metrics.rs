@@ -209,7 +209,13 @@ impl Metrics {
         }
         let mut out = String::from_utf8(buf).unwrap_or_default();
         let mut seen = std::collections::HashSet::new();
-        let mut lines = [String::new(), String::new(), String::new()];
+        let mut lines = [
+            String::new(),
+            String::new(),
+            String::new(),
+            String::new(),
+            String::new(),
+        ];
         for p in policies {
             let info = p.info();
             if !seen.insert(Arc::as_ptr(p)) {
@@ -233,6 +239,15 @@ impl Metrics {
                 "gantry_policy_call_duration_seconds_sum{{{labels}}} {busy}\n\
                  gantry_policy_call_duration_seconds_count{{{labels}}} {calls}\n"
             ));
+            let health = p.health();
+            lines[3].push_str(&format!(
+                "gantry_policy_quarantined{{{labels}}} {}\n",
+                u8::from(health.quarantined)
+            ));
+            lines[4].push_str(&format!(
+                "gantry_policy_quarantines_total{{{labels}}} {}\n",
+                health.quarantines
+            ));
         }
         out.push_str("# HELP gantry_policy_calls_total Calls into each loaded Wasm policy.\n# TYPE gantry_policy_calls_total counter\n");
         out.push_str(&lines[0]);
@@ -240,6 +255,10 @@ impl Metrics {
         out.push_str(&lines[1]);
         out.push_str("# HELP gantry_policy_call_duration_seconds Time spent in each loaded Wasm policy.\n# TYPE gantry_policy_call_duration_seconds summary\n");
         out.push_str(&lines[2]);
+        out.push_str("# HELP gantry_policy_quarantined 1 while a policy is quarantined after consecutive faults (its failure policy applies without calling it).\n# TYPE gantry_policy_quarantined gauge\n");
+        out.push_str(&lines[3]);
+        out.push_str("# HELP gantry_policy_quarantines_total Times each loaded Wasm policy was quarantined.\n# TYPE gantry_policy_quarantines_total counter\n");
+        out.push_str(&lines[4]);
         out
     }
 }

@@ -125,6 +125,7 @@ fn template(args: &FaultsBenchArgs, symbols: &Arc<Symbols>) -> anyhow::Result<Sc
             balloon: false,
             topology: gantry_core::TopologyPref::default(),
             submit_s: 0.0,
+            expected_runtime_s: None,
         });
     }
     Ok(scheduler)

@@ -321,6 +321,7 @@ fn shadow_activate_rollback_explain_and_lookups() {
         "scheduler_pending_pods{queue=\"active\"}",
         "gantry_policy_calls_total{policy=\"gpu-fit\"",
         "gantry_policy_faults_total{policy=\"team-quota\"",
+        "gantry_policy_quarantined{policy=\"team-quota\"",
         "gantry_shadow_disagreements_total{kind=",
         "gantry_policy_set_active_version 1",
     ] {

@@ -553,12 +553,64 @@ struct SetList {
     /// The version new cycles run on.
     active: u64,
     sets: Vec<gantry_store::PolicySet>,
+    /// How each policy of the active set is doing: calls, faults, quarantine.
+    running: Vec<RunningPolicy>,
+}
+
+/// One loaded policy of the active set, as its health says: what the UI's quarantine badge
+/// and an admin's first look at a misbehaving policy read.
+#[derive(Debug, Serialize)]
+struct RunningPolicy {
+    name: String,
+    version: String,
+    role: String,
+    sha256: String,
+    calls: u64,
+    faults: u64,
+    /// Faults in a row since its last success.
+    consecutive_faults: u32,
+    /// Calls are answered by its failure policy without running it, until a probe succeeds.
+    quarantined: bool,
+    /// While quarantined: milliseconds until the next probe call.
+    probe_in_ms: Option<u64>,
+    /// Times it was quarantined since it was loaded.
+    quarantines: u64,
+    last_fault: Option<String>,
 }
 
 async fn list_sets(State(state): St, Extension(_who): Extension<Caller>) -> Result<Json<SetList>> {
+    let set = state.live.active_set();
+    let running = set
+        .entries()
+        .iter()
+        .map(|e| {
+            let (policy, info) = (&e.policy, e.policy.info());
+            let health = policy.health();
+            RunningPolicy {
+                name: info.name.clone(),
+                version: info.version.clone(),
+                role: info.role.to_string(),
+                sha256: info.sha256.clone(),
+                calls: policy
+                    .stats
+                    .calls
+                    .load(std::sync::atomic::Ordering::Relaxed),
+                faults: policy
+                    .stats
+                    .faults
+                    .load(std::sync::atomic::Ordering::Relaxed),
+                consecutive_faults: health.consecutive_faults,
+                quarantined: health.quarantined,
+                probe_in_ms: health.probe_in.map(|d| d.as_millis() as u64),
+                quarantines: health.quarantines,
+                last_fault: health.last_fault.map(|f| f.to_string()),
+            }
+        })
+        .collect();
     Ok(Json(SetList {
-        active: state.live.active_set().version(),
+        active: set.version(),
         sets: state.live.store.list_sets()?,
+        running,
     }))
 }
 

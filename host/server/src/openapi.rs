@@ -157,7 +157,11 @@ fn document() -> Value {
                 "responses": with(error_responses(&[("404", "no such policy")]), "200", ok("manifest", r("PolicyManifest")))}},
             "/api/sets": {
                 "get": {"summary": "every policy-set version, and the active one", "responses": with(error_responses(&[]), "200", ok("sets",
-                    json!({"type": "object", "required": ["active", "sets"], "properties": {"active": {"type": "integer"}, "sets": arr(r("PolicySet"))}})))},
+                    json!({"type": "object", "required": ["active", "sets", "running"], "properties": {"active": {"type": "integer"}, "sets": arr(r("PolicySet")),
+                        "running": arr(json!({"type": "object", "required": ["name", "version", "role", "sha256", "calls", "faults", "consecutive_faults", "quarantined", "quarantines"],
+                            "properties": {"name": {"type": "string"}, "version": {"type": "string"}, "role": {"type": "string"}, "sha256": {"type": "string"},
+                                "calls": {"type": "integer"}, "faults": {"type": "integer"}, "consecutive_faults": {"type": "integer"}, "quarantined": {"type": "boolean"},
+                                "probe_in_ms": {"type": ["integer", "null"]}, "quarantines": {"type": "integer"}, "last_fault": {"type": ["string", "null"]}}}))}})))},
                 "post": {"summary": "create a set version (not activated); every entry is loaded first",
                     "requestBody": {"required": true, "content": {"application/json": {"schema": r("NewSet")}}},
                     "responses": with(admin(&[("400", "malformed set"), ("404", "an entry names no stored policy"), ("413", "a body over 64 KiB"), ("422", "an entry cannot load")]), "201", ok("created", r("PolicySet")))}

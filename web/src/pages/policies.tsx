@@ -5,7 +5,11 @@ import { useEffect, useState } from "preact/hooks";
 import { call, get, message, post, type AuditEntry, type Manifest, type PolicySet, type SetEntry, type ShadowReport, type Validation } from "../api";
 import { Confirm, Status, dateTime, short, time } from "../ui";
 
-interface SetList { active: number; sets: PolicySet[] }
+interface RunningPolicy {
+  name: string; version: string; role: string; sha256: string; calls: number; faults: number;
+  consecutive_faults: number; quarantined: boolean; probe_in_ms: number | null; quarantines: number; last_fault: string | null;
+}
+interface SetList { active: number; sets: PolicySet[]; running: RunningPolicy[] }
 interface Pending { title: string; text: string; run: () => Promise<string> }
 
 export function PoliciesPage({ admin }: { admin: boolean }) {
@@ -41,6 +45,22 @@ export function PoliciesPage({ admin }: { admin: boolean }) {
       <h1>Policies</h1>
       <Status error={error} ok={ok} />
       {admin && <Upload sets={sets} byHash={byHash} ask={ask} />}
+      {sets && sets.running.length > 0 && (
+        <>
+          <h2>Running now (v{sets.active})</h2>
+          <table>
+            <thead><tr><th>policy</th><th>role</th><th class="num">calls</th><th class="num">faults</th><th>state</th></tr></thead>
+            <tbody>{sets.running.map((p) => (
+              <tr>
+                <td>{p.name} {p.version}</td><td>{p.role}</td><td class="num">{p.calls}</td><td class="num">{p.faults}</td>
+                <td>{p.quarantined
+                  ? <span class="badge bad" title={p.last_fault ?? ""}>quarantined after {p.consecutive_faults} faults; next probe in {Math.ceil((p.probe_in_ms ?? 0) / 1000)} s</span>
+                  : p.consecutive_faults > 0 ? <span class="badge warn" title={p.last_fault ?? ""}>{p.consecutive_faults} faults in a row</span> : "healthy"}</td>
+              </tr>
+            ))}</tbody>
+          </table>
+        </>
+      )}
       <h2>Policy set versions</h2>
       {sets && (
         <table>
