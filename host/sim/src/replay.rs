@@ -54,7 +54,10 @@ impl Default for ReplayOptions {
             audit: true,
             seed: 0,
             scheduler: SchedulerConfig::default(),
-            plan: gantry_core::scheduler::plan::PlanConfig::default(),
+            plan: gantry_core::scheduler::plan::PlanConfig {
+                enabled: true,
+                ..Default::default()
+            },
         }
     }
 }

@@ -43,7 +43,10 @@ const MAX_PLANNED: usize = 64;
 /// Knobs of the planner.
 #[derive(Debug, Clone)]
 pub struct PlanConfig {
-    /// Whether the planner runs at all (the anchors never plan): start estimates.
+    /// Whether the planner runs at all (the anchors never plan): start estimates. Off by
+    /// default until replanning is cheap enough for the live loop: at 7,500 nodes it cost the
+    /// steady-state cycle several times its time (`gantry bench schedule`); the replay turns
+    /// it on.
     pub enabled: bool,
     /// Whether its reservations hold nodes (the backfill rule applies). Off by default: on the
     /// gang-burst trace, holding nodes for queue heads cost more than it gained (see the
@@ -62,7 +65,7 @@ pub struct PlanConfig {
 impl Default for PlanConfig {
     fn default() -> Self {
         Self {
-            enabled: true,
+            enabled: false,
             reservations: false,
             replan_every_s: 1.0,
             reserve_after_s: 1800.0,

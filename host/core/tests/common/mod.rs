@@ -189,6 +189,7 @@ impl Fixture {
         let mut sched = Scheduler::new(ClusterState::new(nodes), queues, symbols.clone(), config);
         // The invariants hold with reservations holding nodes, too.
         sched.set_plan_config(gantry_core::scheduler::plan::PlanConfig {
+            enabled: true,
             reservations: true,
             ..Default::default()
         });
