@@ -407,7 +407,7 @@ pub struct Live {
     /// run. A rendezvous channel: when the thread is still busy, the cycle is skipped for the
     /// candidate instead of queued, so a slow candidate never delays or piles up behind the
     /// active set.
-    shadow_tx: OnceLock<SyncSender<ShadowJob>>,
+    shadow_tx: OnceLock<ShadowThread>,
     /// The latest cluster picture; replaced whole by each publish.
     view: ArcSwap<ClusterView>,
     /// Decision events for SSE subscribers; lagging subscribers lose the oldest events.
@@ -587,13 +587,29 @@ impl Live {
         time_ms: u64,
         active_set: u64,
     ) -> Option<SyncSender<Arc<CycleOutput>>> {
-        let to_thread = self.shadow_tx.get_or_init(|| {
+        let thread = self.shadow_tx.get_or_init(|| {
             spawn_shadow_thread(
                 self.metrics.shadow_disagreements.clone(),
                 self.config.shadow_keep,
                 self.config.policy_budget,
             )
         });
+        // Copying the scheduler costs the active cycle; skip it when the thread is busy.
+        let skip = || {
+            self.metrics
+                .shadow_cycles
+                .with_label_values(&["skipped"])
+                .inc();
+            shadow
+                .report
+                .lock()
+                .unwrap_or_else(|e| e.into_inner())
+                .cycles_skipped += 1;
+        };
+        if !thread.idle.load(Ordering::Acquire) {
+            skip();
+            return None;
+        }
         let (active_tx, active_rx) = std::sync::mpsc::sync_channel(1);
         let job = ShadowJob {
             shadow: shadow.clone(),
@@ -603,21 +619,13 @@ impl Live {
             active_set,
             active: active_rx,
         };
-        match to_thread.try_send(job) {
+        match thread.jobs.try_send(job) {
             Ok(()) => {
                 self.metrics.shadow_cycles.with_label_values(&["run"]).inc();
                 Some(active_tx)
             }
             Err(TrySendError::Full(_) | TrySendError::Disconnected(_)) => {
-                self.metrics
-                    .shadow_cycles
-                    .with_label_values(&["skipped"])
-                    .inc();
-                shadow
-                    .report
-                    .lock()
-                    .unwrap_or_else(|e| e.into_inner())
-                    .cycles_skipped += 1;
+                skip();
                 None
             }
         }
@@ -1209,6 +1217,14 @@ struct ShadowJob {
     active: Receiver<Arc<CycleOutput>>,
 }
 
+/// The shadow thread's end of things: where cycles go, and whether it waits for one.
+struct ShadowThread {
+    /// A rendezvous channel: a send succeeds only while the thread waits.
+    jobs: SyncSender<ShadowJob>,
+    /// True while the thread waits for a cycle, so the loop copies its state only then.
+    idle: Arc<AtomicBool>,
+}
+
 /// The shadow thread: decides each cycle it is handed with the candidate set (under its own
 /// policy budget, on a node cache of its own) and records where it disagrees with the active
 /// set. It ends when [`Live`] drops its sender.
@@ -1216,12 +1232,15 @@ fn spawn_shadow_thread(
     disagreements: prometheus::IntCounterVec,
     keep: usize,
     budget: Duration,
-) -> SyncSender<ShadowJob> {
+) -> ShadowThread {
     let (to_thread, jobs) = std::sync::mpsc::sync_channel::<ShadowJob>(0);
+    let idle = Arc::new(AtomicBool::new(true));
+    let thread_idle = idle.clone();
     let spawned = std::thread::Builder::new()
         .name("gantry-shadow".into())
         .spawn(move || {
             for mut job in jobs {
+                thread_idle.store(false, Ordering::Release);
                 let _span = tracing::debug_span!("shadow", now_s = job.now_s).entered();
                 // Fresh each cycle: the copy's change log diverges from the real one.
                 let mut cache = NodeCache::default();
@@ -1229,17 +1248,21 @@ fn spawn_shadow_thread(
                     let mut bound = job.shadow.set.bind(&mut cache).with_budget(budget);
                     job.scheduler.cycle(job.now_s, &mut bound)
                 };
-                let Ok(active) = job.active.recv() else {
-                    continue;
-                };
-                record_shadow(&job, &active, &candidate, &disagreements, keep);
+                if let Ok(active) = job.active.recv() {
+                    record_shadow(&job, &active, &candidate, &disagreements, keep);
+                }
+                thread_idle.store(true, Ordering::Release);
             }
         });
     if let Err(error) = spawned {
         // Without the thread every send fails, and each cycle counts as skipped.
         tracing::error!(%error, "cannot start the shadow thread; shadow runs will skip every cycle");
+        idle.store(false, Ordering::Release);
     }
-    to_thread
+    ShadowThread {
+        jobs: to_thread,
+        idle,
+    }
 }
 
 /// Adds one cycle's disagreements to the shadow report and the metric.

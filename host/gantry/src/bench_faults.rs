@@ -175,15 +175,19 @@ fn cycles(
     let bar = bar(count as u64, what);
     let mut samples = Vec::with_capacity(count);
     let budget = gantry_engine::LiveConfig::default().policy_budget;
+    let idle = std::sync::atomic::AtomicBool::new(true);
+    let idle = &idle;
     let shadow_ran = std::thread::scope(|scope| {
         let (to_shadow, jobs) = std::sync::mpsc::sync_channel::<Scheduler>(0);
         let worker = shadow.map(|shadow| {
             scope.spawn(move || {
                 let mut ran = 0;
                 for mut copy in jobs {
+                    idle.store(false, Ordering::Release);
                     let mut cache = NodeCache::default();
                     copy.cycle(0.0, &mut shadow.bind(&mut cache).with_budget(budget));
                     ran += 1;
+                    idle.store(true, Ordering::Release);
                 }
                 ran
             })
@@ -192,8 +196,8 @@ fn cycles(
             let mut scheduler = template.clone();
             let mut cache = NodeCache::default();
             let started = Instant::now();
-            if worker.is_some() {
-                // Skipped when the shadow thread is still busy, as Live does.
+            if worker.is_some() && idle.load(Ordering::Acquire) {
+                // Copied only while the shadow thread waits, as Live does.
                 let _ = to_shadow.try_send(scheduler.clone());
             }
             scheduler.cycle(0.0, &mut active.bind(&mut cache).with_budget(budget));
