@@ -77,22 +77,29 @@ impl Scheduler {
 
     /// Whether `spec` could be placed on `state` by the built-in filter and score.
     pub(super) fn fits_in(&self, spec: &JobSpec, state: &ClusterState) -> bool {
-        let codes = builtin::gpu_fit(&spec.shape, &state.nodes);
-        let capacity: Vec<u32> = (0..state.len())
-            .map(|i| {
-                if codes[i] == 0 {
-                    state.capacity_for(i, &spec.shape)
-                } else {
-                    0
-                }
-            })
-            .collect();
-        let scores: Vec<u64> = builtin::gpu_binpack(&spec.shape, &state.nodes)
-            .into_iter()
-            .map(u64::from)
-            .collect();
+        let (capacity, scores) = builtin_view(spec, state);
         self.place(spec, &capacity, &scores).is_some()
     }
+}
+
+/// Pods of `spec` each node of `state` holds under the built-in filter, and the built-in
+/// score of each node: what placement reads when no policy takes part.
+pub(super) fn builtin_view(spec: &JobSpec, state: &ClusterState) -> (Vec<u32>, Vec<u64>) {
+    let codes = builtin::gpu_fit(&spec.shape, &state.nodes);
+    let capacity = (0..state.len())
+        .map(|i| {
+            if codes[i] == 0 {
+                state.capacity_for(i, &spec.shape)
+            } else {
+                0
+            }
+        })
+        .collect();
+    let scores = builtin::gpu_binpack(&spec.shape, &state.nodes)
+        .into_iter()
+        .map(u64::from)
+        .collect();
+    (capacity, scores)
 }
 
 /// Fill the best-scored nodes first, each up to its capacity, until `pods` are placed.

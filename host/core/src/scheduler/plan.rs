@@ -20,7 +20,6 @@ use std::collections::{BTreeMap, HashMap, VecDeque};
 
 use serde::{Deserialize, Serialize};
 
-use crate::builtin;
 use crate::queues::QueueId;
 
 use super::{JobId, JobSpec, JobState, Scheduler};
@@ -482,20 +481,12 @@ impl Scheduler {
             if spec.shape.gpus > 0 && state.pods_fit(spec.shape.gpus) < need {
                 return None;
             }
-            let codes = builtin::gpu_fit(&spec.shape, &state.nodes);
-            let capacity: Vec<u32> = (0..state.len())
-                .map(|i| {
-                    if codes[i] == 0 && reserved[i].0.is_infinite() {
-                        state.capacity_for(i, &spec.shape)
-                    } else {
-                        0
-                    }
-                })
-                .collect();
-            let scores: Vec<u64> = builtin::gpu_binpack(&spec.shape, &state.nodes)
-                .into_iter()
-                .map(u64::from)
-                .collect();
+            let (mut capacity, scores) = super::place::builtin_view(spec, state);
+            for (node, cap) in capacity.iter_mut().enumerate() {
+                if reserved[node].0.is_finite() {
+                    *cap = 0;
+                }
+            }
             self.place(spec, &capacity, &scores)
                 .map(|p| p.node_pods.iter().map(|&(node, _)| node).collect())
         };
@@ -595,21 +586,8 @@ impl Scheduler {
                 state.release(slot, &entry.spec.shape);
             }
         }
-        let codes = builtin::gpu_fit(&spec.shape, &state.nodes);
-        let mut capacity: Vec<u32> = (0..state.len())
-            .map(|i| {
-                if codes[i] == 0 {
-                    state.capacity_for(i, &spec.shape)
-                } else {
-                    0
-                }
-            })
-            .collect();
+        let (mut capacity, scores) = super::place::builtin_view(spec, &state);
         self.mask_reserved(id, spec, now_s, &mut capacity);
-        let scores: Vec<u64> = builtin::gpu_binpack(&spec.shape, &state.nodes)
-            .into_iter()
-            .map(u64::from)
-            .collect();
         self.place(spec, &capacity, &scores).is_some()
     }
 
