@@ -236,7 +236,10 @@ await check("viewer sees no mutating control anywhere", async () => {
   }
   await go(page, "policies", "text=Policy set versions");
   // What runs now, and whether any policy is quarantined.
-  const running = await page.locator("h2:has-text('Running now') + table tbody tr").allTextContents();
+  // The table appears once /api/sets has answered; wait for it rather than read a half-loaded page.
+  const rows = page.locator("h2:has-text('Running now') + table tbody tr");
+  await rows.first().waitFor({ timeout: 10000 }).catch(() => {});
+  const running = await rows.allTextContents();
   assert(running.length === 3 && running.every((row) => row.includes("healthy")), `running policies: ${running.join(" | ")}`);
   // The audit log is admin-only: a viewer's page neither shows nor asks for it.
   assert(await page.locator("table[aria-label='Audit trail']").count() === 0, "a viewer sees the audit trail");
