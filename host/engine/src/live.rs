@@ -7,7 +7,7 @@
 use std::collections::{BTreeMap, HashMap, VecDeque};
 use std::hash::{Hash, Hasher};
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
-use std::sync::mpsc::{Receiver, SyncSender, TrySendError};
+use std::sync::mpsc::{SyncSender, TrySendError};
 use std::sync::{Arc, Condvar, Mutex, OnceLock};
 use std::time::{Duration, Instant};
 
@@ -17,7 +17,8 @@ use gantry_core::{
     Outcome, PodShape, QueueId, QueueUsage, Queues, QuotaVerdict, Resources, Scheduler, Symbols,
 };
 use gantry_policy::{
-    ActiveSet, NodeCache, Policy, PolicyEngine, PolicyOptions, PolicySet, Role, SetEntry, WasmNodes,
+    ActiveSet, CycleGate, NodeCache, Policy, PolicyEngine, PolicyOptions, PolicySet, Role,
+    SetEntry, WasmNodes,
 };
 use gantry_store::{
     Actor, FailurePolicy, NewDecision, NewPolicy, PolicyManifest, PolicyRole, Store,
@@ -408,6 +409,9 @@ pub struct Live {
     /// candidate instead of queued, so a slow candidate never delays or piles up behind the
     /// active set.
     shadow_tx: OnceLock<ShadowThread>,
+    /// Held by the loop while the active set decides; the shadow thread's calls wait on it, so
+    /// the candidate runs only in the loop's spare time.
+    cycle_gate: Arc<CycleGate>,
     /// The latest cluster picture; replaced whole by each publish.
     view: ArcSwap<ClusterView>,
     /// Decision events for SSE subscribers; lagging subscribers lose the oldest events.
@@ -450,6 +454,7 @@ impl Live {
         let (decisions_tx, _) = broadcast::channel(4096);
         let metrics = Metrics::new();
         metrics.active_set.set(version as i64);
+        let cycle_gate = engine.cycle_gate();
         Arc::new(Self {
             store,
             config,
@@ -458,6 +463,7 @@ impl Live {
             active: Arc::new(ActiveSet::new(initial)),
             shadow: ArcSwapOption::empty(),
             shadow_tx: OnceLock::new(),
+            cycle_gate,
             view: ArcSwap::from_pointee(ClusterView::default()),
             decisions_tx,
             entry_to_policy: Mutex::new(HashMap::new()),
@@ -559,74 +565,78 @@ impl Live {
         self.cycle_version
             .send_replace((set.version(), Instant::now()));
         // The candidate decides on its own thread, on a copy of the state as the active set
-        // sees it, and compares once the active output is in.
-        let to_shadow = self
+        // sees it. It is handed the copy once the active set has decided, so it starts in the
+        // loop's pause, and its calls wait while the active set decides: on a machine with
+        // few cores, any work beside a cycle slows it.
+        let copy = self
             .shadow
             .load_full()
-            .and_then(|shadow| self.send_shadow(shadow, scheduler, now_s, time_ms, set.version()));
+            .and_then(|shadow| self.shadow_copy(shadow, scheduler));
         let started = Instant::now();
         let output = {
+            let _in_cycle = self.cycle_gate.enter();
             let mut bound = set.bind(cache).with_budget(self.config.policy_budget);
             scheduler.cycle(now_s, &mut bound)
         };
         self.metrics.observe_cycle(&output, started.elapsed());
-        if let Some(to_shadow) = to_shadow {
-            // The thread may have stopped (the shadow run ended); nothing waits for it.
-            let _ = to_shadow.send(Arc::new(output.clone()));
+        if let Some((shadow, scheduler)) = copy {
+            self.send_shadow(ShadowJob {
+                shadow,
+                scheduler,
+                now_s,
+                time_ms,
+                active_set: set.version(),
+                active: Arc::new(output.clone()),
+            });
         }
         output
     }
 
-    /// Gives the shadow thread this cycle, unless it is still busy with an earlier one; the
-    /// sender takes the active cycle's output once it is decided.
-    fn send_shadow(
-        &self,
-        shadow: Arc<Shadow>,
-        scheduler: &Scheduler,
-        now_s: f64,
-        time_ms: u64,
-        active_set: u64,
-    ) -> Option<SyncSender<Arc<CycleOutput>>> {
-        let thread = self.shadow_tx.get_or_init(|| {
+    /// The shadow thread, started on first use.
+    fn shadow_thread(&self) -> &ShadowThread {
+        self.shadow_tx.get_or_init(|| {
             spawn_shadow_thread(
+                self.cycle_gate.clone(),
                 self.metrics.shadow_disagreements.clone(),
                 self.config.shadow_keep,
                 self.config.policy_budget,
             )
-        });
-        // Copying the scheduler costs the active cycle; skip it when the thread is busy.
-        let skip = || {
-            self.metrics
-                .shadow_cycles
-                .with_label_values(&["skipped"])
-                .inc();
-            shadow
-                .report
-                .lock()
-                .unwrap_or_else(|e| e.into_inner())
-                .cycles_skipped += 1;
-        };
-        if !thread.idle.load(Ordering::Acquire) {
-            skip();
+        })
+    }
+
+    /// Counts a cycle the shadow thread was too busy to take.
+    fn skip_shadow(&self, shadow: &Shadow) {
+        self.metrics
+            .shadow_cycles
+            .with_label_values(&["skipped"])
+            .inc();
+        shadow
+            .report
+            .lock()
+            .unwrap_or_else(|e| e.into_inner())
+            .cycles_skipped += 1;
+    }
+
+    /// A copy of the scheduler as the active set is about to see it, unless the shadow thread
+    /// is still busy with an earlier cycle (copying costs the active cycle; skip it then).
+    fn shadow_copy(
+        &self,
+        shadow: Arc<Shadow>,
+        scheduler: &Scheduler,
+    ) -> Option<(Arc<Shadow>, Scheduler)> {
+        if !self.shadow_thread().idle.load(Ordering::Acquire) {
+            self.skip_shadow(&shadow);
             return None;
         }
-        let (active_tx, active_rx) = std::sync::mpsc::sync_channel(1);
-        let job = ShadowJob {
-            shadow: shadow.clone(),
-            scheduler: scheduler.clone(),
-            now_s,
-            time_ms,
-            active_set,
-            active: active_rx,
-        };
-        match thread.jobs.try_send(job) {
-            Ok(()) => {
-                self.metrics.shadow_cycles.with_label_values(&["run"]).inc();
-                Some(active_tx)
-            }
-            Err(TrySendError::Full(_) | TrySendError::Disconnected(_)) => {
-                skip();
-                None
+        Some((shadow, scheduler.clone()))
+    }
+
+    /// Gives the shadow thread a cycle, with the active set's output to compare against.
+    fn send_shadow(&self, job: ShadowJob) {
+        match self.shadow_thread().jobs.try_send(job) {
+            Ok(()) => self.metrics.shadow_cycles.with_label_values(&["run"]).inc(),
+            Err(TrySendError::Full(job) | TrySendError::Disconnected(job)) => {
+                self.skip_shadow(&job.shadow);
             }
         }
     }
@@ -1214,7 +1224,8 @@ struct ShadowJob {
     now_s: f64,
     time_ms: u64,
     active_set: u64,
-    active: Receiver<Arc<CycleOutput>>,
+    /// What the active set decided in the same cycle.
+    active: Arc<CycleOutput>,
 }
 
 /// The shadow thread's end of things: where cycles go, and whether it waits for one.
@@ -1226,9 +1237,11 @@ struct ShadowThread {
 }
 
 /// The shadow thread: decides each cycle it is handed with the candidate set (under its own
-/// policy budget, on a node cache of its own) and records where it disagrees with the active
+/// policy budget, on a node cache of its own, at the OS's lowest priority, and each call only
+/// while the loop is between cycles) and records where it disagrees with the active
 /// set. It ends when [`Live`] drops its sender.
 fn spawn_shadow_thread(
+    gate: Arc<CycleGate>,
     disagreements: prometheus::IntCounterVec,
     keep: usize,
     budget: Duration,
@@ -1239,18 +1252,22 @@ fn spawn_shadow_thread(
     let spawned = std::thread::Builder::new()
         .name("gantry-shadow".into())
         .spawn(move || {
+            gantry_policy::yield_to_the_loop();
             for mut job in jobs {
                 thread_idle.store(false, Ordering::Release);
                 let _span = tracing::debug_span!("shadow", now_s = job.now_s).entered();
                 // Fresh each cycle: the copy's change log diverges from the real one.
                 let mut cache = NodeCache::default();
                 let candidate = {
-                    let mut bound = job.shadow.set.bind(&mut cache).with_budget(budget);
+                    let mut bound = job
+                        .shadow
+                        .set
+                        .bind(&mut cache)
+                        .with_budget(budget)
+                        .waiting_on(gate.clone());
                     job.scheduler.cycle(job.now_s, &mut bound)
                 };
-                if let Ok(active) = job.active.recv() {
-                    record_shadow(&job, &active, &candidate, &disagreements, keep);
-                }
+                record_shadow(&job, &job.active, &candidate, &disagreements, keep);
                 thread_idle.store(true, Ordering::Release);
             }
         });

@@ -6,13 +6,15 @@
 //!   call, so the cycles pay for its faults until it is quarantined, and then for its probes
 //!   (and once more failing open, to tell the policy's cost from the scheduler's handling of
 //!   jobs a fail-closed filter leaves unplaceable);
-//! - with that policy only in a shadow set, run as `Live::decide` runs one (on its own thread,
-//!   handed a copy of each cycle's state, skipping cycles while busy);
+//! - with that policy only in a shadow set, run as `Live::decide` runs one (on its own thread
+//!   at the lowest OS priority, handed a copy of each cycle's state once the active set has
+//!   decided, skipping cycles while busy, its calls waiting while the active set decides);
 //! - with the healthy set while `--uploads` components of `--upload-mib` MiB each compile at
 //!   once through `PolicyEngine::compile` (at most two compile at a time).
 //!
 //! Each cycle starts from the same 100 pending jobs on a fresh copy of the cluster, so every
-//! sample does the same work.
+//! sample does the same work; the loop's pause (`--pause-ms`) separates cycles in every
+//! scenario alike.
 
 use std::path::PathBuf;
 use std::sync::Arc;
@@ -49,6 +51,10 @@ pub struct FaultsBenchArgs {
     /// Size of each upload, in MiB (a real policy padded with a custom section).
     #[arg(long, default_value_t = 16)]
     upload_mib: usize,
+    /// The loop's pause between cycles, in milliseconds, when a shadow set gets its turn
+    /// (the engine waits up to 50 ms between passes). Applies to every scenario alike.
+    #[arg(long, default_value_t = 50)]
+    pause_ms: u64,
     /// Print one JSON object instead of indented JSON.
     #[arg(long)]
     json: bool,
@@ -164,14 +170,45 @@ fn faulty(
 /// `Live::decide` runs one: on its own thread, handed a copy of each cycle's state, and
 /// skipping cycles while it is busy), calling `after` with the cycle's index after each.
 /// Returns the active cycles' times and how many cycles the shadow ran.
-fn cycles(
+/// What every scenario shares: how many cycles, the pause between them, the loop's gate, and
+/// the scheduler each cycle starts from.
+struct Run<'a> {
     count: usize,
-    template: &Scheduler,
+    pause: Duration,
+    gate: &'a Arc<gantry_policy::CycleGate>,
+    template: &'a Scheduler,
+}
+
+fn cycles(
+    run: &Run<'_>,
     active: &PolicySet,
     shadow: Option<&PolicySet>,
     what: &str,
     mut after: impl FnMut(usize),
 ) -> (Vec<Duration>, usize) {
+    let (samples, _, ran) = cycles_alternating(run, active, shadow, None, what, &mut after);
+    (samples, ran)
+}
+
+/// [`cycles`], with the shadow set (if any) on in even blocks of `blocks` cycles and off in
+/// odd ones when `blocks` is given, so both conditions meet the same machine; an off block
+/// starts (untimed) once the shadow thread has finished its last cycle. Also returns, per
+/// sample, whether the shadow was on.
+fn cycles_alternating(
+    run: &Run<'_>,
+    active: &PolicySet,
+    shadow: Option<&PolicySet>,
+    blocks: Option<usize>,
+    what: &str,
+    after: &mut dyn FnMut(usize),
+) -> (Vec<Duration>, Vec<bool>, usize) {
+    let Run {
+        count,
+        pause,
+        gate,
+        template,
+    } = *run;
+    let mut on = Vec::with_capacity(count);
     let bar = bar(count as u64, what);
     let mut samples = Vec::with_capacity(count);
     let budget = gantry_engine::LiveConfig::default().policy_budget;
@@ -181,11 +218,16 @@ fn cycles(
         let (to_shadow, jobs) = std::sync::mpsc::sync_channel::<Scheduler>(0);
         let worker = shadow.map(|shadow| {
             scope.spawn(move || {
+                gantry_policy::yield_to_the_loop();
                 let mut ran = 0;
                 for mut copy in jobs {
                     idle.store(false, Ordering::Release);
                     let mut cache = NodeCache::default();
-                    copy.cycle(0.0, &mut shadow.bind(&mut cache).with_budget(budget));
+                    let mut bound = shadow
+                        .bind(&mut cache)
+                        .with_budget(budget)
+                        .waiting_on(gate.clone());
+                    copy.cycle(0.0, &mut bound);
                     ran += 1;
                     idle.store(true, Ordering::Release);
                 }
@@ -193,15 +235,30 @@ fn cycles(
             })
         });
         for i in 0..count {
+            let shadow_on = blocks.is_none_or(|b| (i / b.max(1)) % 2 == 0);
+            if !shadow_on {
+                while worker.is_some() && !idle.load(Ordering::Acquire) {
+                    std::thread::sleep(Duration::from_millis(1));
+                }
+            }
+            on.push(worker.is_some() && shadow_on);
             let mut scheduler = template.clone();
             let mut cache = NodeCache::default();
             let started = Instant::now();
-            if worker.is_some() && idle.load(Ordering::Acquire) {
-                // Copied only while the shadow thread waits, as Live does.
-                let _ = to_shadow.try_send(scheduler.clone());
+            // Copied before the cycle, only while the shadow thread waits, and handed over
+            // after it, as Live does.
+            let copy = (worker.is_some() && shadow_on && idle.load(Ordering::Acquire))
+                .then(|| scheduler.clone());
+            {
+                let _in_cycle = gate.enter();
+                scheduler.cycle(0.0, &mut active.bind(&mut cache).with_budget(budget));
             }
-            scheduler.cycle(0.0, &mut active.bind(&mut cache).with_budget(budget));
             samples.push(started.elapsed());
+            if let Some(copy) = copy {
+                let _ = to_shadow.try_send(copy);
+            }
+            // The loop's pause between passes, when the shadow thread gets its turn.
+            std::thread::sleep(pause);
             after(i);
             bar.inc(1);
         }
@@ -209,7 +266,7 @@ fn cycles(
         worker.map_or(0, |w| w.join().unwrap_or(0))
     });
     bar.finish_and_clear();
-    (samples, shadow_ran)
+    (samples, on, shadow_ran)
 }
 
 /// `bytes` with a custom section appended so the whole is `size` bytes and its sha256 is its
@@ -265,18 +322,18 @@ pub fn run(args: FaultsBenchArgs) -> anyhow::Result<()> {
     )?;
     let template = template(&args, &symbols)?;
     let nodes = template.state.len();
+    let gate = engine.cycle_gate();
+    let run = Run {
+        count: args.cycles,
+        pause: Duration::from_millis(args.pause_ms),
+        gate: &gate,
+        template: &template,
+    };
     let healthy_entries = healthy(&args, &engine)?;
     let healthy_set = PolicySet::new(1, healthy_entries.clone());
 
     // 1. Healthy.
-    let (healthy_cycles, _) = cycles(
-        args.cycles,
-        &template,
-        &healthy_set,
-        None,
-        "healthy set",
-        |_| {},
-    );
+    let (healthy_cycles, _) = cycles(&run, &healthy_set, None, "healthy set", |_| {});
 
     // 2. The faulty policy active (a filter: fails closed, so its jobs stay pending).
     let policy = faulty(&args, &engine, None)?;
@@ -287,20 +344,13 @@ pub fn run(args: FaultsBenchArgs) -> anyhow::Result<()> {
     });
     let faulty_set = PolicySet::new(2, entries);
     let mut quarantined_at: Option<(usize, u64)> = None;
-    let (faulty_cycles, _) = cycles(
-        args.cycles,
-        &template,
-        &faulty_set,
-        None,
-        "faulty policy active",
-        |i| {
-            if quarantined_at.is_none() && policy.health().quarantined {
-                let faults = policy.stats.faults.load(Ordering::Relaxed)
-                    - policy.stats.quarantined_calls.load(Ordering::Relaxed);
-                quarantined_at = Some((i, faults));
-            }
-        },
-    );
+    let (faulty_cycles, _) = cycles(&run, &faulty_set, None, "faulty policy active", |i| {
+        if quarantined_at.is_none() && policy.health().quarantined {
+            let faults = policy.stats.faults.load(Ordering::Relaxed)
+                - policy.stats.quarantined_calls.load(Ordering::Relaxed);
+            quarantined_at = Some((i, faults));
+        }
+    });
     let health = policy.health();
     let active_faulty = json!({
         "cycles": summary(faulty_cycles.clone()),
@@ -327,14 +377,7 @@ pub fn run(args: FaultsBenchArgs) -> anyhow::Result<()> {
         weight: 1,
     });
     let open_set = PolicySet::new(4, entries);
-    let (open_cycles, _) = cycles(
-        args.cycles,
-        &template,
-        &open_set,
-        None,
-        "faulty policy, fail-open",
-        |_| {},
-    );
+    let (open_cycles, _) = cycles(&run, &open_set, None, "faulty policy, fail-open", |_| {});
     let active_fail_open = json!({
         "cycles": summary(open_cycles.clone()),
         "first_cycle_ms": ms(open_cycles[0]),
@@ -352,20 +395,47 @@ pub fn run(args: FaultsBenchArgs) -> anyhow::Result<()> {
         weight: 1,
     });
     let shadow_set = PolicySet::new(3, entries);
-    let (shadow_cycles, shadow_ran) = cycles(
-        args.cycles,
-        &template,
+    // Blocks of 10 cycles with the shadow on, then off, and so on: both meet the same machine.
+    // The off cycles, split into their even and odd blocks, show how far two samples of the
+    // same condition differ: the noise the shadow's effect is held against.
+    let (samples, on, shadow_ran) = cycles_alternating(
+        &run,
         &healthy_set,
         Some(&shadow_set),
-        "faulty policy in shadow",
-        |_| {},
+        Some(10),
+        "faulty policy in shadow (alternating blocks)",
+        &mut |_| {},
     );
+    let pick = |keep: &dyn Fn(usize, bool) -> bool| -> Vec<Duration> {
+        samples
+            .iter()
+            .zip(&on)
+            .enumerate()
+            .filter(|&(i, (_, &on))| keep(i, on))
+            .map(|(_, (d, _))| *d)
+            .collect()
+    };
+    let shadow_cycles = pick(&|_, on| on);
+    let without = pick(&|_, on| !on);
+    let without_a = pick(&|i, on| !on && (i / 20) % 2 == 0);
+    let without_b = pick(&|i, on| !on && (i / 20) % 2 == 1);
+    let p99 = |samples: &[Duration]| {
+        let mut sorted = samples.to_vec();
+        sorted.sort();
+        ms(percentile(&sorted, 99.0))
+    };
+    let noise = (p99(&without_a) - p99(&without_b)).abs();
+    let effect = p99(&shadow_cycles) - p99(&without);
     let shadow = json!({
         "cycles": summary(shadow_cycles.clone()),
+        "cycles_without_it_same_run": summary(without),
+        "p99_effect_ms": (effect * 100.0).round() / 100.0,
+        "p99_noise_ms": (noise * 100.0).round() / 100.0,
+        "p99_unchanged_within_noise": effect <= noise,
         "first_cycle_ms": ms(shadow_cycles[0]),
         "runs_on_its_own_thread": true,
         "shadow_cycles_run": shadow_ran,
-        "shadow_cycles_skipped": args.cycles - shadow_ran,
+        "shadow_cycles_skipped": on.iter().filter(|&&on| on).count() - shadow_ran,
         "quarantined": shadow_policy.health().quarantined,
     });
     drop(shadow_set);
@@ -424,6 +494,7 @@ pub fn run(args: FaultsBenchArgs) -> anyhow::Result<()> {
         "nodes": nodes,
         "pending_jobs": args.pending,
         "cycles_per_scenario": args.cycles,
+        "pause_between_cycles_ms": args.pause_ms,
         "healthy": summary(healthy_cycles),
         "faulty_active": active_faulty,
         "faulty_active_fail_open": active_fail_open,

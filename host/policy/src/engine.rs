@@ -235,6 +235,9 @@ pub(crate) struct EngineShared {
     digest_to_compiled: Mutex<HashMap<[u8; 32], Arc<CompiledPolicy>>>,
     /// Tells the ticker thread to stop when the engine is dropped.
     stop: AtomicBool,
+    /// Held by the scheduling loop while it decides; warm-spare inits that no caller waits
+    /// for pause on it (see [`PolicyEngine::cycle_gate`]).
+    pub(crate) gate: Arc<crate::CycleGate>,
 }
 
 /// A compiled, pre-linked component: instantiating from here costs microseconds.
@@ -279,6 +282,7 @@ impl PolicyEngine {
             symbols,
             digest_to_compiled: Mutex::new(HashMap::new()),
             stop: AtomicBool::new(false),
+            gate: Arc::default(),
         });
         let ticker_shared = Arc::downgrade(&shared);
         let ticker = std::thread::Builder::new()
@@ -298,6 +302,15 @@ impl PolicyEngine {
             shared,
             ticker: Some(ticker),
         })
+    }
+
+    /// The gate the scheduling loop holds while it decides ([`crate::CycleGate::enter`]).
+    /// Background Wasm of this engine pauses on it at each epoch tick: warm spares that no
+    /// caller waits for, and shadow sets bound with [`crate::BoundSet::waiting_on`] it. So on a
+    /// machine with few cores, a policy spinning in its init or a candidate set being compared
+    /// takes only the time between cycles.
+    pub fn cycle_gate(&self) -> Arc<crate::CycleGate> {
+        self.shared.gate.clone()
     }
 
     /// The bounds every policy of this engine runs under.

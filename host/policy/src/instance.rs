@@ -28,6 +28,61 @@ pub struct HostState {
     log: Arc<LogBucket>,
     /// stdout and stderr of the guest, bounded; a Rust panic message lands here.
     console: MemoryOutputPipe,
+    /// How the running call's deadline is kept: see [`arm_deadline`].
+    deadline: Deadline,
+}
+
+/// A call's deadline. A plain one traps when its ticks are reached. A pausing one (a shadow
+/// set's call) is checked at every tick: while the loop is in a cycle the guest waits there,
+/// and the ticks it waited do not count.
+#[derive(Default)]
+enum Deadline {
+    #[default]
+    Plain,
+    Pausing {
+        ticks_left: u64,
+        gate: Arc<crate::CycleGate>,
+        /// Do not pause while this is set (callers wait for the spare being made).
+        unless: Option<Arc<std::sync::atomic::AtomicBool>>,
+    },
+}
+
+/// Arms `store`'s deadline for a call (or an init) of `ticks` epoch ticks, pausing on the
+/// calling thread's gate if it has one.
+fn arm_deadline(store: &mut Store<HostState>, ticks: u64) {
+    match crate::set::pausing_on() {
+        Some((gate, unless)) => {
+            store.data_mut().deadline = Deadline::Pausing {
+                ticks_left: ticks,
+                gate,
+                unless,
+            };
+            store.set_epoch_deadline(1);
+        }
+        None => {
+            store.data_mut().deadline = Deadline::Plain;
+            store.set_epoch_deadline(ticks);
+        }
+    }
+}
+
+/// Called when a store's epoch deadline is reached: a plain deadline traps (as a timeout); a
+/// pausing one waits out the loop's cycle, counts one tick, and continues until none are left.
+fn on_deadline(
+    mut store: wasmtime::StoreContextMut<'_, HostState>,
+) -> wasmtime::Result<wasmtime::UpdateDeadline> {
+    if let Deadline::Pausing {
+        ticks_left,
+        gate,
+        unless,
+    } = &mut store.data_mut().deadline
+        && *ticks_left > 1
+    {
+        *ticks_left -= 1;
+        gate.wait_idle_unless(unless.as_deref());
+        return Ok(wasmtime::UpdateDeadline::Continue(1));
+    }
+    Err(wasmtime::Trap::Interrupt.into())
 }
 
 /// What an instance's store shares with its policy: its name for log lines, and the policy's log
@@ -395,7 +450,7 @@ impl Instance {
 
     /// Arm the deadline and clear the notes of the previous call.
     pub(crate) fn arm(&mut self, ticks: u64) {
-        self.store.set_epoch_deadline(ticks);
+        arm_deadline(&mut self.store, ticks);
         self.store.data_mut().limiter.refused = None;
     }
 
@@ -453,11 +508,12 @@ pub(crate) fn new_store(
         policy_name: host.policy_name,
         log: host.log,
         console,
+        deadline: Deadline::Plain,
     };
     let mut store = Store::new(&shared.engine, state);
     store.limiter(|state| &mut state.limiter);
-    store.epoch_deadline_trap();
-    store.set_epoch_deadline(shared.init_deadline_ticks());
+    store.epoch_deadline_callback(on_deadline);
+    arm_deadline(&mut store, shared.init_deadline_ticks());
     Ok(store)
 }
 

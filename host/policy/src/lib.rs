@@ -31,7 +31,23 @@ pub use policy::{
     DENY_REASON_MAX_BYTES, FailurePolicy, Guarded, NAME_MAX_BYTES, Policy, PolicyHealth,
     PolicyInfo, PolicyOptions, PolicyStats, REASON_TEXT_MAX_BYTES, REASONS_MAX, VERSION_MAX_BYTES,
 };
-pub use set::{ActiveSet, BoundSet, NodeCache, PolicySet, SetEntry};
+pub use set::{ActiveSet, BoundSet, CycleGate, InCycle, NodeCache, PolicySet, SetEntry};
+
+/// Lowers the calling thread to the least CPU share the OS gives (nice 19 on Linux). Called
+/// by the threads whose work nobody waits on in a cycle: warm-spare refills and the shadow
+/// set. On a busy machine they then take only the CPU the scheduling loop leaves over, so a
+/// policy that spins in its init, or a candidate set being compared, cannot slow the cycles
+/// that bind pods. Where the OS refuses, the thread keeps its priority and says so.
+pub fn yield_to_the_loop() {
+    if let Err(error) =
+        thread_priority::set_current_thread_priority(thread_priority::ThreadPriority::Min)
+    {
+        tracing::warn!(
+            ?error,
+            "cannot lower a background thread's priority; it competes with the loop for CPU"
+        );
+    }
+}
 
 /// The highest score a policy may give a node (kube-scheduler's MaxNodeScore).
 pub const MAX_SCORE: u32 = 100;

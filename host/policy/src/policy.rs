@@ -1,4 +1,4 @@
-use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::sync::{Arc, Condvar, Mutex};
 use std::thread::JoinHandle;
 use std::time::{Duration, Instant};
@@ -162,6 +162,9 @@ struct Pool {
     changed: Condvar,
     /// Wakes the refill thread.
     wake_refill: Condvar,
+    /// True while the loop's calls wait for an instance: the refill under way is then for
+    /// them, and does not pause while the loop cycles (see [`crate::CycleGate`]).
+    urgent: Arc<AtomicBool>,
 }
 
 struct PoolState {
@@ -170,6 +173,9 @@ struct PoolState {
     live: usize,
     /// Callers waiting for an instance.
     waiters: usize,
+    /// Of those, the ones the loop waits on (not a shadow set's calls): while there are any,
+    /// the refill does not pause for the loop's cycles.
+    loop_waiters: usize,
     /// A refill failed and no caller has asked since: do not retry in a loop.
     paused: bool,
     /// Refills that failed, so a waiter sees one fail while it waits.
@@ -252,6 +258,7 @@ impl Policy {
                     idle: Vec::new(),
                     live: 0,
                     waiters: 0,
+                    loop_waiters: 0,
                     paused: false,
                     refill_faults: 0,
                     last_refill_fault: None,
@@ -259,6 +266,7 @@ impl Policy {
                 }),
                 changed: Condvar::new(),
                 wake_refill: Condvar::new(),
+                urgent: Arc::default(),
             },
             stats: stats.clone(),
         };
@@ -283,7 +291,10 @@ impl Policy {
         let refill_inner = inner.clone();
         let refill = std::thread::Builder::new()
             .name("gantry-policy-refill".into())
-            .spawn(move || refill_inner.refill_loop())
+            .spawn(move || {
+                crate::yield_to_the_loop();
+                refill_inner.refill_loop()
+            })
             .map_err(|e| PolicyError::Engine(format!("cannot start a refill thread: {e}")))?;
         Ok(Self {
             inner,
@@ -684,6 +695,12 @@ impl Inner {
         // Each caller that finds nothing may retry a refill that failed before it came.
         state.paused = false;
         state.waiters += 1;
+        // A shadow set's call waiting for a spare does not hurry it: it pauses with the spare.
+        let for_the_loop = crate::set::pausing_on().is_none();
+        if for_the_loop {
+            state.loop_waiters += 1;
+            self.pool.urgent.store(true, Ordering::Release);
+        }
         self.pool.wake_refill.notify_one();
         let result = loop {
             if let Some(instance) = state.idle.pop() {
@@ -704,6 +721,12 @@ impl Inner {
                 .0;
         };
         state.waiters -= 1;
+        if for_the_loop {
+            state.loop_waiters -= 1;
+            if state.loop_waiters == 0 {
+                self.pool.urgent.store(false, Ordering::Release);
+            }
+        }
         result
     }
 
@@ -747,7 +770,15 @@ impl Inner {
             }
             state.live += 1;
             drop(state);
-            let made = self.instantiate();
+            // A spare nobody waits for yet pauses while the loop cycles; one a caller waits
+            // for does not.
+            let made = {
+                let _pausing = crate::set::PausingOn::set(
+                    self.shared.gate.clone(),
+                    Some(self.pool.urgent.clone()),
+                );
+                self.instantiate()
+            };
             state = self.pool.lock();
             match made {
                 Ok((instance, _)) if !state.closed => {

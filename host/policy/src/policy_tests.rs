@@ -315,3 +315,83 @@ fn policies_past_the_process_budget_are_refused_and_dropping_gives_it_back() {
         .unwrap();
     assert_eq!(engine.process_memory_used(), each);
 }
+
+#[test]
+fn a_spare_nobody_waits_for_pauses_while_the_loop_cycles_and_one_a_caller_waits_for_does_not() {
+    let engine = engine_with(Limits {
+        init_deadline: Duration::from_secs(10),
+        // Callers wait up to the deadline for an instance: long enough for a 300 ms init.
+        deadline: Duration::from_secs(10),
+        ..Limits::default()
+    });
+    let symbols = symbols_of(&engine);
+    let table = WasmNodes::new(&nodes(&symbols, 16));
+    let policy = misbehave(&engine, r#"{"init_ms": 300, "trap": true}"#).unwrap();
+    let created = || policy.stats.instances_created.load(Ordering::Relaxed);
+    assert!(policy.wait_ready(READY));
+    assert_eq!(created(), 1);
+
+    let gate = engine.cycle_gate();
+    let cycle = gate.enter();
+    // The trap discards the only instance; its spare starts with nobody waiting, so it pauses
+    // while the loop is in its cycle: more than three inits' time later, none is ready.
+    let fault = policy.filter(&pod(&symbols, 1), &table).unwrap_err();
+    assert_eq!(fault.kind(), FaultKind::Trap, "{fault}");
+    assert!(
+        !policy.wait_ready(Duration::from_secs(1)),
+        "a spare was made while the loop cycled"
+    );
+    assert_eq!(created(), 2, "the spare was not started");
+    // A caller now waits for it, so it goes on, inside the cycle.
+    let fault = policy.filter(&pod(&symbols, 1), &table).unwrap_err();
+    assert_eq!(fault.kind(), FaultKind::Trap, "{fault}");
+    // Its own spare waits for the cycle to end, and is made once it has.
+    assert!(!policy.wait_ready(Duration::from_secs(1)));
+    drop(cycle);
+    assert!(policy.wait_ready(READY));
+}
+
+#[test]
+fn a_shadow_call_pauses_in_the_guest_while_the_loop_cycles_and_the_pause_is_not_its_time() {
+    use gantry_core::{ClusterState, PolicyHooks, Verdict};
+    let deadline = Duration::from_millis(200);
+    let engine = engine_with(Limits {
+        deadline,
+        ..Limits::default()
+    });
+    let symbols = symbols_of(&engine);
+    let policy = Arc::new(
+        engine
+            .load(&plugin("hostile-loop"), PolicyOptions::default())
+            .unwrap(),
+    );
+    assert!(policy.wait_ready(READY));
+    let set = crate::PolicySet::new(1, vec![crate::SetEntry { policy, weight: 1 }]);
+    let state = ClusterState::new(nodes(&symbols, 16));
+    let gate = engine.cycle_gate();
+    let held = Duration::from_millis(600);
+    let (verdict, took) = std::thread::scope(|scope| {
+        let shadow = scope.spawn(|| {
+            let mut cache = crate::NodeCache::default();
+            let mut bound = set.bind(&mut cache).waiting_on(gate.clone());
+            let started = std::time::Instant::now();
+            let mut verdicts = bound.filter(&state, &pod(&symbols, 1), 0..16);
+            (verdicts.remove(0).1, started.elapsed())
+        });
+        // Let the call get into its loop, then cycle for three deadlines' time.
+        std::thread::sleep(Duration::from_millis(50));
+        let cycle = gate.enter();
+        std::thread::sleep(held);
+        drop(cycle);
+        shadow.join().unwrap()
+    });
+    let Verdict::Rejected(fault) = verdict else {
+        panic!("the loop answered: {verdict:?}");
+    };
+    assert_eq!(fault, "timed out after 200 ms");
+    // Without the pause it would have timed out inside the cycle, at about 200 ms.
+    assert!(
+        took >= held,
+        "timed out after {took:?}, inside the loop's cycle"
+    );
+}

@@ -6,7 +6,8 @@
 
 use std::borrow::Cow;
 use std::ops::Range;
-use std::sync::Arc;
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::{Arc, Condvar, Mutex};
 use std::time::{Duration, Instant};
 
 use gantry_core::scheduler::CHUNK;
@@ -62,7 +63,100 @@ impl PolicySet {
             cache,
             budget: None,
             spent: Duration::ZERO,
+            gate: None,
         }
+    }
+}
+
+/// Whether the scheduling loop is inside a cycle. A shadow set bound with
+/// [`BoundSet::waiting_on`] makes each of its calls wait until the loop is not, so a candidate
+/// being compared runs only in the loop's spare time and never slows the cycles that bind
+/// pods, even on a machine with as few cores as threads that want them.
+#[derive(Debug, Default)]
+pub struct CycleGate {
+    /// True while the loop is in a cycle; a mutex (not an atomic) so a waiter can sleep on it.
+    cycling: Mutex<bool>,
+    /// Signalled when a cycle ends.
+    ended: Condvar,
+}
+
+/// The loop's side of a [`CycleGate`]: the cycle lasts as long as this lives.
+pub struct InCycle<'a>(&'a CycleGate);
+
+impl CycleGate {
+    /// Marks the loop as in a cycle until the returned guard drops.
+    pub fn enter(&self) -> InCycle<'_> {
+        *self.cycling.lock().unwrap_or_else(|e| e.into_inner()) = true;
+        InCycle(self)
+    }
+
+    /// Returns once the loop is not in a cycle.
+    pub fn wait_idle(&self) {
+        let cycling = self.cycling.lock().unwrap_or_else(|e| e.into_inner());
+        let _idle = self
+            .ended
+            .wait_while(cycling, |cycling| *cycling)
+            .unwrap_or_else(|e| e.into_inner());
+    }
+
+    /// Returns once the loop is not in a cycle, or `unless` is set (checked each millisecond).
+    pub(crate) fn wait_idle_unless(&self, unless: Option<&AtomicBool>) {
+        let Some(unless) = unless else {
+            return self.wait_idle();
+        };
+        let mut cycling = self.cycling.lock().unwrap_or_else(|e| e.into_inner());
+        while *cycling && !unless.load(Ordering::Acquire) {
+            cycling = self
+                .ended
+                .wait_timeout(cycling, Duration::from_millis(1))
+                .unwrap_or_else(|e| e.into_inner())
+                .0;
+        }
+    }
+}
+
+impl CycleGate {
+    /// Whether the loop is in a cycle now.
+    pub fn cycling(&self) -> bool {
+        *self.cycling.lock().unwrap_or_else(|e| e.into_inner())
+    }
+}
+
+/// What a thread's Wasm pauses on: the loop's gate, unless the flag is set.
+pub(crate) type Pause = (Arc<CycleGate>, Option<Arc<AtomicBool>>);
+
+thread_local! {
+    /// What this thread's Wasm (a shadow set's calls, a spare's init) pauses on, read when a
+    /// call or an init arms its deadline: see `instance::arm_deadline`.
+    static PAUSE_ON: std::cell::RefCell<Option<Pause>> = const { std::cell::RefCell::new(None) };
+}
+
+/// Sets this thread's [`PAUSE_ON`] until dropped.
+pub(crate) struct PausingOn(Option<Pause>);
+
+impl PausingOn {
+    /// Pause on `gate` unless `unless` is set.
+    pub(crate) fn set(gate: Arc<CycleGate>, unless: Option<Arc<AtomicBool>>) -> Self {
+        Self(PAUSE_ON.with(|cell| cell.replace(Some((gate, unless)))))
+    }
+}
+
+impl Drop for PausingOn {
+    fn drop(&mut self) {
+        let previous = self.0.take();
+        PAUSE_ON.with(|cell| *cell.borrow_mut() = previous);
+    }
+}
+
+/// What this thread's Wasm pauses on, if anything.
+pub(crate) fn pausing_on() -> Option<Pause> {
+    PAUSE_ON.with(|cell| cell.borrow().clone())
+}
+
+impl Drop for InCycle<'_> {
+    fn drop(&mut self) {
+        *self.0.cycling.lock().unwrap_or_else(|e| e.into_inner()) = false;
+        self.0.ended.notify_all();
     }
 }
 
@@ -156,9 +250,12 @@ pub struct BoundSet<'a> {
     budget: Option<Duration>,
     /// Wall time spent in policy calls so far this cycle.
     spent: Duration,
+    /// For a shadow set: the loop's gate, which each call waits on before it runs and at
+    /// every epoch tick while it runs.
+    gate: Option<Arc<CycleGate>>,
 }
 
-impl BoundSet<'_> {
+impl<'a> BoundSet<'a> {
     /// Bounds this cycle's policy calls to `budget` of wall time, so a slow or failing policy
     /// delays the jobs a cycle has not reached instead of stalling the loop.
     pub fn with_budget(mut self, budget: Duration) -> Self {
@@ -166,9 +263,25 @@ impl BoundSet<'_> {
         self
     }
 
+    /// Makes each call wait until the loop is between cycles (see [`CycleGate`]), and pause
+    /// inside the guest, at the next epoch tick, whenever the loop enters one: how a shadow set
+    /// runs. Time spent waiting counts neither against the budget nor the call deadline.
+    pub fn waiting_on(mut self, gate: Arc<CycleGate>) -> Self {
+        self.gate = Some(gate);
+        self
+    }
+
     /// Wall time spent in policy calls so far.
     pub fn spent(&self) -> Duration {
         self.spent
+    }
+
+    /// Waits for the loop to leave its cycle, when this set runs beside it, and has the
+    /// policy calls until the returned guard drops pause in the guest while the loop cycles.
+    fn yield_to_the_loop(&self) -> Option<PausingOn> {
+        let gate = self.gate.as_ref()?;
+        gate.wait_idle();
+        Some(PausingOn::set(gate.clone(), None))
     }
 }
 
@@ -200,6 +313,7 @@ impl PolicyHooks for BoundSet<'_> {
         pod: &PodShape,
         nodes: Range<usize>,
     ) -> Vec<(String, Verdict<Vec<u16>>)> {
+        let _pausing = self.yield_to_the_loop();
         if self.set.of_role(Role::Filter).next().is_none() {
             return Vec::new();
         }
@@ -237,6 +351,7 @@ impl PolicyHooks for BoundSet<'_> {
         pod: &PodShape,
         nodes: Range<usize>,
     ) -> Vec<(String, u32, Verdict<Vec<u32>>)> {
+        let _pausing = self.yield_to_the_loop();
         if self.set.of_role(Role::Score).next().is_none() {
             return Vec::new();
         }
@@ -264,6 +379,7 @@ impl PolicyHooks for BoundSet<'_> {
         queue: &QueueUsage,
         cohort: Option<&CohortUsage>,
     ) -> Vec<(String, Verdict<QuotaVerdict>)> {
+        let _pausing = self.yield_to_the_loop();
         let started = Instant::now();
         let verdicts = self
             .set
