@@ -24,6 +24,9 @@ pub use model::{
     Resources, Seconds, Taint, TaintEffect, Toleration, percentile,
 };
 pub use queues::{Admission, QueueDef, QueueError, QueueId, Queues};
+pub use scheduler::plan::{
+    EstimateSource, PlanConfig, PlanStats, RuntimeEstimate, StartEstimate, WhatIf,
+};
 pub use scheduler::{
     Blocked, CycleOutput, Decision, JobId, JobSpec, Mode, Scheduler, SchedulerConfig, TopologyPref,
 };

@@ -106,3 +106,38 @@ fn a_blocked_gang_holds_a_reservation_and_only_short_jobs_backfill_it() {
     assert!(fx.sched.is_running(gang));
     assert!(!fx.sched.is_running(long));
 }
+
+#[test]
+fn what_if_answers_from_the_plan_without_submitting() {
+    // Four nodes of 8 GPUs, all busy with jobs known to run 600 s; a gang of 4 × 8 waits.
+    let mut fx = Fixture::single_queue(&[Pool::h100(4, 4, None)], 64);
+    teach(&mut fx, 600.0, 5);
+    let t0 = fx.now_s;
+    for i in 0..4 {
+        fx.submit(fx.job(&format!("run-{i}"), "default", 0, 1, 8));
+    }
+    fx.checked_cycle();
+    let gang = fx.submit(fx.job("gang", "default", 0, 4, 8));
+    fx.checked_cycle();
+    let pending_before = fx.sched.pending().len();
+
+    // One more 8-GPU job would wait for the gang ahead of it to run: 600 s, then 600 s more.
+    let one = fx.sched.what_if(&fx.job("one", "default", 0, 1, 8));
+    let start = one.start.expect("it fits the cluster");
+    assert_eq!(start.p50_s, t0 + 1200.0);
+    assert_eq!(one.jobs_ahead, 1);
+    assert_eq!(one.nodes.as_deref(), Some("1 node in rack 0"));
+    assert_eq!(one.runtime.p50_s, 600.0);
+    // Nor could a 1-GPU job start sooner: every node is busy, then planned for the gang.
+    let small = fx.sched.what_if(&fx.job("small", "default", 0, 1, 1));
+    assert_eq!(small.start.map(|s| s.p50_s), Some(t0 + 1200.0));
+    // Sixteen 8-GPU pods never fit four nodes.
+    let wide = fx.sched.what_if(&fx.job("wide", "default", 0, 16, 8));
+    assert_eq!((wide.start, wide.nodes), (None, None));
+    // Nothing was submitted, and the gang's estimate stands.
+    assert_eq!(fx.sched.pending().len(), pending_before);
+    assert_eq!(
+        fx.sched.start_estimate(gang).map(|e| e.p50_s),
+        Some(t0 + 600.0)
+    );
+}

@@ -266,6 +266,8 @@ impl Engine {
             if duration_s.is_some_and(|d| now_s >= d) || stop.load(Ordering::Relaxed) {
                 break;
             }
+            // Questions asked while the loop waited, from the plan as the last pass left it.
+            self.live.answer_what_ifs(&self.scheduler);
             let pass = self.step(cluster, now_s);
             if last_publish.is_none_or(|t| t.elapsed() >= self.config.publish_every) {
                 self.publish();

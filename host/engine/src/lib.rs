@@ -6,6 +6,8 @@
 //! - `live`: [`Live`], the policy-set registry (upload, validate, activate, shadow), the
 //!   decision recorder (store and SSE feed), and the read-only cluster view the API serves;
 //! - `metrics`: the Prometheus registry, named like kube-scheduler's;
+//! - `whatif`: "when would a job of this shape start", answered by the loop from its plan, and
+//!   the words estimates are shown in;
 //! - `error`: [`EngineError`].
 
 #![warn(missing_docs)]
@@ -14,6 +16,7 @@ pub mod engine;
 pub mod error;
 pub mod live;
 pub mod metrics;
+pub mod whatif;
 
 pub use engine::{Engine, EngineConfig, Pass, RunStats};
 pub use error::{EngineError, Result};
@@ -23,3 +26,7 @@ pub use live::{
     lent_gpus, now_ms,
 };
 pub use metrics::Metrics;
+pub use whatif::{
+    EstimateView, WhatIfAnswer, WhatIfError, WhatIfJob, WhatIfOutcome, WhatIfShape, duration_text,
+    estimate_text,
+};

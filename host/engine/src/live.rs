@@ -146,6 +146,8 @@ pub struct JobView {
     /// A placeholder that holds idle capacity and gives way to real work; `/api/jobs` leaves
     /// these out.
     pub balloon: bool,
+    /// When a pending job is expected to start, from the planner's last replan.
+    pub estimate: Option<crate::whatif::EstimateView>,
 }
 
 /// The candidate of a shadow run and what it has found so far.
@@ -409,6 +411,9 @@ pub struct Live {
     /// candidate instead of queued, so a slow candidate never delays or piles up behind the
     /// active set.
     shadow_tx: OnceLock<ShadowThread>,
+    /// What-if questions from the API, answered by the loop between cycles; held only to push
+    /// or take them.
+    pub(crate) what_ifs: Mutex<Vec<crate::whatif::WhatIfAsk>>,
     /// Held by the loop while the active set decides; the shadow thread's calls wait on it, so
     /// the candidate runs only in the loop's spare time.
     cycle_gate: Arc<CycleGate>,
@@ -464,6 +469,7 @@ impl Live {
             shadow: ArcSwapOption::empty(),
             shadow_tx: OnceLock::new(),
             cycle_gate,
+            what_ifs: Mutex::default(),
             view: ArcSwap::from_pointee(ClusterView::default()),
             decisions_tx,
             entry_to_policy: Mutex::new(HashMap::new()),
@@ -545,7 +551,7 @@ impl Live {
         *woken = false;
     }
 
-    fn wake_loop(&self) {
+    pub(crate) fn wake_loop(&self) {
         let (lock, cvar) = &self.wake;
         *lock.lock().unwrap_or_else(|e| e.into_inner()) = true;
         cvar.notify_all();
@@ -786,7 +792,9 @@ impl Live {
             state,
             queue_position: None,
             balloon: spec.balloon,
+            estimate: None,
         };
+        let published_ms = now_ms();
         for id in scheduler.pending() {
             let spec = scheduler.job(id);
             pending_pods += u64::from(spec.pods);
@@ -796,7 +804,11 @@ impl Live {
                 spec.submit_s,
                 spec.name.clone(),
             ));
-            job_to_state.insert(spec.name.clone(), view_of(spec, "pending"));
+            let mut view = view_of(spec, "pending");
+            view.estimate = scheduler.start_estimate(id).map(|estimate| {
+                crate::whatif::EstimateView::new(estimate, scheduler.clock_s(), published_ms)
+            });
+            job_to_state.insert(spec.name.clone(), view);
         }
         for jobs in by_queue.values_mut() {
             jobs.sort_by(|a, b| b.0.cmp(&a.0).then(a.1.total_cmp(&b.1)));

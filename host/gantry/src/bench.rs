@@ -526,6 +526,7 @@ pub fn run_schedule(args: ScheduleBenchArgs) -> anyhow::Result<()> {
     single.sort_unstable();
     gang.sort_unstable();
     let (incremental, rebuild) = incremental_against_rebuild(&args, &engine, &symbols, &queue_ids)?;
+    let planner = planner_figures(&args, &engine, &symbols, &queue_ids)?;
     let report = json!({
         "cluster": scheduler.state.len(),
         "policies": ["gpu-fit", "gpu-binpack", "team-quota"],
@@ -548,6 +549,7 @@ pub fn run_schedule(args: ScheduleBenchArgs) -> anyhow::Result<()> {
                 ns(percentile(&rebuild, 50.0)) / ns(percentile(&incremental, 50.0)).max(1.0)
             ),
         },
+        "planner": planner,
     });
     if args.json {
         println!("{report}");
@@ -659,6 +661,123 @@ fn incremental_against_rebuild(
     incremental.sort_unstable();
     rebuild.sort_unstable();
     Ok((incremental, rebuild))
+}
+
+/// Pending jobs in the planner figures.
+const PLANNED_PENDING: usize = 5000;
+/// Nodes left free in them: every other node runs a job.
+const PLANNED_FREE: usize = 20;
+
+/// The planner's cost on a full cluster: a replan after one job ends, and a what-if's answer,
+/// with every node but `PLANNED_FREE` running an 8-GPU job (declared runtimes of 10 min to
+/// 10 h) and `PLANNED_PENDING` jobs (1 to 64 pods of 8 GPUs) parked for room.
+fn planner_figures(
+    args: &ScheduleBenchArgs,
+    engine: &PolicyEngine,
+    symbols: &std::sync::Arc<Symbols>,
+    queue_ids: &[(usize, String)],
+) -> anyhow::Result<serde_json::Value> {
+    let (mut scheduler, set, _) = bench_scheduler(args, engine, symbols)?;
+    scheduler.config.max_attempts = 1000;
+    scheduler.set_plan_config(gantry_core::PlanConfig {
+        enabled: true,
+        ..gantry_core::PlanConfig::default()
+    });
+    let queue = |i: usize| {
+        let (id, name) = &queue_ids[i % queue_ids.len()];
+        (*id, name.as_str())
+    };
+    let nodes = scheduler.state.len();
+    anyhow::ensure!(
+        nodes > PLANNED_FREE,
+        "the planner figures need more than {PLANNED_FREE} nodes"
+    );
+    let mut running = std::collections::VecDeque::new();
+    for node in 0..nodes - PLANNED_FREE {
+        let spec = gantry_core::JobSpec {
+            expected_runtime_s: Some(600.0 + (node * 7919 % 36_000) as f64),
+            ..job(symbols, format!("run-{node}"), queue(node), 1, 8)
+        };
+        running.push_back(scheduler.adopt(spec, &[node]));
+    }
+    for i in 0..PLANNED_PENDING {
+        let pods = [1, 8, 16, 64][i % 4];
+        scheduler.submit(job(symbols, format!("wait-{i}"), queue(i), pods, 8));
+    }
+    let bar = bar(0, "planner: parking the pending jobs");
+    let mut cache = gantry_policy::NodeCache::default();
+    for round in 0..PLANNED_PENDING / 1000 + 2 {
+        scheduler.advance_clock(round as f64);
+        scheduler.cycle(round as f64, &mut set.bind(&mut cache));
+        bar.tick();
+    }
+    bar.finish_and_clear();
+    let mut now = 100.0;
+    let mut replans = Vec::with_capacity(ROUNDS);
+    for _ in 0..ROUNDS {
+        // One job ends; the planner's answer to it.
+        if let Some(id) = running.pop_front() {
+            scheduler.finish(id);
+        }
+        now += 1.0;
+        scheduler.advance_clock(now);
+        let t = Instant::now();
+        scheduler.replan_now();
+        replans.push(t.elapsed());
+    }
+    let planned = scheduler
+        .pending()
+        .into_iter()
+        .filter(|&id| scheduler.start_estimate(id).is_some())
+        .count();
+    let (id, name) = queue(0);
+    let (other_id, other_name) = queue(1);
+    let variants = [
+        job(symbols, "whatif-16x8".into(), (id, name), 16, 8),
+        job(symbols, "whatif-16x4".into(), (id, name), 16, 4),
+        job(symbols, "whatif-12x8".into(), (id, name), 12, 8),
+        job(
+            symbols,
+            "whatif-other-queue".into(),
+            (other_id, other_name),
+            16,
+            8,
+        ),
+    ];
+    let mut what_ifs = Vec::with_capacity(ROUNDS * variants.len());
+    let mut answered = 0;
+    for _ in 0..ROUNDS {
+        for spec in &variants {
+            let t = Instant::now();
+            let answer = scheduler.what_if(spec);
+            what_ifs.push(t.elapsed());
+            answered += usize::from(answer.start.is_some());
+        }
+    }
+    replans.sort_unstable();
+    what_ifs.sort_unstable();
+    Ok(json!({
+        "nodes": nodes,
+        "running_jobs": nodes - PLANNED_FREE - ROUNDS,
+        "pending_jobs": scheduler.pending().len(),
+        "jobs_estimated_per_replan": planned,
+        "replan_after_one_job_ends_ms_p50": round2(ns(percentile(&replans, 50.0)) / 1e6),
+        "replan_after_one_job_ends_ms_p99": round2(ns(percentile(&replans, 99.0)) / 1e6),
+        "what_if_ms_p50": round2(ns(percentile(&what_ifs, 50.0)) / 1e6),
+        "what_if_ms_p99": round2(ns(percentile(&what_ifs, 99.0)) / 1e6),
+        "what_ifs_answered": format!("{answered} of {}", what_ifs.len()),
+    }))
+}
+
+/// A spinner for a long step of a bench.
+fn bar(len: u64, what: &str) -> indicatif::ProgressBar {
+    let bar = indicatif::ProgressBar::new(len);
+    bar.set_style(
+        indicatif::ProgressStyle::with_template("{spinner} {msg} {elapsed}")
+            .unwrap_or_else(|_| indicatif::ProgressStyle::default_spinner()),
+    );
+    bar.set_message(what.to_string());
+    bar
 }
 
 #[derive(Args, Debug)]

@@ -214,6 +214,116 @@ pub struct ExplainArgs {
     conn: ServerConn,
 }
 
+#[derive(Args, Debug)]
+pub struct WhatIfArgs {
+    /// Start from this pending job's shape.
+    #[arg(long)]
+    like: Option<String>,
+    /// The queue to submit to.
+    #[arg(long)]
+    queue: Option<String>,
+    /// Pods in the gang.
+    #[arg(long)]
+    pods: Option<u32>,
+    /// GPUs per pod.
+    #[arg(long)]
+    gpus_per_pod: Option<u32>,
+    /// The GPU model each pod needs ("" = any).
+    #[arg(long)]
+    gpu_type: Option<String>,
+    /// How long it would run, in seconds, if you know.
+    #[arg(long)]
+    expected_runtime_s: Option<f64>,
+    /// Only the shape asked about, not the variations (fewer GPUs, fewer pods, other queues
+    /// and GPU types).
+    #[arg(long)]
+    no_variations: bool,
+    /// Print the server's JSON instead of the text.
+    #[arg(long)]
+    json: bool,
+    #[command(flatten)]
+    conn: ServerConn,
+}
+
+/// When a job of a shape would start, without submitting it, and what would start sooner.
+pub fn what_if(args: WhatIfArgs) -> anyhow::Result<ExitCode> {
+    run(|| {
+        let client = args.conn.client()?;
+        let mut body = serde_json::Map::new();
+        let mut put = |key: &str, value: serde_json::Value| {
+            body.insert(key.into(), value);
+        };
+        if let Some(v) = &args.like {
+            put("like", v.clone().into());
+        }
+        if let Some(v) = &args.queue {
+            put("queue", v.clone().into());
+        }
+        if let Some(v) = args.pods {
+            put("pods", v.into());
+        }
+        if let Some(v) = args.gpus_per_pod {
+            put("gpus_per_pod", v.into());
+        }
+        if let Some(v) = &args.gpu_type {
+            put("gpu_type", v.clone().into());
+        }
+        if let Some(v) = args.expected_runtime_s {
+            put("expected_runtime_s", v.into());
+        }
+        put("variations", (!args.no_variations).into());
+        let body = serde_json::Value::Object(body);
+        let answer = match client.expect_ok(client.call(
+            "POST",
+            "/api/whatif",
+            &[],
+            Some(Body::Json(body)),
+        )?) {
+            Ok(v) => v,
+            Err(code) => return Ok(Err(code)),
+        };
+        if args.json {
+            println!("{}", serde_json::to_string_pretty(&answer)?);
+            return Ok(Ok(()));
+        }
+        let shape = |o: &serde_json::Value| {
+            let job = &o["job"];
+            let model = job["gpu_type"].as_str().filter(|m| !m.is_empty());
+            format!(
+                "{} pods × {} GPUs{}, queue {}",
+                job["pods"],
+                job["gpus_per_pod"],
+                model.map(|m| format!(" ({m})")).unwrap_or_default(),
+                job["queue"].as_str().unwrap_or("?")
+            )
+        };
+        let a = &answer["answer"];
+        println!("{}: {}", shape(a), a["text"].as_str().unwrap_or("?"));
+        println!(
+            "  behind the {} pending jobs the plan covers; runtime p50 {} s",
+            answer["jobs_ahead"], a["runtime"]["p50_s"]
+        );
+        let ours = a["estimate"]["p50_ms"].as_u64().unwrap_or(u64::MAX);
+        let sooner: Vec<&serde_json::Value> = answer["variations"]
+            .as_array()
+            .into_iter()
+            .flatten()
+            .filter(|v| v["estimate"]["p50_ms"].as_u64().unwrap_or(u64::MAX) < ours)
+            .collect();
+        if !sooner.is_empty() {
+            println!("start sooner with:");
+            for v in sooner {
+                println!(
+                    "  {}: {}",
+                    v["change"].as_str().unwrap_or("?"),
+                    v["text"].as_str().unwrap_or("?")
+                );
+            }
+        }
+        Ok(Ok(()))
+    })
+}
+
 fn run(f: impl FnOnce() -> anyhow::Result<Result<(), ExitCode>>) -> anyhow::Result<ExitCode> {
     Ok(match f()? {
         Ok(()) => ExitCode::SUCCESS,
@@ -531,6 +641,9 @@ pub fn explain(args: ExplainArgs) -> anyhow::Result<ExitCode> {
         }
         if let Some(position) = e["queue_position"].as_u64() {
             println!("  position in its queue: {position}");
+        }
+        if let Some(estimate) = e["estimate"]["text"].as_str() {
+            println!("  start: {estimate}");
         }
         let q = &e["queue"];
         if q.is_object() {

@@ -46,6 +46,9 @@ enum Command {
     Simulate(simulate::SimulateArgs),
     /// Ask a running server why a pod or job is pending, or where it went.
     Explain(client::ExplainArgs),
+    /// When a job of this shape would start, without submitting it, and what would start
+    /// sooner (fewer GPUs per pod, fewer pods, another queue or GPU type).
+    Whatif(client::WhatIfArgs),
     /// Work with a live cluster's objects.
     #[command(subcommand)]
     Kube(KubeCommand),
@@ -141,6 +144,7 @@ fn main() -> ExitCode {
         Command::Policy(PolicyCommand::Rollback(args)) => client::switch(args, true),
         Command::Policy(PolicyCommand::Shadow(command)) => client::shadow(command),
         Command::Explain(args) => client::explain(args),
+        Command::Whatif(args) => client::what_if(args),
         Command::Bench(BenchCommand::Policy(args)) => {
             bench::run_policy(args).map(|()| ExitCode::SUCCESS)
         }

@@ -250,6 +250,7 @@ pub fn router(state: Arc<AppState>) -> Router {
         .route("/api/queues", get(queues))
         .route("/api/queues/history", get(queue_history))
         .route("/api/jobs", get(jobs))
+        .route("/api/whatif", post(what_if))
         .layer(TimeoutLayer::with_status_code(
             StatusCode::REQUEST_TIMEOUT,
             REQUEST_TIMEOUT,
@@ -903,9 +904,30 @@ struct Explain {
     why: String,
     /// What would change the outcome, when pending.
     waiting_for: Option<String>,
+    /// When it is expected to start, when pending and the planner has placed it in its plan.
+    estimate: Option<gantry_engine::EstimateView>,
     /// The latest decision; none for a job that waits for its first attempt.
     latest: Option<DecisionRecord>,
     attempts: usize,
+}
+
+/// When a job of this shape would start, without submitting it: the loop answers from its plan.
+async fn what_if(
+    State(state): St,
+    Extension(_who): Extension<Caller>,
+    body: std::result::Result<
+        Json<gantry_engine::WhatIfJob>,
+        axum::extract::rejection::JsonRejection,
+    >,
+) -> Result<Json<gantry_engine::WhatIfAnswer>> {
+    let Json(job) = body.map_err(json_error)?;
+    match state.live.what_if(job).await {
+        Ok(answer) => Ok(Json(answer)),
+        Err(gantry_engine::WhatIfError::BadField(text)) => Err(ApiError::BadRequest(text)),
+        Err(error @ gantry_engine::WhatIfError::NoAnswer) => {
+            Err(ApiError::Unavailable(error.to_string()))
+        }
+    }
 }
 
 async fn explain(
@@ -981,6 +1003,7 @@ async fn explain(
         queue,
         why,
         waiting_for,
+        estimate: now.and_then(|j| j.estimate.clone()),
         attempts: history.len(),
         latest,
     }))

@@ -89,6 +89,17 @@ fn document() -> Value {
             "securitySchemes": {"bearer": {"type": "http", "scheme": "bearer"}},
             "schemas": {
                 "Error": {"type": "object", "required": ["error"], "properties": {"error": {"type": "string"}}},
+                "Estimate": {"type": "object", "required": ["p10_ms", "p50_ms", "p90_ms", "text"], "properties": {
+                    "p10_ms": {"type": "integer"}, "p50_ms": {"type": "integer"}, "p90_ms": {"type": "integer"},
+                    "reservation": {"type": "string", "nullable": true}, "text": {"type": "string"}}},
+                "WhatIfOutcome": {"type": "object", "required": ["change", "job", "runtime", "text"], "properties": {
+                    "change": {"type": "string"},
+                    "job": {"type": "object", "required": ["queue", "pods", "gpus_per_pod", "gpu_type"], "properties": {
+                        "queue": {"type": "string"}, "pods": {"type": "integer"}, "gpus_per_pod": {"type": "integer"}, "gpu_type": {"type": "string"}}},
+                    "estimate": {"allOf": [{"$ref": "#/components/schemas/Estimate"}], "nullable": true}, "nodes": {"type": "string", "nullable": true},
+                    "runtime": {"type": "object", "required": ["p10_s", "p50_s", "p90_s", "source"], "properties": {
+                        "p10_s": {"type": "number"}, "p50_s": {"type": "number"}, "p90_s": {"type": "number"}, "source": {"type": "object"}}},
+                    "text": {"type": "string"}}},
                 "Caller": {"type": "object", "required": ["name", "role"], "properties": {"name": {"type": "string"}, "role": {"type": "string", "enum": ["viewer", "admin"]}}},
                 "PolicyManifest": {"type": "object", "required": ["sha256", "name", "role", "version", "config", "size", "uploaded_by", "uploaded_at_ms"], "properties": {
                     "sha256": {"type": "string"}, "name": {"type": "string"}, "role": {"type": "string", "enum": ["filter", "score", "quota"]},
@@ -200,6 +211,7 @@ fn document() -> Value {
                     "properties": {"name": {"type": "string"}, "kind": {"type": "string", "enum": ["job", "pod"]}, "job": {"type": "string"},
                         "state": {"type": "string", "enum": ["pending", "running", "done"]}, "queue_position": {"type": "integer", "nullable": true},
                         "queue": {"allOf": [r("Queue")], "nullable": true}, "why": {"type": "string"}, "waiting_for": {"type": "string", "nullable": true},
+                        "estimate": {"allOf": [r("Estimate")], "nullable": true},
                         "queue_name": {"type": "string"}, "pods": {"type": "integer"}, "gpus_per_pod": {"type": "integer"}, "priority": {"type": "integer"},
                         "latest": {"allOf": [r("Decision")], "nullable": true}, "attempts": {"type": "integer"}}})))}},
             "/api/cluster": {"get": {"summary": "cluster totals and GPU use per topology domain", "responses": with(error_responses(&[]), "200", ok("summary", obj.clone()))}},
@@ -221,7 +233,16 @@ fn document() -> Value {
                     "name": {"type": "string"}, "queue": {"type": "string"}, "state": {"type": "string"},
                     "pods": {"type": "integer"}, "gpus_per_pod": {"type": "integer"}, "priority": {"type": "integer"},
                     "submitted_s": {"type": "number"}, "queue_position": {"type": "integer", "nullable": true},
-                    "balloon": {"type": "boolean"}}}))))}}
+                    "balloon": {"type": "boolean"}, "estimate": {"allOf": [r("Estimate")], "nullable": true}}}))))}},
+            "/api/whatif": {"post": {"summary": "when a job of this shape would start, from the plan, without submitting it; with `variations`, also for half the GPUs per pod, 3/4 of the pods, each other queue and GPU type",
+                "requestBody": {"required": true, "content": {"application/json": {"schema": {"type": "object", "additionalProperties": false, "properties": {
+                    "like": {"type": "string", "description": "a pending job whose shape to start from"},
+                    "queue": {"type": "string"}, "pods": {"type": "integer", "minimum": 1, "maximum": 100000},
+                    "gpus_per_pod": {"type": "integer", "minimum": 0, "maximum": 64}, "gpu_type": {"type": "string"},
+                    "expected_runtime_s": {"type": "number", "exclusiveMinimum": 0}, "variations": {"type": "boolean"}}}}}},
+                "responses": with(error_responses(&[("400", "a field is wrong: the message names it"), ("503", "the loop did not answer in time")]), "200", ok("answer",
+                    json!({"type": "object", "required": ["at_ms", "jobs_ahead", "answer", "variations"], "properties": {
+                        "at_ms": {"type": "integer"}, "jobs_ahead": {"type": "integer"}, "answer": r("WhatIfOutcome"), "variations": arr(r("WhatIfOutcome"))}})))}}
         }
     })
 }
@@ -239,6 +260,7 @@ mod tests {
             "/api/explain/{name}",
             "/api/decisions/stream",
             "/api/jobs",
+            "/api/whatif",
             "/api/queues/history",
             "/metrics",
         ] {

@@ -284,6 +284,11 @@ impl Scheduler {
         self.plan_config = config;
     }
 
+    /// The scheduler's clock, in seconds: what start times and estimates are measured on.
+    pub fn clock_s(&self) -> f64 {
+        self.clock_s
+    }
+
     /// Moves the scheduler's clock to `now_s` (never back): start and end times of jobs are
     /// read from it. The loop calls it before the cluster syncs.
     pub fn advance_clock(&mut self, now_s: f64) {

@@ -42,10 +42,9 @@ const MAX_PLANNED: usize = 64;
 /// Knobs of the planner.
 #[derive(Debug, Clone)]
 pub struct PlanConfig {
-    /// Whether the planner runs at all (the anchors never plan): start estimates. Off by
-    /// default until replanning is cheap enough for the live loop: at 7,500 nodes it cost the
-    /// steady-state cycle several times its time (`gantry bench schedule`); the replay turns
-    /// it on.
+    /// Whether the planner runs at all (the anchors never plan): start estimates and what-ifs
+    /// behind the jobs ahead. A replan walks one timeline of the running jobs' ends, at most
+    /// every `replan_every_s` (`gantry bench schedule` prints its cost at 7,500 nodes).
     pub enabled: bool,
     /// Whether its reservations hold nodes (the backfill rule applies). Off by default: on the
     /// gang-burst trace, holding nodes for queue heads cost more than it gained (see the
@@ -64,7 +63,7 @@ pub struct PlanConfig {
 impl Default for PlanConfig {
     fn default() -> Self {
         Self {
-            enabled: false,
+            enabled: true,
             reservations: false,
             replan_every_s: 1.0,
             reserve_after_s: 1800.0,
@@ -108,6 +107,21 @@ pub struct StartEstimate {
     pub p90_s: f64,
     /// The nodes held for it, when it holds a reservation: e.g. `16 nodes in rack 3`.
     pub reservation: Option<String>,
+}
+
+/// What the plan says about a job that was not submitted: its runtime estimate, and when it
+/// would start behind the pending jobs the last replan covered.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct WhatIf {
+    /// How long the planner expects it to run.
+    pub runtime: RuntimeEstimate,
+    /// When it would start (seconds on the scheduler's clock); `None` when it would not fit
+    /// the cluster even once every running job ended.
+    pub start: Option<StartEstimate>,
+    /// Where: e.g. `16 nodes in rack 3`.
+    pub nodes: Option<String>,
+    /// The pending jobs the plan puts ahead of it, whose nodes it keeps off.
+    pub jobs_ahead: usize,
 }
 
 /// A runtime class: queue, gang size (powers of two) and GPUs per pod.
@@ -212,6 +226,58 @@ pub(super) struct Reservation {
     pub(super) start_s: f64,
 }
 
+/// The cluster's free resources now and as running jobs end (by estimated end): what every
+/// start estimate of one replan walks, built once per replan instead of a cluster copy per job.
+#[derive(Debug, Clone, Default)]
+pub(super) struct Timeline {
+    /// Per node: free whole GPUs, CPU (milli) and memory (MiB) now, balloons' counted free.
+    free_now: Vec<[u32; 3]>,
+    /// Running jobs by estimated end (p50), each with what it frees per node.
+    steps: Vec<Step>,
+}
+
+/// One running job's end: when (p10, p50, p90) and what it gives back, per node.
+#[derive(Debug, Clone)]
+struct Step {
+    p10_s: f64,
+    p50_s: f64,
+    p90_s: f64,
+    frees: Vec<(u32, [u32; 3])>,
+}
+
+/// What a replan knows of one pod shape, shared by the waiting jobs of that shape: the nodes
+/// it may ever run on, and (once a job of it first fits) the built-in scores of the nodes.
+struct ShapeView {
+    key: (crate::Sym, Vec<crate::Toleration>, u32, u32),
+    eligible: Vec<bool>,
+    scores: std::cell::OnceCell<Vec<u64>>,
+}
+
+/// What one pod of `shape` takes of a node's `[gpus, cpu, memory]` (a fractional pod is
+/// planned as a whole GPU: the plan errs late, never early).
+fn pod_needs(shape: &crate::PodShape) -> [u32; 3] {
+    let gpus = if shape.gpu_milli > 0 { 1 } else { shape.gpus };
+    [gpus, shape.cpu_milli, shape.memory_mib]
+}
+
+/// What a shape's eligibility and scores depend on.
+fn shape_key(shape: &crate::PodShape) -> (crate::Sym, Vec<crate::Toleration>, u32, u32) {
+    (
+        shape.gpu_type,
+        shape.tolerations.clone(),
+        shape.gpus,
+        shape.gpu_milli,
+    )
+}
+
+/// Pods of `needs` that `free` holds.
+fn pods_in(free: [u32; 3], needs: [u32; 3]) -> u32 {
+    (0..3)
+        .map(|k| free[k].checked_div(needs[k]).unwrap_or(u32::MAX))
+        .min()
+        .unwrap_or(0)
+}
+
 /// The planner's state: what it learned, what it reserved, and what it estimated.
 #[derive(Debug, Clone, Default)]
 pub(super) struct Plan {
@@ -220,6 +286,9 @@ pub(super) struct Plan {
     /// Per node: the earliest start of a reservation holding it (`INFINITY` when none), and
     /// whose it is. What the backfill rule reads, per node, per attempt.
     pub(super) node_to_reserved: Vec<(f64, JobId)>,
+    /// Per node: the earliest planned start of a job the last replan estimated on it (held or
+    /// not), so a what-if keeps off the nodes of the jobs ahead of it.
+    pub(super) node_to_planned: Vec<(f64, JobId)>,
     /// The start estimates of the jobs the last replan covered.
     pub(super) job_to_estimate: BTreeMap<JobId, StartEstimate>,
     /// Jobs that took a reserved node by the backfill rule, and the reservation's owner.
@@ -260,6 +329,67 @@ impl Scheduler {
     /// What the planner has done so far.
     pub fn plan_stats(&self) -> PlanStats {
         self.plan.stats
+    }
+
+    /// Replans now, on the scheduler's clock, whether or not anything changed since the last
+    /// replan (which runs by itself after cycles that changed something): for a caller that
+    /// wants fresh estimates, and for the bench.
+    pub fn replan_now(&mut self) {
+        self.plan.planned_for = None;
+        self.plan.planned_at_s = f64::NEG_INFINITY;
+        self.replan(self.clock_s);
+    }
+
+    /// When a job of `spec` would start if it were submitted now, without submitting it: the
+    /// same timeline and placement rule as the replan, keeping off the nodes planned for the
+    /// pending jobs ahead of it (all of them: it would join the back of its queue).
+    pub fn what_if(&self, spec: &JobSpec) -> WhatIf {
+        let now_s = self.clock_s;
+        let timeline = self.timeline(now_s);
+        let view = self.shape_view(&spec.shape);
+        let found = self
+            .earliest_start(spec, &timeline, &view, &self.plan.node_to_planned, now_s)
+            .or_else(|| {
+                // Every node it could use is planned for a job ahead: it goes once those
+                // jobs have run there (their planned start plus their runtime).
+                let (nodes, mut start) = self.earliest_start(spec, &timeline, &view, &[], now_s)?;
+                for &node in &nodes {
+                    let Some(&(planned_s, owner)) = self.plan.node_to_planned.get(node) else {
+                        continue;
+                    };
+                    if planned_s.is_finite()
+                        && let Some(entry) = self.job_to_entry.get(&owner)
+                    {
+                        let runtime = self.plan.runtimes.estimate(&entry.spec);
+                        start.0 = start.0.max(planned_s + runtime.p10_s);
+                        start.1 = start.1.max(planned_s + runtime.p50_s);
+                        start.2 = start.2.max(planned_s + runtime.p90_s);
+                    }
+                }
+                Some((nodes, start))
+            });
+        let jobs_ahead = self.plan.job_to_estimate.len();
+        let runtime = self.plan.runtimes.estimate(spec);
+        match found {
+            Some((nodes, (p10_s, p50_s, p90_s))) => WhatIf {
+                runtime,
+                start: Some(StartEstimate {
+                    planned_at_s: now_s,
+                    p10_s,
+                    p50_s,
+                    p90_s,
+                    reservation: None,
+                }),
+                nodes: Some(self.domain_text(&nodes)),
+                jobs_ahead,
+            },
+            None => WhatIf {
+                runtime,
+                start: None,
+                nodes: None,
+                jobs_ahead,
+            },
+        }
     }
 
     /// Zeroes `capacity` on the nodes reserved for other jobs whose reservations start before
@@ -341,66 +471,42 @@ impl Scheduler {
             }
         }
 
-        // The jobs waiting for room, in the order cycles try them (priority, then age).
-        let mut waiting: Vec<(JobId, f64)> = self
+        // The jobs waiting for room, in the order cycles try them (priority, then age): the
+        // first `MAX_PLANNED`, chosen without sorting them all.
+        let mut waiting: Vec<(i32, f64, JobId, f64)> = self
             .queue
             .all()
             .into_iter()
             .filter_map(|id| match self.queue.parked(id) {
-                Some((crate::Blocked::Room, since_s)) => Some((id, since_s)),
+                // A balloon only fills what is idle: it is never planned for.
+                Some((crate::Blocked::Room, since_s)) if !self.job_to_entry[&id].spec.balloon => {
+                    let spec = &self.job_to_entry[&id].spec;
+                    Some((spec.priority, spec.submit_s, id, since_s))
+                }
                 _ => None,
             })
             .collect();
-        waiting.sort_by(|a, b| {
-            let (x, y) = (&self.job_to_entry[&a.0].spec, &self.job_to_entry[&b.0].spec);
-            y.priority
-                .cmp(&x.priority)
-                .then(x.submit_s.total_cmp(&y.submit_s))
-                .then(a.0.cmp(&b.0))
-        });
-        waiting.truncate(MAX_PLANNED);
-
-        // Running jobs by estimated end; balloons give way, so their nodes count as free.
-        let mut ends: Vec<(f64, f64, f64, JobId)> = self
-            .running
-            .iter()
-            .filter_map(|&id| {
-                let entry = &self.job_to_entry[&id];
-                let JobState::Running { started_s, .. } = entry.state else {
-                    return None;
-                };
-                if entry.spec.balloon {
-                    return None;
-                }
-                let estimate = self.plan.runtimes.estimate(&entry.spec);
-                // A job past its estimate is expected to end soon, not in the past.
-                let end =
-                    |runtime: f64| (started_s + runtime).max(now_s + 0.1 * runtime.min(600.0));
-                Some((
-                    end(estimate.p10_s),
-                    end(estimate.p50_s),
-                    end(estimate.p90_s),
-                    id,
-                ))
-            })
-            .collect();
-        ends.sort_by(|a, b| a.1.total_cmp(&b.1).then(a.3.cmp(&b.3)));
-
-        let mut base = self.state.clone();
-        for &id in &self.running {
-            let entry = &self.job_to_entry[&id];
-            if entry.spec.balloon
-                && let JobState::Running { slots, .. } = &entry.state
-            {
-                for &slot in slots {
-                    base.release(slot, &entry.spec.shape);
-                }
-            }
+        let order = |a: &(i32, f64, JobId, f64), b: &(i32, f64, JobId, f64)| {
+            b.0.cmp(&a.0).then(a.1.total_cmp(&b.1)).then(a.2.cmp(&b.2))
+        };
+        if waiting.len() > MAX_PLANNED {
+            waiting.select_nth_unstable_by(MAX_PLANNED, order);
+            waiting.truncate(MAX_PLANNED);
         }
+        waiting.sort_by(order);
+        let waiting: Vec<(JobId, f64)> = waiting
+            .into_iter()
+            .map(|(_, _, id, since_s)| (id, since_s))
+            .collect();
+
+        let timeline = self.timeline(now_s);
+        // Most waiting jobs share a few shapes.
+        let mut shapes: Vec<ShapeView> = Vec::new();
 
         let previous = std::mem::take(&mut self.plan.job_to_reservation);
         let n = self.state.len();
         let mut node_to_reserved = vec![(f64::INFINITY, JobId::MAX); n];
+        let mut node_to_planned = vec![(f64::INFINITY, JobId::MAX); n];
         let mut queues_reserved: Vec<QueueId> = Vec::new();
         self.plan.job_to_estimate.clear();
         for (id, since_s) in waiting {
@@ -408,11 +514,24 @@ impl Scheduler {
             let reserve = self.plan.job_to_reservation.len() < self.plan_config.max_reservations
                 && (!queues_reserved.contains(&spec.queue)
                     || now_s - since_s >= self.plan_config.reserve_after_s);
+            let key = shape_key(&spec.shape);
+            let view = match shapes.iter().position(|view| view.key == key) {
+                Some(at) => at,
+                None => {
+                    shapes.push(self.shape_view(&spec.shape));
+                    shapes.len() - 1
+                }
+            };
             let Some((nodes, start)) =
-                self.earliest_start(&spec, &base, &ends, &node_to_reserved, now_s)
+                self.earliest_start(&spec, &timeline, &shapes[view], &node_to_reserved, now_s)
             else {
                 continue;
             };
+            for &node in &nodes {
+                if start.1 < node_to_planned[node].0 {
+                    node_to_planned[node] = (start.1, id);
+                }
+            }
             let holds = reserve && self.plan_config.reservations;
             // Without reservations, later estimates still keep off the nodes earlier jobs will
             // take: the order cycles try them in.
@@ -462,65 +581,142 @@ impl Scheduler {
         if self.plan_config.reservations {
             self.plan.node_to_reserved = node_to_reserved;
         }
+        self.plan.node_to_planned = node_to_planned;
+    }
+
+    /// Free resources from now on, as the running jobs end by their estimates (a job past its
+    /// estimate is expected to end soon, not in the past). Balloons give way, so what they
+    /// hold counts as free now.
+    pub(super) fn timeline(&self, now_s: f64) -> Timeline {
+        let t = &self.state.nodes;
+        let mut free_now: Vec<[u32; 3]> = (0..self.state.len())
+            .map(|i| [t.gpu_free[i], t.cpu_free_milli[i], t.memory_free_mib[i]])
+            .collect();
+        let mut steps = Vec::new();
+        for &id in &self.running {
+            let entry = &self.job_to_entry[&id];
+            let JobState::Running {
+                started_s, slots, ..
+            } = &entry.state
+            else {
+                continue;
+            };
+            let shape = &entry.spec.shape;
+            // A fractional pod frees a whole GPU only when its GPU empties: planned as none.
+            let gives = [
+                if shape.gpu_milli > 0 { 0 } else { shape.gpus },
+                shape.cpu_milli,
+                shape.memory_mib,
+            ];
+            let mut frees: Vec<(u32, [u32; 3])> = Vec::new();
+            for slot in slots {
+                match frees.iter_mut().find(|(node, _)| *node == slot.node) {
+                    Some((_, sum)) => (0..3).for_each(|k| sum[k] += gives[k]),
+                    None => frees.push((slot.node, gives)),
+                }
+            }
+            if entry.spec.balloon {
+                for (node, gives) in frees {
+                    let free = &mut free_now[node as usize];
+                    (0..3).for_each(|k| free[k] += gives[k]);
+                }
+                continue;
+            }
+            let estimate = self.plan.runtimes.estimate(&entry.spec);
+            let end = |runtime: f64| (started_s + runtime).max(now_s + 0.1 * runtime.min(600.0));
+            steps.push(Step {
+                p10_s: end(estimate.p10_s),
+                p50_s: end(estimate.p50_s),
+                p90_s: end(estimate.p90_s),
+                frees,
+            });
+        }
+        // Stable: equal ends keep job order.
+        steps.sort_by(|a, b| a.p50_s.total_cmp(&b.p50_s));
+        Timeline { free_now, steps }
+    }
+
+    /// Per node, whether a pod of `shape` may ever run there (healthy, its GPU type, its
+    /// taints tolerated): what no job ending can change. Scores come when first asked for.
+    fn shape_view(&self, shape: &crate::PodShape) -> ShapeView {
+        let t = &self.state.nodes;
+        ShapeView {
+            key: shape_key(shape),
+            eligible: (0..self.state.len())
+                .map(|i| {
+                    t.health[i] == crate::Health::Healthy as u8
+                        && (shape.gpu_type == 0 || shape.gpu_type == t.gpu_type[i])
+                        && shape.tolerates_all(t.taints(i))
+                })
+                .collect(),
+            scores: std::cell::OnceCell::new(),
+        }
     }
 
     /// The nodes `spec` would take, and when (p10, p50, p90), as running jobs end in
-    /// estimated order, keeping off nodes already reserved. `None` when it would not fit even
-    /// on an empty cluster.
+    /// estimated order, keeping off nodes in `keep_off`. Walks `timeline` updating only the
+    /// nodes each end frees; places (the same smallest-domain rule as a cycle) only once
+    /// enough pods fit in total. `None` when it would not fit even once every job ended.
     fn earliest_start(
         &self,
         spec: &JobSpec,
-        base: &crate::ClusterState,
-        ends: &[(f64, f64, f64, JobId)],
-        reserved: &[(f64, JobId)],
+        timeline: &Timeline,
+        view: &ShapeView,
+        keep_off: &[(f64, JobId)],
         now_s: f64,
     ) -> Option<(Vec<usize>, (f64, f64, f64))> {
-        let mut state = base.clone();
+        let eligible = &view.eligible;
+        let n = timeline.free_now.len();
+        let needs = pod_needs(&spec.shape);
         let need = u64::from(spec.pods);
-        let try_place = |state: &crate::ClusterState| -> Option<Vec<usize>> {
-            if spec.shape.gpus > 0 && state.pods_fit(spec.shape.gpus) < need {
+        let open = |i: usize| eligible[i] && !keep_off.get(i).is_some_and(|r| r.0.is_finite());
+        let mut free = timeline.free_now.clone();
+        let mut capacity: Vec<u32> = (0..n)
+            .map(|i| if open(i) { pods_in(free[i], needs) } else { 0 })
+            .collect();
+        let mut total: u64 = capacity.iter().map(|&c| u64::from(c)).sum();
+        let try_place = |capacity: &[u32], total: u64| -> Option<Vec<usize>> {
+            if total < need {
                 return None;
             }
-            let (mut capacity, scores) = super::place::builtin_view(spec, state);
-            for (node, cap) in capacity.iter_mut().enumerate() {
-                if reserved[node].0.is_finite() {
-                    *cap = 0;
-                }
-            }
-            self.place(spec, &capacity, &scores)
+            let scores = view.scores.get_or_init(|| {
+                crate::builtin::gpu_binpack(&spec.shape, &self.state.nodes)
+                    .into_iter()
+                    .map(u64::from)
+                    .collect()
+            });
+            self.place(spec, capacity, scores)
                 .map(|p| p.node_pods.iter().map(|&(node, _)| node).collect())
         };
-        if let Some(nodes) = try_place(&state) {
+        if let Some(nodes) = try_place(&capacity, total) {
             return Some((nodes, (now_s, now_s, now_s)));
         }
-        let mut freed: Vec<usize> = Vec::new();
+        let steps = &timeline.steps;
         let mut i = 0;
-        while i < ends.len() {
-            // Release every job ending at the same time together.
-            let at = ends[i].1;
-            while i < ends.len() && ends[i].1 <= at {
-                let id = ends[i].3;
-                let entry = &self.job_to_entry[&id];
-                if let JobState::Running { slots, .. } = &entry.state {
-                    for &slot in slots {
-                        state.release(slot, &entry.spec.shape);
+        while i < steps.len() {
+            // Every job ending at the same time frees its nodes together.
+            let at = steps[i].p50_s;
+            while i < steps.len() && steps[i].p50_s <= at {
+                for &(node, gives) in &steps[i].frees {
+                    let node = node as usize;
+                    (0..3).for_each(|k| free[node][k] += gives[k]);
+                    if open(node) {
+                        let pods = pods_in(free[node], needs);
+                        total = total - u64::from(capacity[node]) + u64::from(pods);
+                        capacity[node] = pods;
                     }
                 }
-                freed.push(i);
                 i += 1;
             }
-            if let Some(nodes) = try_place(&state) {
-                // The jobs that had to end: those released so far that held a chosen node.
+            if let Some(nodes) = try_place(&capacity, total) {
+                // The interval: the jobs that had to end are those that held a chosen node.
+                let mut chosen = vec![false; n];
+                nodes.iter().for_each(|&node| chosen[node] = true);
                 let mut start = (now_s, at, at);
-                for &k in &freed {
-                    let entry = &self.job_to_entry[&ends[k].3];
-                    if self
-                        .slots_of(entry)
-                        .iter()
-                        .any(|slot| nodes.contains(&(slot.node as usize)))
-                    {
-                        start.0 = start.0.max(ends[k].0);
-                        start.2 = start.2.max(ends[k].2);
+                for step in &steps[..i] {
+                    if step.frees.iter().any(|&(node, _)| chosen[node as usize]) {
+                        start.0 = start.0.max(step.p10_s);
+                        start.2 = start.2.max(step.p90_s);
                     }
                 }
                 start.0 = start.0.min(start.1);
@@ -547,7 +743,7 @@ impl Scheduler {
         ) else {
             return Vec::new();
         };
-        if reservation.start_s > now_s {
+        if reservation.start_s > now_s || owner_entry.spec.balloon {
             return Vec::new();
         }
         self.plan
