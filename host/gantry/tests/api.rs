@@ -307,11 +307,16 @@ fn shadow_activate_rollback_explain_and_lookups() {
         Body::Json(json!({"like": job, "variations": true})),
     );
     assert_eq!(status, 200, "{answer}");
-    assert_eq!(answer["answer"]["job"]["queue"], pending["queue_name"], "{answer}");
+    assert_eq!(
+        answer["answer"]["job"]["queue"], pending["queue_name"],
+        "{answer}"
+    );
     assert_eq!(answer["answer"]["job"]["pods"], pending["pods"], "{answer}");
     let variations = answer["variations"].as_array().expect("variations");
     assert!(
-        variations.iter().any(|v| v["change"].as_str().is_some_and(|c| c.starts_with("queue "))),
+        variations.iter().any(|v| v["change"]
+            .as_str()
+            .is_some_and(|c| c.starts_with("queue "))),
         "{answer}"
     );
     assert!(
@@ -321,22 +326,45 @@ fn shadow_activate_rollback_explain_and_lookups() {
         "{answer}"
     );
     for (body, error) in [
-        (json!({"queue": "nowhere"}), "queue: no queue is named \"nowhere\""),
-        (json!({"like": job, "pods": 0}), "pods: 0 is not between 1 and 100000"),
-        (json!({"like": job, "gpu_type": "Z9"}), "gpu_type: no node has GPUs of type \"Z9\""),
-        (json!({"pods": 4}), "queue: give the queue to submit to, or `like`, a pending job to start from"),
+        (
+            json!({"queue": "nowhere"}),
+            "queue: no queue is named \"nowhere\"",
+        ),
+        (
+            json!({"like": job, "pods": 0}),
+            "pods: 0 is not between 1 and 100000",
+        ),
+        (
+            json!({"like": job, "gpu_type": "Z9"}),
+            "gpu_type: no node has GPUs of type \"Z9\"",
+        ),
+        (
+            json!({"pods": 4}),
+            "queue: give the queue to submit to, or `like`, a pending job to start from",
+        ),
     ] {
         let (status, answer) = server.post("/api/whatif", Some(VIEWER), Body::Json(body.clone()));
-        assert_eq!((status, answer["error"].as_str()), (400, Some(error)), "{body}");
+        assert_eq!(
+            (status, answer["error"].as_str()),
+            (400, Some(error)),
+            "{body}"
+        );
     }
-    let (status, answer) =
-        server.post("/api/whatif", Some(VIEWER), Body::Json(json!({"gpus": 8})));
+    let (status, answer) = server.post("/api/whatif", Some(VIEWER), Body::Json(json!({"gpus": 8})));
     assert_eq!(status, 400, "{answer}");
-    assert!(answer["error"].as_str().is_some_and(|e| e.contains("unknown field `gpus`")), "{answer}");
+    assert!(
+        answer["error"]
+            .as_str()
+            .is_some_and(|e| e.contains("unknown field `gpus`")),
+        "{answer}"
+    );
     let out = server.cli(&["whatif", "--like", job]);
     let stdout = text(&out.stdout);
     assert!(out.status.success(), "{stdout}{}", text(&out.stderr));
-    assert!(stdout.contains(" pods × ") && stdout.contains(": would "), "{stdout}");
+    assert!(
+        stdout.contains(" pods × ") && stdout.contains(": would "),
+        "{stdout}"
+    );
 
     // Cluster, nodes, queues, metrics, SSE.
     let (_, cluster) = server.get("/api/cluster");

@@ -226,6 +226,42 @@ pub(super) struct Reservation {
     pub(super) start_s: f64,
 }
 
+/// Samples of actual wait over first estimated wait needed before estimates are calibrated.
+const CALIBRATE_AFTER: usize = 20;
+
+/// How the plan's first estimates of waits compared with the waits that followed, over the
+/// last jobs that started: the plan cannot see arrivals of higher priority, preemptions or
+/// jobs ending early, so its raw waits are biased and its interval too narrow. Reported
+/// estimates scale the planned wait by the ratio's p10, p50 and p90 (split conformal
+/// prediction), learned only from jobs that already started.
+#[derive(Debug, Clone, Default)]
+pub(super) struct Calibration {
+    ratios: Runtimes,
+}
+
+impl Calibration {
+    /// A job planned to wait `estimated` seconds waited `actual`.
+    fn observe(&mut self, actual: f64, estimated: f64) {
+        // A wait planned as none has no ratio; the floor keeps tiny plans from dominating.
+        if estimated >= 1.0 && actual.is_finite() && actual >= 0.0 {
+            self.ratios.add(actual / estimated);
+        }
+    }
+
+    /// The reported (p10, p50, p90) start for a raw plan `start` made at `now_s`.
+    fn apply(&self, now_s: f64, start: (f64, f64, f64)) -> (f64, f64, f64) {
+        let wait = start.1 - now_s;
+        match self.ratios.quantiles {
+            Some((q10, q50, q90))
+                if self.ratios.samples.len() >= CALIBRATE_AFTER && wait >= 1.0 =>
+            {
+                (now_s + q10 * wait, now_s + q50 * wait, now_s + q90 * wait)
+            }
+            _ => start,
+        }
+    }
+}
+
 /// The cluster's free resources now and as running jobs end (by estimated end): what every
 /// start estimate of one replan walks, built once per replan instead of a cluster copy per job.
 #[derive(Debug, Clone, Default)]
@@ -291,6 +327,11 @@ pub(super) struct Plan {
     pub(super) node_to_planned: Vec<(f64, JobId)>,
     /// The start estimates of the jobs the last replan covered.
     pub(super) job_to_estimate: BTreeMap<JobId, StartEstimate>,
+    /// Each planned job's first estimated wait (when it was made, and how long), until the
+    /// job starts and the actual wait is learned from.
+    pub(super) job_to_first_wait: BTreeMap<JobId, (f64, f64)>,
+    /// How actual waits compared with the plan's first estimates.
+    pub(super) calibration: Calibration,
     /// Jobs that took a reserved node by the backfill rule, and the reservation's owner.
     pub(super) backfill_to_owner: BTreeMap<JobId, JobId>,
     /// What the last replan saw: the cluster's releases and the jobs placed so far, so a cycle
@@ -371,18 +412,21 @@ impl Scheduler {
         let jobs_ahead = self.plan.job_to_estimate.len();
         let runtime = self.plan.runtimes.estimate(spec);
         match found {
-            Some((nodes, (p10_s, p50_s, p90_s))) => WhatIf {
-                runtime,
-                start: Some(StartEstimate {
-                    planned_at_s: now_s,
-                    p10_s,
-                    p50_s,
-                    p90_s,
-                    reservation: None,
-                }),
-                nodes: Some(self.domain_text(&nodes)),
-                jobs_ahead,
-            },
+            Some((nodes, start)) => {
+                let (p10_s, p50_s, p90_s) = self.plan.calibration.apply(now_s, start);
+                WhatIf {
+                    runtime,
+                    start: Some(StartEstimate {
+                        planned_at_s: now_s,
+                        p10_s,
+                        p50_s,
+                        p90_s,
+                        reservation: None,
+                    }),
+                    nodes: Some(self.domain_text(&nodes)),
+                    jobs_ahead,
+                }
+            }
             None => WhatIf {
                 runtime,
                 start: None,
@@ -422,6 +466,11 @@ impl Scheduler {
 
     /// Records that `id` was placed: a placement on reserved nodes counts as backfill.
     pub(super) fn note_placed(&mut self, id: JobId, placement: &[(usize, u32)]) {
+        if let Some((planned_at_s, estimated)) = self.plan.job_to_first_wait.remove(&id) {
+            self.plan
+                .calibration
+                .observe(self.clock_s - planned_at_s, estimated);
+        }
         self.drop_reservation(id);
         let owner = placement.iter().find_map(|&(node, _)| {
             self.plan
@@ -567,13 +616,19 @@ impl Scheduler {
                 );
                 domain
             });
+            // The first estimate's wait, to learn from once the job starts.
+            self.plan
+                .job_to_first_wait
+                .entry(id)
+                .or_insert((now_s, start.1 - now_s));
+            let (p10_s, p50_s, p90_s) = self.plan.calibration.apply(now_s, start);
             self.plan.job_to_estimate.insert(
                 id,
                 StartEstimate {
                     planned_at_s: now_s,
-                    p10_s: start.0,
-                    p50_s: start.1,
-                    p90_s: start.2,
+                    p10_s,
+                    p50_s,
+                    p90_s,
                     reservation,
                 },
             );
@@ -791,6 +846,7 @@ impl Scheduler {
     /// others at once rather than at the next replan.
     pub(super) fn drop_reservation(&mut self, id: JobId) {
         self.plan.job_to_estimate.remove(&id);
+        self.plan.job_to_first_wait.remove(&id);
         if let Some(reservation) = self.plan.job_to_reservation.remove(&id) {
             for node in reservation.nodes {
                 if let Some(entry) = self.plan.node_to_reserved.get_mut(node)
@@ -824,5 +880,34 @@ impl Scheduler {
             }
         }
         format!("{count} across the cluster")
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn calibration_waits_for_enough_starts_then_scales_the_planned_wait() {
+        let mut calibration = Calibration::default();
+        let raw = (100.0, 200.0, 300.0);
+        for i in 0..CALIBRATE_AFTER {
+            assert_eq!(
+                calibration.apply(100.0, raw),
+                raw,
+                "calibrated after {i} starts"
+            );
+            // Jobs waited 1.5 to 2.5 times what was planned.
+            calibration.observe(100.0 * (1.5 + i as f64 / CALIBRATE_AFTER as f64), 100.0);
+        }
+        let (p10, p50, p90) = calibration.apply(100.0, raw);
+        assert!((150.0..=170.0).contains(&(p10 - 100.0)), "{p10}");
+        assert!((190.0..=210.0).contains(&(p50 - 100.0)), "{p50}");
+        assert!((230.0..=250.0).contains(&(p90 - 100.0)), "{p90}");
+        // A job that can start now stays now.
+        assert_eq!(
+            calibration.apply(100.0, (100.0, 100.0, 100.0)),
+            (100.0, 100.0, 100.0)
+        );
     }
 }
