@@ -918,7 +918,13 @@ impl KubeCluster {
     fn report_waiting(&mut self, output: &CycleOutput, failed: Vec<(PendingPod, String)>) {
         let mut waiting = failed;
         for decision in output.decisions.iter().filter(|d| !d.placed) {
-            let message = decision.explanation.summary();
+            let mut message = decision.explanation.summary();
+            if let Some(estimate) = &decision.explanation.estimate {
+                message.push_str(&format!(" {}", estimate_sentence(estimate)));
+            }
+            if let Some(warning) = self.tracker.warning_of(decision.job) {
+                message.push_str(&format!(" Warning: {warning}."));
+            }
             waiting.extend(
                 self.tracker
                     .pods_of(decision.job)
@@ -969,6 +975,37 @@ impl KubeCluster {
             }
         }
     }
+}
+
+/// "Expected to start in about 2 h, 90% within 5 h." for a FailedScheduling message: rounded
+/// (10 min under an hour, hours under a day, then days) so that a replan that moves the
+/// estimate a little does not post another Event.
+fn estimate_sentence(estimate: &gantry_core::StartEstimate) -> String {
+    let coarse = |wait_s: f64| {
+        let s = wait_s.max(0.0);
+        if s < 3600.0 {
+            format!("{} min", (((s / 600.0).ceil()) * 10.0).max(10.0) as u64)
+        } else if s < 86_400.0 {
+            format!("{} h", (s / 3600.0).round() as u64)
+        } else {
+            format!("{} days", (s / 86_400.0).round() as u64)
+        }
+    };
+    let wait = estimate.p50_s - estimate.planned_at_s;
+    if wait < 1.0 {
+        return "Room for it is free now: expected to start at its next attempt.".into();
+    }
+    let within = (estimate.p90_s - estimate.planned_at_s).max(wait);
+    let mut text = format!(
+        "Expected to start in about {}, 90% within {}",
+        coarse(wait),
+        coarse(within)
+    );
+    if let Some(nodes) = &estimate.reservation {
+        text.push_str(&format!("; it holds a reservation on {nodes}"));
+    }
+    text.push('.');
+    text
 }
 
 /// Why a write was refused: this replica does not hold the Lease (any more).
@@ -1291,5 +1328,41 @@ async fn report_unschedulable(
         // Deleted meanwhile: nothing left to report on.
         Err(kube::Error::Api(status)) if status.code == 404 => Ok(()),
         Err(e) => Err(format!("cannot set PodScheduled on pod {}: {e}", pod.key())),
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn the_estimate_in_a_failed_scheduling_message_is_rounded() {
+        let estimate = |p50_s: f64, p90_s: f64, reservation: Option<&str>| {
+            estimate_sentence(&gantry_core::StartEstimate {
+                planned_at_s: 100.0,
+                p10_s: 100.0,
+                p50_s: 100.0 + p50_s,
+                p90_s: 100.0 + p90_s,
+                reservation: reservation.map(str::to_string),
+            })
+        };
+        assert_eq!(
+            estimate(1250.0, 2000.0, None),
+            "Expected to start in about 30 min, 90% within 40 min."
+        );
+        // Minutes of change within the same hour read the same.
+        assert_eq!(
+            estimate(7000.0, 18_000.0, None),
+            estimate(7400.0, 18_200.0, None)
+        );
+        assert_eq!(
+            estimate(7000.0, 3.0 * 86_400.0, Some("16 nodes in rack 3")),
+            "Expected to start in about 2 h, 90% within 3 days; it holds a reservation on 16 \
+             nodes in rack 3."
+        );
+        assert_eq!(
+            estimate(0.0, 0.0, None),
+            "Room for it is free now: expected to start at its next attempt."
+        );
     }
 }

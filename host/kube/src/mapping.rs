@@ -83,6 +83,68 @@ pub(crate) fn pod_request(pod: &Pod, config: &KubeConfig) -> (u32, u32, u32) {
     (clamp(gpus), clamp(cpu), clamp(mem))
 }
 
+/// The annotation a pod declares its expected runtime in.
+pub(crate) const EXPECTED_RUNTIME: &str = "gantry.dev/expected-runtime";
+
+/// A pod's declared runtime in seconds: its `gantry.dev/expected-runtime` annotation ("90m",
+/// "2h30m", "45s", "1d", or a bare number of seconds), capped by the pod's
+/// `activeDeadlineSeconds` (it cannot run longer), or that deadline alone. `Err` carries the
+/// warning a user reads when the annotation is malformed; the planner then learns the runtime
+/// from finished jobs instead.
+pub(crate) fn expected_runtime(pod: &Pod) -> Result<Option<f64>, String> {
+    let deadline = pod
+        .spec
+        .as_ref()
+        .and_then(|s| s.active_deadline_seconds)
+        .filter(|&d| d > 0)
+        .map(|d| d as f64);
+    let declared = match pod
+        .metadata
+        .annotations
+        .as_ref()
+        .and_then(|a| a.get(EXPECTED_RUNTIME))
+    {
+        None => None,
+        Some(text) => Some(parse_duration_s(text).ok_or_else(|| {
+            format!(
+                "annotation {EXPECTED_RUNTIME}: {text:?} is not a duration like 90m, 2h30m or 3600; the runtime is learned from finished jobs instead"
+            )
+        })?),
+    };
+    Ok(match (declared, deadline) {
+        (Some(d), Some(limit)) => Some(d.min(limit)),
+        (d, limit) => d.or(limit),
+    })
+}
+
+/// "2h30m" → 9000; "90m", "45s", "1d", "1.5h", "3600". `None` for anything else, zero, or more
+/// than a year.
+fn parse_duration_s(text: &str) -> Option<f64> {
+    let text = text.trim();
+    if let Ok(seconds) = text.parse::<f64>() {
+        return (seconds.is_finite() && seconds > 0.0 && seconds <= 366.0 * 86_400.0)
+            .then_some(seconds);
+    }
+    let mut total = 0.0;
+    let mut number = String::new();
+    for c in text.chars() {
+        if c.is_ascii_digit() || c == '.' {
+            number.push(c);
+            continue;
+        }
+        let unit = match c {
+            'd' => 86_400.0,
+            'h' => 3600.0,
+            'm' => 60.0,
+            's' => 1.0,
+            _ => return None,
+        };
+        total += number.parse::<f64>().ok()? * unit;
+        number.clear();
+    }
+    (number.is_empty() && total > 0.0 && total <= 366.0 * 86_400.0).then_some(total)
+}
+
 fn taint_effect(effect: &str) -> Option<TaintEffect> {
     match effect {
         "NoSchedule" => Some(TaintEffect::NoSchedule),
@@ -422,4 +484,59 @@ pub(crate) fn queue_tree(declared: &[QueueDef], used: &[String], capacity: Resou
         tracing::error!(%error, "the declared queues do not form a tree; ignoring them");
         queue_tree(&[], used, capacity)
     })
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn pod(annotation: Option<&str>, deadline: Option<i64>) -> Pod {
+        let mut pod = Pod::default();
+        if let Some(text) = annotation {
+            pod.metadata.annotations = Some(
+                [(EXPECTED_RUNTIME.to_string(), text.to_string())]
+                    .into_iter()
+                    .collect(),
+            );
+        }
+        pod.spec = Some(k8s_openapi::api::core::v1::PodSpec {
+            active_deadline_seconds: deadline,
+            ..Default::default()
+        });
+        pod
+    }
+
+    #[test]
+    fn a_declared_runtime_is_read_capped_by_the_deadline_and_a_bad_one_is_a_warning() {
+        for (text, seconds) in [
+            ("2h30m", 9000.0),
+            ("90m", 5400.0),
+            ("45s", 45.0),
+            ("1d", 86_400.0),
+            ("1.5h", 5400.0),
+            ("3600", 3600.0),
+        ] {
+            assert_eq!(
+                expected_runtime(&pod(Some(text), None)),
+                Ok(Some(seconds)),
+                "{text}"
+            );
+        }
+        assert_eq!(
+            expected_runtime(&pod(Some("2h"), Some(600))),
+            Ok(Some(600.0))
+        );
+        assert_eq!(expected_runtime(&pod(None, Some(600))), Ok(Some(600.0)));
+        assert_eq!(expected_runtime(&pod(None, None)), Ok(None));
+        for bad in ["soon", "2 hours", "-5", "0", "h", "5x", "400d"] {
+            assert_eq!(
+                expected_runtime(&pod(Some(bad), None)),
+                Err(format!(
+                    "annotation gantry.dev/expected-runtime: {bad:?} is not a duration like 90m, \
+                     2h30m or 3600; the runtime is learned from finished jobs instead"
+                )),
+                "{bad}"
+            );
+        }
+    }
 }

@@ -119,6 +119,9 @@ pub struct Tracker {
     gang_to_running: HashMap<Gang, RunningGroup>,
     /// Which gang each job stands for, and whether it is the running side.
     job_to_gang: HashMap<JobId, (Gang, bool)>,
+    /// A job's pods declared something malformed that Gantry worked around (a bad
+    /// `gantry.dev/expected-runtime`): said in their FailedScheduling message.
+    job_to_warning: HashMap<JobId, String>,
     /// Gangs whose pods changed in this sync, handled at its end.
     dirty_pending: BTreeSet<Gang>,
     dirty_running: BTreeSet<Gang>,
@@ -156,6 +159,7 @@ impl Tracker {
             key_to_bound: HashMap::new(),
             gang_to_running: HashMap::new(),
             job_to_gang: HashMap::new(),
+            job_to_warning: HashMap::new(),
             dirty_pending: BTreeSet::new(),
             dirty_running: BTreeSet::new(),
             job_to_nominated: BTreeMap::new(),
@@ -615,6 +619,7 @@ impl Tracker {
             let job = *job;
             group.job = None;
             self.job_to_gang.remove(&job);
+            self.job_to_warning.remove(&job);
             tracing::debug!(job, gang = ?gang, "running pods changed");
             if scheduler.get(job).is_some() {
                 scheduler.finish(job);
@@ -669,7 +674,7 @@ impl Tracker {
             balloon: is_balloon(&first, &self.config),
             topology: TopologyPref::default(),
             submit_s: self.run_s(&first),
-            expected_runtime_s: None,
+            expected_runtime_s: crate::mapping::expected_runtime(&first).ok().flatten(),
         };
         let id = scheduler.adopt(spec, &nodes);
         tracing::debug!(job = id, gang = ?gang, pods = nodes.len(), "adopted running pods");
@@ -752,6 +757,7 @@ impl Tracker {
             let job = *job;
             entry.job = None;
             self.job_to_gang.remove(&job);
+            self.job_to_warning.remove(&job);
             self.job_to_nominated.remove(&job);
             tracing::debug!(job, gang = ?gang, "withdrawn: its pods changed");
             if scheduler.get(job).is_some() {
@@ -793,7 +799,11 @@ impl Tracker {
             submit_s,
             expected_runtime_s: None,
         };
+        let (spec, warning) = declared_runtime(spec, &members);
         let id = scheduler.submit(spec);
+        if let Some(warning) = warning {
+            self.job_to_warning.insert(id, warning);
+        }
         tracing::debug!(job = id, gang = ?gang, pods = members.len(), "submitted");
         changes.submitted += 1;
         changes.submitted_pods += members.len() as u64;
@@ -887,6 +897,7 @@ impl Tracker {
         } else {
             // Members of the gang ran already (a restarted member): adopt the group afresh.
             self.job_to_gang.remove(&job);
+            self.job_to_warning.remove(&job);
             self.dirty_running.insert(gang);
         }
     }
@@ -911,6 +922,7 @@ impl Tracker {
     /// evicted) and their pods hold their room until gone.
     pub fn evicted(&mut self, scheduler: &mut Scheduler, jobs: &[JobId]) {
         for &job in jobs {
+            self.job_to_warning.remove(&job);
             let Some((gang, true)) = self.job_to_gang.remove(&job) else {
                 continue;
             };
@@ -930,6 +942,11 @@ impl Tracker {
         }
     }
 
+    /// What the job's pods declared that Gantry worked around, for their FailedScheduling.
+    pub(crate) fn warning_of(&self, job: JobId) -> Option<&str> {
+        self.job_to_warning.get(&job).map(String::as_str)
+    }
+
     /// Pods waiting before any placement is tried, with why: incomplete gangs, unknown
     /// PodGroups.
     pub fn waiting(&self) -> Vec<(PendingPod, String)> {
@@ -944,6 +961,25 @@ impl Tracker {
     pub fn pending_pods(&self) -> usize {
         self.key_to_pending.len()
     }
+}
+
+/// `spec` with the runtime its pods declare (the longest of them), and the warning to show
+/// when one declares it malformed (the planner then learns the runtime instead).
+fn declared_runtime(mut spec: JobSpec, members: &[PendingPod]) -> (JobSpec, Option<String>) {
+    let mut warning = None;
+    for member in members {
+        match crate::mapping::expected_runtime(&member.pod) {
+            Ok(Some(s)) => {
+                spec.expected_runtime_s = Some(spec.expected_runtime_s.map_or(s, |d| d.max(s)));
+            }
+            Ok(None) => {}
+            Err(text) => warning = Some(text),
+        }
+    }
+    if warning.is_some() {
+        spec.expected_runtime_s = None;
+    }
+    (spec, warning)
 }
 
 #[cfg(test)]
@@ -1580,5 +1616,39 @@ mod tests {
         let moved = s.pending()[0];
         assert_ne!(moved, job, "submitted again");
         assert_eq!(s.queues.name(s.job(moved).queue), "two");
+    }
+
+    #[test]
+    fn a_declared_runtime_reaches_the_planner_and_a_malformed_one_is_a_warning() {
+        let nodes = [node("a", 8, &[], true)];
+        let annotated = |name: &str, text: &str| {
+            let mut pod = (*pod(name, 1, &[], None)).clone();
+            pod.metadata.annotations = Some(
+                [("gantry.dev/expected-runtime".to_string(), text.to_string())]
+                    .into_iter()
+                    .collect(),
+            );
+            Arc::new(pod)
+        };
+        let pending = [annotated("good", "2h30m"), annotated("bad", "soon")];
+        let (tracker, s) = build(&nodes, &[], &pending, &[], &[]);
+        let job = |name: &str| {
+            s.pending()
+                .into_iter()
+                .find(|&id| s.job(id).name.ends_with(name))
+                .expect("submitted")
+        };
+        let (good, bad) = (job("good"), job("bad"));
+        assert_eq!(s.job(good).expected_runtime_s, Some(9000.0));
+        assert_eq!(tracker.warning_of(good), None);
+        // Still submitted; the planner learns its runtime instead.
+        assert_eq!(s.job(bad).expected_runtime_s, None);
+        assert_eq!(
+            tracker.warning_of(bad),
+            Some(
+                "annotation gantry.dev/expected-runtime: \"soon\" is not a duration like 90m, \
+                 2h30m or 3600; the runtime is learned from finished jobs instead"
+            )
+        );
     }
 }
