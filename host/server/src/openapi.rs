@@ -239,7 +239,7 @@ fn document() -> Value {
                     "like": {"type": "string", "description": "a pending job whose shape to start from"},
                     "queue": {"type": "string"}, "pods": {"type": "integer", "minimum": 1, "maximum": 100000},
                     "gpus_per_pod": {"type": "integer", "minimum": 0, "maximum": 64}, "gpu_type": {"type": "string"},
-                    "expected_runtime_s": {"type": "number", "exclusiveMinimum": 0}, "variations": {"type": "boolean"}}}}}},
+                    "expected_runtime_s": {"type": "number", "minimum": 0, "exclusiveMinimum": true}, "variations": {"type": "boolean"}}}}}},
                 "responses": with(error_responses(&[("400", "a field is wrong: the message names it"), ("503", "the loop did not answer in time")]), "200", ok("answer",
                     json!({"type": "object", "required": ["at_ms", "jobs_ahead", "answer", "variations"], "properties": {
                         "at_ms": {"type": "integer"}, "jobs_ahead": {"type": "integer"}, "answer": r("WhatIfOutcome"), "variations": arr(r("WhatIfOutcome"))}})))}}
@@ -266,5 +266,44 @@ mod tests {
         ] {
             assert!(paths.contains_key(path), "{path} missing");
         }
+    }
+    /// OpenAPI 3.0 is JSON Schema draft 5: `exclusiveMinimum` and `exclusiveMaximum` are booleans
+    /// beside `minimum`/`maximum`, not numbers as in 3.1. Schemathesis refuses the whole
+    /// operation otherwise, so the shape is checked here, where it fails in seconds.
+    #[test]
+    fn exclusive_bounds_use_the_3_0_form() {
+        fn walk(value: &serde_json::Value, at: &str, bad: &mut Vec<String>) {
+            match value {
+                serde_json::Value::Object(map) => {
+                    for (bound, plain) in [
+                        ("exclusiveMinimum", "minimum"),
+                        ("exclusiveMaximum", "maximum"),
+                    ] {
+                        if let Some(v) = map.get(bound) {
+                            if !v.is_boolean() || !map.contains_key(plain) {
+                                bad.push(format!("{at}: {bound} = {v}"));
+                            }
+                        }
+                    }
+                    for (key, child) in map {
+                        walk(child, &format!("{at}/{key}"), bad);
+                    }
+                }
+                serde_json::Value::Array(items) => {
+                    for (i, child) in items.iter().enumerate() {
+                        walk(child, &format!("{at}/{i}"), bad);
+                    }
+                }
+                _ => {}
+            }
+        }
+        let doc: serde_json::Value = serde_json::from_str(&super::DOCUMENT).expect("json");
+        assert_eq!(doc["openapi"], "3.0.3");
+        let mut bad = Vec::new();
+        walk(&doc, "", &mut bad);
+        assert!(
+            bad.is_empty(),
+            "3.1-style bounds in a 3.0 document: {bad:?}"
+        );
     }
 }
