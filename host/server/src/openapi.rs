@@ -279,10 +279,10 @@ mod tests {
                         ("exclusiveMinimum", "minimum"),
                         ("exclusiveMaximum", "maximum"),
                     ] {
-                        if let Some(v) = map.get(bound) {
-                            if !v.is_boolean() || !map.contains_key(plain) {
-                                bad.push(format!("{at}: {bound} = {v}"));
-                            }
+                        if let Some(v) = map.get(bound)
+                            && (!v.is_boolean() || !map.contains_key(plain))
+                        {
+                            bad.push(format!("{at}: {bound} = {v}"));
                         }
                     }
                     for (key, child) in map {
