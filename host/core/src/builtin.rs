@@ -13,16 +13,38 @@ pub const WRONG_GPU_TYPE: u16 = 2;
 pub const NOT_ENOUGH_GPUS: u16 = 3;
 pub const TAINT_NOT_TOLERATED: u16 = 4;
 pub const NOT_ENOUGH_CPU_OR_MEMORY: u16 = 5;
+pub const NODE_AFFINITY_MISMATCH: u16 = 6;
+/// The pod asks for a resource (beyond GPUs, CPU and memory) that no node offers.
+pub const RESOURCE_NOWHERE: u16 = 7;
+/// `RESOURCE_SHORT + c`: not enough of [`NodeTable::resources`]`[c]`.
+pub const RESOURCE_SHORT: u16 = 16;
 
-/// Texts of the built-in reason codes, indexed by code.
-pub const FILTER_REASONS: [&str; 6] = [
+/// Texts of the fixed built-in reason codes, indexed by code; see [`reason_text`] for all.
+pub const FILTER_REASONS: [&str; 8] = [
     "fits",
     "node not ready or not healthy",
     "GPU type does not match",
     "Insufficient nvidia.com/gpu",
     "node has a taint the pod does not tolerate",
     "Insufficient cpu or memory",
+    "node(s) didn't match Pod's node affinity/selector",
+    "the pod asks for a resource no node offers",
 ];
+
+/// The text of any built-in reason code: "Insufficient rdma/hca" names the resource, as
+/// kube-scheduler does.
+pub fn reason_text(code: u16, t: &NodeTable, resolve: impl Fn(crate::Sym) -> String) -> String {
+    match FILTER_REASONS.get(code as usize) {
+        Some(text) => (*text).to_string(),
+        None => t
+            .resources
+            .get(usize::from(code.saturating_sub(RESOURCE_SHORT)))
+            .map_or_else(
+                || "rejected".to_string(),
+                |column| format!("Insufficient {}", resolve(column.name)),
+            ),
+    }
+}
 
 /// One reason code per node: 0 fits.
 pub fn gpu_fit(pod: &PodShape, t: &NodeTable) -> Vec<u16> {
@@ -43,17 +65,48 @@ pub fn gpu_fit_one(pod: &PodShape, t: &NodeTable, i: usize) -> u16 {
     };
     if t.health[i] != Health::Healthy as u8 {
         NOT_HEALTHY
+    } else if !pod.node_allowed(t, i) {
+        NODE_AFFINITY_MISMATCH
     } else if pod.gpu_type != 0 && pod.gpu_type != t.gpu_type[i] {
         WRONG_GPU_TYPE
     } else if !has_gpus {
         NOT_ENOUGH_GPUS
     } else if t.cpu_free_milli[i] < pod.cpu_milli || t.memory_free_mib[i] < pod.memory_mib {
         NOT_ENOUGH_CPU_OR_MEMORY
+    } else if let Some(column) = pod.lacking_resource(t, i) {
+        u16::try_from(column)
+            .ok()
+            .and_then(|c| c.checked_add(RESOURCE_SHORT))
+            .unwrap_or(RESOURCE_NOWHERE)
     } else if !pod.tolerates_all(t.taints(i)) {
         TAINT_NOT_TOLERATED
     } else {
         0
     }
+}
+
+/// Weight of the preferred-node-affinity part beside a score policy of weight 1, as
+/// kube-scheduler's default profile weighs its NodeAffinity score plugin.
+pub const NODE_AFFINITY_WEIGHT: u64 = 2;
+
+/// The preferred-node-affinity part of each node's score in `nodes`: the weights of the
+/// preferred terms it meets, scaled to 0..=100 and weighted by [`NODE_AFFINITY_WEIGHT`].
+/// `None` when the pod prefers nothing, so most pods pay nothing.
+pub fn node_preference_range(
+    pod: &PodShape,
+    t: &NodeTable,
+    nodes: Range<usize>,
+) -> Option<Vec<u64>> {
+    let affinity = pod.node_affinity.as_ref()?;
+    let max = u64::from(affinity.preference_max());
+    (max > 0).then(|| {
+        nodes
+            .map(|i| {
+                u64::from(affinity.preference(t.labels(i), t.name[i])) * 100 / max
+                    * NODE_AFFINITY_WEIGHT
+            })
+            .collect()
+    })
 }
 
 /// 2^32 / d rounded up: `x * recip(d) >> 32` is `x / d` for the small `x` used here.

@@ -151,7 +151,32 @@ impl ClusterState {
         } else {
             t.gpu_free[node].checked_div(shape.gpus).unwrap_or(u32::MAX)
         };
-        by_cpu.min(by_mem).min(by_gpu)
+        let by_other = shape
+            .resources
+            .iter()
+            .map(|&(name, asked)| {
+                t.resources
+                    .iter()
+                    .find(|c| c.name == name)
+                    .map_or(0, |c| c.free[node].checked_div(asked).unwrap_or(u32::MAX))
+            })
+            .min()
+            .unwrap_or(u32::MAX);
+        by_cpu.min(by_mem).min(by_gpu).min(by_other)
+    }
+
+    /// Take (or with `give_back`, return) what `shape` asks beyond GPUs, CPU and memory.
+    fn account_resources(&mut self, node: usize, shape: &PodShape, give_back: bool) {
+        for &(name, asked) in &shape.resources {
+            if let Some(column) = self.nodes.resources.iter_mut().find(|c| c.name == name) {
+                let free = &mut column.free[node];
+                *free = if give_back {
+                    free.saturating_add(asked)
+                } else {
+                    free.saturating_sub(asked)
+                };
+            }
+        }
     }
 
     /// Reserve one pod of `shape` on `node`. The caller checked `capacity_for`.
@@ -183,6 +208,7 @@ impl ClusterState {
         };
         self.nodes.cpu_free_milli[node] -= shape.cpu_milli;
         self.nodes.memory_free_mib[node] -= shape.memory_mib;
+        self.account_resources(node, shape, false);
         self.refresh(node);
         Slot {
             node: node as u32,
@@ -214,6 +240,7 @@ impl ClusterState {
         }
         self.nodes.cpu_free_milli[node] += shape.cpu_milli;
         self.nodes.memory_free_mib[node] += shape.memory_mib;
+        self.account_resources(node, shape, true);
         self.releases += 1;
         self.refresh(node);
     }

@@ -5,6 +5,7 @@
 //! simulator and a live cluster, and policies plug in through [`PolicyHooks`]. The loop that
 //! drives it talks to the world through [`ClusterSource`] and [`Binder`].
 
+pub mod affinity;
 pub mod builtin;
 pub mod cluster;
 pub mod explain;
@@ -16,12 +17,13 @@ pub mod shadow;
 pub mod source;
 pub mod symbols;
 
+pub use affinity::{Field, LabelOp, NodeAffinity, NodeLabel, Requirement, Term};
 pub use cluster::{ClusterState, Slot};
 pub use explain::{Explanation, Outcome, PolicyRef};
 pub use hooks::{BuiltinOnly, PolicyHooks, Verdict};
 pub use model::{
     CohortUsage, Health, JobRequest, LevelColumn, NodeTable, PodShape, QueueUsage, QuotaVerdict,
-    Resources, Seconds, Taint, TaintEffect, Toleration, percentile,
+    ResourceColumn, Resources, Seconds, Taint, TaintEffect, Toleration, percentile,
 };
 pub use queues::{Admission, QueueDef, QueueError, QueueId, Queues};
 pub use scheduler::plan::{

@@ -1,5 +1,8 @@
+use std::sync::Arc;
+
 use serde::{Deserialize, Serialize};
 
+use crate::affinity::{NodeAffinity, NodeLabel};
 use crate::symbols::Sym;
 
 /// Node health as the scheduler sees it. Only `Healthy` nodes take new pods; `Preflight` marks a
@@ -126,6 +129,22 @@ pub struct NodeTable {
     pub taint_sets: Vec<Vec<Taint>>,
     /// Innermost level first.
     pub levels: Vec<LevelColumn>,
+    /// Per node, its labels sorted by key (shared, so a copy of the table costs a count per
+    /// node). Empty when the source gives none; then only selector-free pods match.
+    pub labels: Vec<Arc<[NodeLabel]>>,
+    /// Resources beyond GPUs, CPU and memory that a source accounts: pod slots, ephemeral
+    /// storage, extended resources such as RDMA devices. A pod asking for one no column names
+    /// fits nowhere, as in Kubernetes.
+    pub resources: Vec<ResourceColumn>,
+}
+
+/// One resource beyond GPUs, CPU and memory, free per node.
+#[derive(Debug, Clone, Default, PartialEq, Eq, Serialize, Deserialize)]
+pub struct ResourceColumn {
+    /// As Kubernetes names it: `pods`, `ephemeral-storage`, `rdma/hca`.
+    pub name: Sym,
+    /// Per node, what is free: a count, or MiB for `ephemeral-storage`.
+    pub free: Vec<u32>,
 }
 
 impl NodeTable {
@@ -139,6 +158,12 @@ impl NodeTable {
 
     pub fn health(&self, node: usize) -> Health {
         Health::from_u8(self.health[node]).unwrap_or(Health::NotReady)
+    }
+
+    /// The node's labels, sorted by key.
+    #[inline]
+    pub fn labels(&self, node: usize) -> &[NodeLabel] {
+        self.labels.get(node).map_or(&[], |l| l)
     }
 
     /// Most nodes have no taints (set 0), which costs one load.
@@ -183,9 +208,33 @@ pub struct PodShape {
     pub memory_mib: u32,
     pub tolerations: Vec<Toleration>,
     pub gang_size: u32,
+    /// `nodeSelector` and node affinity; `None` for a pod that names no node constraint.
+    pub node_affinity: Option<Arc<NodeAffinity>>,
+    /// Asks beyond GPUs, CPU and memory, by [`ResourceColumn::name`], sorted by name.
+    pub resources: Vec<(Sym, u32)>,
 }
 
 impl PodShape {
+    /// Whether the pod's node selector and required node affinity let it onto `node`.
+    #[inline]
+    pub fn node_allowed(&self, t: &NodeTable, node: usize) -> bool {
+        self.node_affinity
+            .as_ref()
+            .is_none_or(|a| a.allows(t.labels(node), t.name[node]))
+    }
+
+    /// The first resource beyond GPUs, CPU and memory that `node` lacks, as an index into
+    /// [`NodeTable::resources`] (`usize::MAX` when no column names it).
+    #[inline]
+    pub fn lacking_resource(&self, t: &NodeTable, node: usize) -> Option<usize> {
+        self.resources.iter().find_map(|&(name, asked)| {
+            match t.resources.iter().position(|c| c.name == name) {
+                Some(column) => (t.resources[column].free[node] < asked).then_some(column),
+                None => Some(usize::MAX),
+            }
+        })
+    }
+
     pub fn tolerates_all(&self, taints: &[Taint]) -> bool {
         taints.is_empty()
             || taints.iter().all(|taint| {

@@ -469,6 +469,7 @@ mod tests {
             taint_set: vec![0; n],
             taint_sets: vec![Vec::new()],
             levels: Vec::new(),
+            ..NodeTable::default()
         };
         let rack = LevelColumn::from_node_domains(symbols.intern("rack"), vec![0; n], &nodes);
         nodes.levels.push(rack);

@@ -722,6 +722,9 @@ fn pod_shape(pod: &PodCase, symbols: &Symbols) -> PodShape {
             })
             .collect(),
         gang_size: pod.gang,
+        // The policy contract's pod carries no node affinity or other resources.
+        node_affinity: None,
+        resources: Vec::new(),
     }
 }
 

@@ -203,6 +203,54 @@ fn pods_and_gangs_bind_on_a_real_control_plane() {
         );
         assert_eq!(&message, failure);
 
+        // The pod spec's node constraints: a nodeSelector pins a pod to one node, a required
+        // node affinity keeps one off the H100s, and a field Gantry does not honour (inter-pod
+        // anti-affinity) is refused by name, never ignored.
+        let with_spec = |name: &str, extra: serde_json::Value| {
+            let mut object = serde_json::to_value(pod(name, 1, json!({}))).unwrap();
+            for (key, value) in extra.as_object().unwrap() {
+                object["spec"][key] = value.clone();
+            }
+            serde_json::from_value::<Pod>(object).unwrap()
+        };
+        pods.create(
+            &pp,
+            &with_spec("pinned", json!({"nodeSelector": {"kubernetes.io/hostname": "l4-5"}})),
+        )
+        .await
+        .unwrap();
+        let not_h100 = json!({"nodeAffinity": {"requiredDuringSchedulingIgnoredDuringExecution": {
+            "nodeSelectorTerms": [{"matchExpressions": [{
+                "key": "nvidia.com/gpu.product", "operator": "NotIn", "values": ["H100-SXM5-80GB"]}]}]}}});
+        pods.create(&pp, &with_spec("not-h100", json!({"affinity": not_h100})))
+            .await
+            .unwrap();
+        let anti = json!({"podAntiAffinity": {"requiredDuringSchedulingIgnoredDuringExecution": [{
+            "labelSelector": {"matchLabels": {"app": "x"}}, "topologyKey": "kubernetes.io/hostname"}]}});
+        pods.create(&pp, &with_spec("anti", json!({"affinity": anti})))
+            .await
+            .unwrap();
+        let (pinned, not_h100) = until("the constrained pods to bind", || async {
+            let pinned = node_of(&pods.get("pinned").await.ok()?)?;
+            let not_h100 = node_of(&pods.get("not-h100").await.ok()?)?;
+            Some((pinned, not_h100))
+        })
+        .await;
+        assert_eq!(pinned, "l4-5");
+        assert!(not_h100.starts_with("l4-"), "not-h100 went to {not_h100}");
+        let refused = until("the anti-affinity pod's FailedScheduling event", || async {
+            let events = events_api.list(&ListParams::default()).await.ok()?.items;
+            notes(&events, "anti", "FailedScheduling").into_iter().next()
+        })
+        .await;
+        assert!(
+            refused.contains(
+                "pod default/anti: spec.affinity.podAntiAffinity is not supported by Gantry (inter-pod anti-affinity)"
+            ),
+            "anti's FailedScheduling note: {refused}"
+        );
+        assert_eq!(node_of(&pods.get("anti").await.unwrap()), None);
+
         // A gang larger than the free H100 nodes (though not than all of them) binds none of
         // its pods, and says why on each.
         let free_h100 = 48 - per_node.keys().filter(|n| n.starts_with("h100")).count();

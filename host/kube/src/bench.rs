@@ -163,7 +163,7 @@ pub fn create_pods(
 
 /// GPUs a pod asks for, read the way the scheduler reads it.
 fn gpus_of(pod: &Pod) -> u32 {
-    crate::mapping::pod_request(pod, &crate::KubeConfig::default()).0
+    crate::mapping::pod_request(pod, &crate::KubeConfig::default()).gpus
 }
 
 /// A node's allocatable GPUs.

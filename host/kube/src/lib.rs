@@ -21,6 +21,9 @@
 //!   `namespaceSelector`, the namespace's labels and Kueue's `LocalQueue`s, never from the pod's
 //!   labels alone; a refused pod waits with the reason. Balloons count only from trusted
 //!   PriorityClasses or namespaces.
+//! - **Pod spec** ([`podspec`]): requests (init containers, sidecars, overhead, pod slots,
+//!   extended resources), `nodeSelector` and node affinity compiled for the core, and the fields
+//!   Gantry does not honour, refused by name.
 //! - **Leader election** ([`leader`]): a `coordination.k8s.io/v1` Lease; only its holder binds.
 //!
 //! The core stays pure: kube types stop at this crate's boundary.
@@ -32,6 +35,7 @@ pub mod evict;
 pub mod leader;
 pub mod mapping;
 pub mod nodes;
+pub mod podspec;
 pub mod quantity;
 pub mod queues;
 pub mod tenancy;

@@ -7,8 +7,8 @@ use std::collections::HashMap;
 use std::sync::Arc;
 
 use gantry_core::{
-    Health, LevelColumn, NodeTable, PodShape, QueueDef, Queues, Resources, Symbols, Taint,
-    TaintEffect, Toleration,
+    Health, LevelColumn, NodeLabel, NodeTable, PodShape, QueueDef, Queues, ResourceColumn,
+    Resources, Sym, Symbols, Taint, TaintEffect, Toleration,
 };
 use k8s_openapi::api::core::v1::{Node, Pod};
 
@@ -57,31 +57,7 @@ impl PendingPod {
     }
 }
 
-/// What one pod asks for, summed over its containers (extended resources count their limit
-/// when no request is given, as the API server defaults them).
-pub(crate) fn pod_request(pod: &Pod, config: &KubeConfig) -> (u32, u32, u32) {
-    let (mut gpus, mut cpu, mut mem) = (0u64, 0u64, 0u64);
-    for container in pod.spec.iter().flat_map(|s| &s.containers) {
-        let Some(resources) = &container.resources else {
-            continue;
-        };
-        let get = |name: &str| {
-            resources
-                .requests
-                .as_ref()
-                .and_then(|r| r.get(name))
-                .or_else(|| resources.limits.as_ref().and_then(|l| l.get(name)))
-                .map(|q| q.0.as_str())
-        };
-        gpus += get(&config.gpu_resource)
-            .and_then(quantity::count)
-            .unwrap_or(0);
-        cpu += get("cpu").and_then(quantity::cpu_milli).unwrap_or(0);
-        mem += get("memory").and_then(quantity::memory_mib).unwrap_or(0);
-    }
-    let clamp = |v: u64| u32::try_from(v).unwrap_or(u32::MAX);
-    (clamp(gpus), clamp(cpu), clamp(mem))
-}
+pub(crate) use crate::podspec::pod_request;
 
 /// The annotation a pod declares its expected runtime in.
 pub(crate) const EXPECTED_RUNTIME: &str = "gantry.dev/expected-runtime";
@@ -156,7 +132,7 @@ fn taint_effect(effect: &str) -> Option<TaintEffect> {
 
 /// The pod's shape as the core sees it (name and queue filled in by the caller).
 pub(crate) fn pod_shape(pod: &Pod, config: &KubeConfig, symbols: &Symbols) -> PodShape {
-    let (gpus, cpu_milli, memory_mib) = pod_request(pod, config);
+    let request = pod_request(pod, config);
     let spec = pod.spec.as_ref();
     let tolerations = spec
         .and_then(|s| s.tolerations.as_ref())
@@ -173,14 +149,27 @@ pub(crate) fn pod_shape(pod: &Pod, config: &KubeConfig, symbols: &Symbols) -> Po
         .and_then(|s| s.node_selector.as_ref())
         .and_then(|s| s.get(&config.gpu_type_label))
         .map_or(0, |t| symbols.intern(t));
+    let mut resources: Vec<(Sym, u32)> = request
+        .other
+        .iter()
+        .map(|(name, &v)| (symbols.intern(name), v))
+        .collect();
+    resources.sort_unstable();
     PodShape {
         priority: spec.and_then(|s| s.priority).unwrap_or(0),
-        gpus,
+        gpus: request.gpus,
         gpu_type,
-        cpu_milli,
-        memory_mib,
+        cpu_milli: request.cpu_milli,
+        memory_mib: request.memory_mib,
         tolerations,
         gang_size: 1,
+        // A node affinity that cannot be read refuses the pod before it becomes a job
+        // ([`crate::podspec::unsupported`]); here it is only ever `Ok`.
+        node_affinity: crate::podspec::node_affinity(pod, symbols)
+            .ok()
+            .flatten()
+            .map(Arc::new),
+        resources,
         ..PodShape::default()
     }
 }
@@ -288,6 +277,13 @@ pub(crate) fn widen(shape: &mut PodShape, other: &PodShape) {
     shape.cpu_milli = shape.cpu_milli.max(other.cpu_milli);
     shape.memory_mib = shape.memory_mib.max(other.memory_mib);
     shape.priority = shape.priority.max(other.priority);
+    for &(name, v) in &other.resources {
+        match shape.resources.iter_mut().find(|(n, _)| *n == name) {
+            Some((_, mine)) => *mine = (*mine).max(v),
+            None => shape.resources.push((name, v)),
+        }
+    }
+    shape.resources.sort_unstable();
 }
 
 fn node_health(node: &Node) -> Health {
@@ -318,6 +314,11 @@ pub(crate) struct NodeDigest {
     topology: Vec<Option<String>>,
     taints: Vec<(String, String, String)>,
     pub(crate) health: Health,
+    /// Every label, for node selectors and affinity.
+    labels: std::collections::BTreeMap<String, String>,
+    /// Allocatable beyond GPUs, CPU and memory (`pods`, `ephemeral-storage`, extended
+    /// resources), in [`crate::podspec::amount`]'s units.
+    other: std::collections::BTreeMap<String, u32>,
 }
 
 impl NodeDigest {
@@ -358,6 +359,17 @@ impl NodeDigest {
                 })
                 .collect(),
             health: node_health(node),
+            labels: labels.cloned().unwrap_or_default(),
+            other: allocatable
+                .into_iter()
+                .flatten()
+                .filter(|(name, _)| {
+                    !matches!(name.as_str(), "cpu" | "memory") && **name != config.gpu_resource
+                })
+                .filter_map(|(name, q)| {
+                    Some((name.clone(), clamp(crate::podspec::amount(name, &q.0)?)))
+                })
+                .collect(),
         }
     }
 
@@ -424,9 +436,35 @@ pub(crate) fn node_table(
             })
         };
         table.taint_set.push(set);
+        let mut labels: Vec<NodeLabel> = digest
+            .labels
+            .iter()
+            .map(|(k, v)| NodeLabel::new(symbols.intern(k), symbols.intern(v), v))
+            .collect();
+        labels.sort_unstable_by_key(|l| l.key);
+        table.labels.push(labels.into());
         digests.insert(name.clone(), digest);
         node_names.push(name);
     }
+    // A column per resource beyond GPUs, CPU and memory that some node offers, and always
+    // pod slots and ephemeral storage, which every node has.
+    let mut names: std::collections::BTreeSet<&str> =
+        [crate::podspec::PODS, crate::podspec::EPHEMERAL_STORAGE].into();
+    names.extend(
+        digests
+            .values()
+            .flat_map(|d| d.other.keys().map(String::as_str)),
+    );
+    table.resources = names
+        .into_iter()
+        .map(|resource| ResourceColumn {
+            name: symbols.intern(resource),
+            free: node_names
+                .iter()
+                .map(|n| digests[n].other.get(resource).copied().unwrap_or(0))
+                .collect(),
+        })
+        .collect();
     // Topology: each configured level whose label some node carries, domains numbered in node
     // order.
     for (i, level) in config.topology.iter().enumerate() {

@@ -506,12 +506,23 @@ impl Tracker {
     /// Holds a pod's room directly, never more than the node has left (pods bound by someone
     /// else may overcommit it, and a preemptor may already sit in a victim's room).
     fn hold(&mut self, scheduler: &mut Scheduler, pod: &Pod, node: usize, ours: bool) -> Role {
-        let (gpus, cpu, mem) = pod_request(pod, &self.config);
+        let request = pod_request(pod, &self.config);
+        let gpus = request.gpus;
         let n = &scheduler.state.nodes;
+        let resources = request
+            .other
+            .iter()
+            .filter_map(|(name, &v)| {
+                let name = self.symbols.intern(name);
+                let column = n.resources.iter().find(|c| c.name == name)?;
+                Some((name, v.min(column.free[node])))
+            })
+            .collect();
         let shape = PodShape {
             gpus: gpus.min(n.gpu_free[node]),
-            cpu_milli: cpu.min(n.cpu_free_milli[node]),
-            memory_mib: mem.min(n.memory_free_mib[node]),
+            cpu_milli: request.cpu_milli.min(n.cpu_free_milli[node]),
+            memory_mib: request.memory_mib.min(n.memory_free_mib[node]),
+            resources,
             ..PodShape::default()
         };
         let slot = scheduler.state.reserve(node, &shape);
@@ -712,6 +723,29 @@ impl Tracker {
             Some(Err(why)) => (None, Some(why)),
             None => (None, None),
         };
+        // A field Gantry does not honour refuses the gang, naming the field and the pod; so
+        // do pods of one gang that ask for different nodes (a gang is placed as one shape).
+        let refused = refused.or_else(|| {
+            let mut affinities = entry.pods.values().map(|p| {
+                crate::podspec::node_affinity(&p.pod, &self.symbols).unwrap_or_default()
+            });
+            let first_affinity = affinities.next();
+            entry
+                .pods
+                .values()
+                .find_map(|p| {
+                    crate::podspec::unsupported(&p.pod, &self.symbols)
+                        .map(|why| format!("pod {}: {why}", p.key()))
+                })
+                .or_else(|| {
+                    affinities.any(|a| Some(&a) != first_affinity.as_ref()).then(|| {
+                        format!(
+                            "gang {} has pods with different node selectors or node affinity; Gantry places a gang's pods by one",
+                            gang.job_name()
+                        )
+                    })
+                })
+        });
         // Why the gang cannot be a job yet, if it cannot.
         let waiting = refused.or_else(|| first.as_ref().and_then(|_| {
             let name = gang.job_name();
@@ -1014,6 +1048,7 @@ mod tests {
                         ("nvidia.com/gpu", gpus.to_string()),
                         ("cpu", "64".into()),
                         ("memory", "512Gi".into()),
+                        ("pods", "110".into()),
                     ]
                     .into_iter()
                     .map(|(k, v)| (k.to_string(), Quantity(v)))
@@ -1549,6 +1584,205 @@ mod tests {
         let balloons: Vec<bool> = s.running().map(|id| s.job(id).balloon).collect();
         assert_eq!(balloons.iter().filter(|&&b| b).count(), 1);
         assert_eq!(balloons.len(), 2);
+    }
+
+    /// `pod` with a node selector, a required node-affinity term and extra container asks.
+    fn constrained(
+        name: &str,
+        selector: &[(&str, &str)],
+        required: Option<(&str, &str, &[&str])>,
+        asks: &[(&str, &str)],
+    ) -> Arc<Pod> {
+        use k8s_openapi::api::core::v1::{
+            Affinity, NodeAffinity, NodeSelector, NodeSelectorRequirement, NodeSelectorTerm,
+        };
+        let mut pod = (*pod(name, 1, &[], None)).clone();
+        let spec = pod.spec.as_mut().unwrap();
+        spec.node_selector = (!selector.is_empty()).then(|| label_map(selector));
+        spec.affinity = required.map(|(key, operator, values)| Affinity {
+            node_affinity: Some(NodeAffinity {
+                required_during_scheduling_ignored_during_execution: Some(NodeSelector {
+                    node_selector_terms: vec![NodeSelectorTerm {
+                        match_expressions: Some(vec![NodeSelectorRequirement {
+                            key: key.into(),
+                            operator: operator.into(),
+                            values: Some(values.iter().map(|v| v.to_string()).collect()),
+                        }]),
+                        match_fields: None,
+                    }],
+                }),
+                ..NodeAffinity::default()
+            }),
+            ..Affinity::default()
+        });
+        let requests = &mut spec.containers[0].resources.as_mut().unwrap().limits;
+        for (resource, amount) in asks {
+            requests
+                .as_mut()
+                .unwrap()
+                .insert(resource.to_string(), Quantity(amount.to_string()));
+        }
+        Arc::new(pod)
+    }
+
+    fn with_allocatable(node: Arc<Node>, extra: &[(&str, &str)]) -> Arc<Node> {
+        let mut node = (*node).clone();
+        let allocatable = node.status.as_mut().unwrap().allocatable.as_mut().unwrap();
+        for (resource, amount) in extra {
+            allocatable.insert(resource.to_string(), Quantity(amount.to_string()));
+        }
+        Arc::new(node)
+    }
+
+    /// One cycle: where each placed job went, and each unplaced one's rejection counts, by
+    /// job name.
+    #[allow(clippy::type_complexity)]
+    fn placements(
+        s: &mut Scheduler,
+    ) -> (
+        BTreeMap<String, Vec<String>>,
+        BTreeMap<String, BTreeMap<String, u32>>,
+    ) {
+        let output = cycle(s);
+        let (mut placed, mut refused) = (BTreeMap::new(), BTreeMap::new());
+        for d in &output.decisions {
+            let name = s.job(d.job).name.clone();
+            if d.placed {
+                placed.insert(
+                    name,
+                    d.placement.iter().map(|&(n, _)| s.node_name(n)).collect(),
+                );
+            } else {
+                let reasons = d
+                    .explanation
+                    .filters
+                    .iter()
+                    .flat_map(|f| f.rejected.iter().cloned())
+                    .collect();
+                refused.insert(name, reasons);
+            }
+        }
+        (placed, refused)
+    }
+
+    #[test]
+    fn node_selector_affinity_and_extended_resources_steer_pods_to_their_nodes() {
+        let nodes = [
+            node("a-train", 8, &[("pool", "train"), ("gen", "3")], true),
+            node("b-eval", 8, &[("pool", "eval"), ("gen", "5")], true),
+            with_allocatable(
+                node("c-rdma", 8, &[("pool", "eval"), ("gen", "4")], true),
+                &[("rdma/hca", "1")],
+            ),
+        ];
+        let pending = [
+            constrained("to-train", &[("pool", "train")], None, &[]),
+            constrained("newer-than-4", &[], Some(("gen", "Gt", &["4"])), &[]),
+            constrained(
+                "not-train-no-rdma",
+                &[],
+                Some(("pool", "NotIn", &["train"])),
+                &[],
+            ),
+            constrained("wants-rdma", &[], None, &[("rdma/hca", "1")]),
+            constrained("nowhere", &[("pool", "inference")], None, &[]),
+        ];
+        let (_tracker, mut s) = build(&nodes, &[], &pending, &[], &[]);
+        let (placed, refused) = placements(&mut s);
+        assert_eq!(placed["ns/to-train"], ["a-train"]);
+        assert_eq!(placed["ns/newer-than-4"], ["b-eval"]);
+        assert_ne!(placed["ns/not-train-no-rdma"], ["a-train"]);
+        assert_eq!(placed["ns/wants-rdma"], ["c-rdma"]);
+        assert_eq!(
+            refused["ns/nowhere"],
+            [(
+                "node(s) didn't match Pod's node affinity/selector".to_string(),
+                3
+            )]
+            .into()
+        );
+        // A second rdma pod: the one device is held by a bound pod, and the reason names it.
+        let mut holder = (*pending[3]).clone();
+        holder.spec.as_mut().unwrap().node_name = Some("c-rdma".into());
+        let more = [constrained(
+            "wants-rdma-too",
+            &[],
+            None,
+            &[("rdma/hca", "1")],
+        )];
+        let (_tracker, mut s) = build(&nodes, &[Arc::new(holder)], &more, &[], &[]);
+        let (placed, refused) = placements(&mut s);
+        assert!(placed.is_empty());
+        assert_eq!(
+            refused["ns/wants-rdma-too"],
+            [("Insufficient rdma/hca".to_string(), 3)].into(),
+            "c-rdma's device is taken; the others have none"
+        );
+    }
+
+    #[test]
+    fn a_preferred_node_affinity_outweighs_bin_packing() {
+        use k8s_openapi::api::core::v1::{
+            Affinity, NodeAffinity, NodeSelectorRequirement, NodeSelectorTerm,
+            PreferredSchedulingTerm,
+        };
+        // Bin packing alone prefers the fuller node "a" (4 of 8 GPUs held).
+        let nodes = [
+            node("a", 8, &[("pool", "train")], true),
+            node("b", 8, &[("pool", "eval")], true),
+        ];
+        let bound = [pod("held", 4, &[], Some("a"))];
+        let prefer = |pool: &str| {
+            let mut p = (*pod(&format!("prefers-{pool}"), 1, &[], None)).clone();
+            p.spec.as_mut().unwrap().affinity = Some(Affinity {
+                node_affinity: Some(NodeAffinity {
+                    preferred_during_scheduling_ignored_during_execution: Some(vec![
+                        PreferredSchedulingTerm {
+                            weight: 10,
+                            preference: NodeSelectorTerm {
+                                match_expressions: Some(vec![NodeSelectorRequirement {
+                                    key: "pool".into(),
+                                    operator: "In".into(),
+                                    values: Some(vec![pool.into()]),
+                                }]),
+                                match_fields: None,
+                            },
+                        },
+                    ]),
+                    ..NodeAffinity::default()
+                }),
+                ..Affinity::default()
+            });
+            Arc::new(p)
+        };
+        let pending = [pod("plain", 1, &[], None), prefer("eval")];
+        let (_tracker, mut s) = build(&nodes, &bound, &pending, &[], &[]);
+        let (placed, _) = placements(&mut s);
+        assert_eq!(placed["ns/plain"], ["a"], "bin packing alone");
+        assert_eq!(placed["ns/prefers-eval"], ["b"], "the preference wins");
+    }
+
+    #[test]
+    fn a_pod_asking_what_gantry_does_not_honour_waits_naming_the_field() {
+        let nodes = [node("a", 8, &[], true)];
+        let mut spread = (*pod("spread", 1, &[], None)).clone();
+        spread.spec.as_mut().unwrap().topology_spread_constraints = Some(vec![
+            k8s_openapi::api::core::v1::TopologySpreadConstraint::default(),
+        ]);
+        let (tracker, s) = build(&nodes, &[], &[Arc::new(spread)], &[], &[]);
+        assert_eq!(s.pending_count(), 0, "never a job");
+        let waiting: Vec<(String, String)> = tracker
+            .waiting()
+            .into_iter()
+            .map(|(p, why)| (p.key(), why))
+            .collect();
+        assert_eq!(
+            waiting,
+            [(
+                "ns/spread".to_string(),
+                "pod ns/spread: spec.topologySpreadConstraints is not supported by Gantry (topology spread); remove it or use another scheduler".to_string()
+            )]
+        );
     }
 
     #[test]

@@ -843,6 +843,9 @@ fn spec_of(scheduler: &Scheduler, job: &TraceJob) -> JobSpec {
                 .map_or(0, |m| u32::try_from(m).unwrap_or(u32::MAX)),
             tolerations: Vec::new(),
             gang_size: job.pods,
+            // Traces name no node constraints and no resources beyond GPUs, CPU and memory.
+            node_affinity: None,
+            resources: Vec::new(),
         },
         balloon: false,
         topology: TopologyPref::default(),

@@ -565,6 +565,9 @@ impl ClusterSpec {
                     domain_gpu_total: Vec::new(),
                 })
                 .collect(),
+            // Spec nodes carry no labels and no resources beyond GPUs, CPU and memory.
+            labels: Vec::new(),
+            resources: Vec::new(),
         };
         for pool in &self.node_pools {
             let gpu_type = symbols.intern(pool.gpu_type.as_deref().unwrap_or(""));

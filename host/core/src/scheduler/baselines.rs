@@ -239,19 +239,21 @@ impl Scheduler {
             match best {
                 Some(node) => slots.push(self.state.reserve(node, &spec.shape)),
                 None => {
-                    let mut counts: BTreeMap<&str, u32> = BTreeMap::new();
+                    let mut code_counts: BTreeMap<u16, u32> = BTreeMap::new();
                     for &code in codes.iter().filter(|&&c| c != 0) {
-                        *counts
-                            .entry(builtin::FILTER_REASONS[code as usize])
-                            .or_default() += 1;
+                        *code_counts.entry(code).or_default() += 1;
+                    }
+                    let mut counts: BTreeMap<String, u32> = BTreeMap::new();
+                    for (code, count) in code_counts {
+                        let text = builtin::reason_text(code, &self.state.nodes, |s| {
+                            self.symbols.resolve(s).to_string()
+                        });
+                        *counts.entry(text).or_default() += count;
                     }
                     explanation.nodes_feasible = codes.iter().filter(|&&c| c == 0).count() as u32;
                     explanation.filters = vec![FilterExplain {
                         policy: "builtin".into(),
-                        rejected: counts
-                            .into_iter()
-                            .map(|(r, c)| (r.to_string(), c))
-                            .collect(),
+                        rejected: counts.into_iter().collect(),
                     }];
                     break;
                 }

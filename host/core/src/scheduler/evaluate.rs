@@ -182,6 +182,14 @@ impl Scheduler {
             tally.totals[range.clone()].copy_from_slice(&scores);
             parts.push(("builtin:binpack".into(), scores));
         }
+        if let Some(preference) =
+            builtin::node_preference_range(&spec.shape, &self.state.nodes, range.clone())
+        {
+            for (total, p) in tally.totals[range.clone()].iter_mut().zip(&preference) {
+                *total += p;
+            }
+            parts.push(("builtin:node-affinity".into(), preference));
+        }
         tally.chunk_parts.push((range, parts));
     }
 
@@ -196,11 +204,9 @@ impl Scheduler {
             vec![BTreeMap::new(); tally.filter_names.len()];
         for (&(filter, code), &count) in &tally.code_counts {
             let text = if filter == 0 {
-                builtin::FILTER_REASONS
-                    .get(code as usize)
-                    .copied()
-                    .unwrap_or("rejected")
-                    .to_string()
+                builtin::reason_text(code, &self.state.nodes, |s| {
+                    self.symbols.resolve(s).to_string()
+                })
             } else {
                 hooks.reason_text(filter - 1, code)
             };

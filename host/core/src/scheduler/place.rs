@@ -95,10 +95,15 @@ pub(super) fn builtin_view(spec: &JobSpec, state: &ClusterState) -> (Vec<u32>, V
             }
         })
         .collect();
-    let scores = builtin::gpu_binpack(&spec.shape, &state.nodes)
+    let mut scores: Vec<u64> = builtin::gpu_binpack(&spec.shape, &state.nodes)
         .into_iter()
         .map(u64::from)
         .collect();
+    if let Some(preference) =
+        builtin::node_preference_range(&spec.shape, &state.nodes, 0..state.len())
+    {
+        scores.iter_mut().zip(preference).for_each(|(s, p)| *s += p);
+    }
     (capacity, scores)
 }
 

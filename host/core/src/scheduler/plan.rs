@@ -284,7 +284,7 @@ struct Step {
 /// What a replan knows of one pod shape, shared by the waiting jobs of that shape: the nodes
 /// it may ever run on, and (once a job of it first fits) the built-in scores of the nodes.
 struct ShapeView {
-    key: (crate::Sym, Vec<crate::Toleration>, u32, u32),
+    key: ShapeKey,
     eligible: Vec<bool>,
     scores: std::cell::OnceCell<Vec<u64>>,
 }
@@ -296,13 +296,26 @@ fn pod_needs(shape: &crate::PodShape) -> [u32; 3] {
     [gpus, shape.cpu_milli, shape.memory_mib]
 }
 
+/// What a shape's eligibility and scores depend on: GPU type, tolerations, GPUs, milli-GPUs,
+/// node affinity and other resources.
+type ShapeKey = (
+    crate::Sym,
+    Vec<crate::Toleration>,
+    u32,
+    u32,
+    Option<std::sync::Arc<crate::NodeAffinity>>,
+    Vec<(crate::Sym, u32)>,
+);
+
 /// What a shape's eligibility and scores depend on.
-fn shape_key(shape: &crate::PodShape) -> (crate::Sym, Vec<crate::Toleration>, u32, u32) {
+fn shape_key(shape: &crate::PodShape) -> ShapeKey {
     (
         shape.gpu_type,
         shape.tolerations.clone(),
         shape.gpus,
         shape.gpu_milli,
+        shape.node_affinity.clone(),
+        shape.resources.clone(),
     )
 }
 
@@ -702,6 +715,8 @@ impl Scheduler {
                     t.health[i] == crate::Health::Healthy as u8
                         && (shape.gpu_type == 0 || shape.gpu_type == t.gpu_type[i])
                         && shape.tolerates_all(t.taints(i))
+                        && shape.node_allowed(t, i)
+                        && shape.lacking_resource(t, i) != Some(usize::MAX)
                 })
                 .collect(),
             scores: std::cell::OnceCell::new(),
@@ -734,12 +749,9 @@ impl Scheduler {
             if total < need {
                 return None;
             }
-            let scores = view.scores.get_or_init(|| {
-                crate::builtin::gpu_binpack(&spec.shape, &self.state.nodes)
-                    .into_iter()
-                    .map(u64::from)
-                    .collect()
-            });
+            let scores = view
+                .scores
+                .get_or_init(|| super::place::builtin_view(spec, &self.state).1);
             self.place(spec, capacity, scores)
                 .map(|p| p.node_pods.iter().map(|&(node, _)| node).collect())
         };

@@ -244,6 +244,7 @@ impl Fixture {
                 memory_mib: 8192 * gpus,
                 tolerations: Vec::new(),
                 gang_size: pods,
+                ..PodShape::default()
             },
             balloon: false,
             topology: TopologyPref::default(),
