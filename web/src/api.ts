@@ -103,8 +103,15 @@ export interface QueueSeries {
 export interface QueueHistory { interval_ms: number; keep_ms: number; queues: QueueSeries[] }
 export interface JobRow {
   name: string; queue: string; pods: number; gpus_per_pod: number; priority: number;
-  submitted_s: number; state: string; queue_position: number | null;
+  submitted_s: number; state: string; queue_position: number | null; estimate?: Estimate | null;
 }
+/** When a pending job is expected to start (ms since the epoch), from the planner. */
+export interface Estimate { p10_ms: number; p50_ms: number; p90_ms: number; reservation: string | null; text: string }
+export interface WhatIfOutcome {
+  change: string; job: { queue: string; pods: number; gpus_per_pod: number; gpu_type: string };
+  estimate: Estimate | null; nodes: string | null; text: string;
+}
+export interface WhatIfAnswer { at_ms: number; jobs_ahead: number; answer: WhatIfOutcome; variations: WhatIfOutcome[] }
 export interface PolicyRef { name: string; version: string; role: string; weight: number; sha256: string }
 export interface Explanation {
   job: string; queue: string; pods: number; gpus_per_pod: number; priority: number; time_s: number;
@@ -120,6 +127,7 @@ export interface Explain {
   name: string; kind: string; job: string; state: string; queue_position: number | null;
   queue_name: string; pods: number; gpus_per_pod: number; priority: number;
   queue: Queue | null; why: string; waiting_for: string | null; latest: DecisionRecord | null; attempts: number;
+  estimate?: Estimate | null;
 }
 export interface DecisionEvent {
   time_ms: number; job: string; queue: string; placed: boolean; pods: number; gpus_per_pod: number;

@@ -1,7 +1,10 @@
 // Search, then one job or pod: why it is pending (in words), its attempts, the nodes each policy
-// rejected and why, the top nodes' score breakdown, the quota verdict, domain and policy versions.
+// rejected and why, the top nodes' score breakdown, the quota verdict, domain and policy versions;
+// for a pending job, when the planner expects it to start, and what would start it sooner.
 import { useEffect, useState } from "preact/hooks";
-import { get, message, type DecisionRecord, type Explain, type Explanation, type JobRow } from "../api";
+import {
+  get, message, post, type DecisionRecord, type Estimate, type Explain, type Explanation, type JobRow, type WhatIfAnswer,
+} from "../api";
 import { Status, time, short } from "../ui";
 
 export function JobsPage({ name }: { name: string }) {
@@ -29,10 +32,11 @@ export function JobsPage({ name }: { name: string }) {
       <Status error={error} />
       {rows && (rows.length === 0 ? <p>No pending or running job matches. A finished job can still be explained by its exact name.</p> : (
         <table aria-label="Matching jobs">
-          <thead><tr><th>job</th><th>queue</th><th>state</th><th class="num">position</th><th class="num">pods × GPUs</th></tr></thead>
+          <thead><tr><th>job</th><th>queue</th><th>state</th><th class="num">position</th><th class="num">pods × GPUs</th><th>expected start</th></tr></thead>
           <tbody>{rows.map((r) => (
             <tr><td><a href={`#/jobs?name=${encodeURIComponent(r.name)}`}>{r.name}</a></td><td>{r.queue}</td><td>{r.state}</td>
-              <td class="num">{r.queue_position ?? "—"}</td><td class="num">{r.pods} × {r.gpus_per_pod}</td></tr>
+              <td class="num">{r.queue_position ?? "—"}</td><td class="num">{r.pods} × {r.gpus_per_pod}</td>
+              <td>{r.estimate ? `${time(r.estimate.p50_ms)} (90% by ${time(r.estimate.p90_ms)})` : "—"}</td></tr>
           ))}</tbody>
         </table>
       ))}
@@ -71,6 +75,7 @@ function Detail({ name }: { name: string }) {
           {ex.queue && <> Queue {ex.queue.name}: {ex.queue.used_gpus} of {ex.queue.nominal_gpus} GPUs used ({ex.queue.borrowed_gpus} borrowed), fair share {ex.queue.fair_share.toFixed(3)}.</>}
         </p>
       </div>
+      {ex.state === "pending" && <StartCard job={ex.job} estimate={ex.estimate ?? null} />}
       {x ? <Breakdown x={x} /> : <p>No attempt yet, so no nodes were evaluated.</p>}
       <h3>Attempts ({ex.attempts} on record)</h3>
       <table>
@@ -85,6 +90,63 @@ function Detail({ name }: { name: string }) {
         })}</tbody>
       </table>
     </section>
+  );
+}
+
+/** The planner's estimate with a small timeline, and the what-if variations on request. */
+function StartCard({ job, estimate }: { job: string; estimate: Estimate | null }) {
+  const [answer, setAnswer] = useState<WhatIfAnswer | null>(null);
+  const [error, setError] = useState<string | null>(null);
+  const [busy, setBusy] = useState(false);
+  useEffect(() => { setAnswer(null); setError(null); }, [job]);
+  const ask = async () => {
+    setBusy(true); setError(null);
+    try { setAnswer(await post<WhatIfAnswer>("/api/whatif", { like: job, variations: true })); }
+    catch (err) { setError(message(err)); }
+    finally { setBusy(false); }
+  };
+  const outcomes = answer ? [answer.answer, ...answer.variations] : [];
+  return (
+    <div class="card">
+      <h3>When it will start</h3>
+      {estimate ? (
+        <>
+          <p class="why" data-testid="estimate">{estimate.text.charAt(0).toUpperCase() + estimate.text.slice(1)}.</p>
+          <Timeline e={estimate} />
+        </>
+      ) : <p>The planner has not estimated it yet: it estimates the jobs nearest the front of their queues.</p>}
+      <button type="button" onClick={ask} disabled={busy}>{busy ? "Asking the plan…" : "Start sooner with…"}</button>
+      <Status error={error} />
+      {answer && (
+        <table aria-label="What-if variations">
+          <caption>From the same plan, {answer.jobs_ahead} pending jobs ahead; soonest first after the job as submitted.</caption>
+          <thead><tr><th>change</th><th>shape</th><th>expected start</th><th>answer</th></tr></thead>
+          <tbody>{outcomes.map((o) => (
+            <tr><td>{o.change || "as submitted"}</td>
+              <td>{o.job.pods} × {o.job.gpus_per_pod} {o.job.gpu_type || "any GPU"}, queue {o.job.queue}</td>
+              <td>{o.estimate ? time(o.estimate.p50_ms) : "—"}</td><td>{o.text}</td></tr>
+          ))}</tbody>
+        </table>
+      )}
+    </div>
+  );
+}
+
+/** Now → p10 … p50 … p90 on one axis: the band is the 10–90% interval, the mark the median. */
+function Timeline({ e }: { e: Estimate }) {
+  const now = Date.now();
+  const end = Math.max(e.p90_ms, now + 60_000);
+  const span = (end - now) * 1.1;
+  const x = (ms: number) => 10 + (380 * Math.max(0, ms - now)) / span;
+  const label = `Start expected between ${time(e.p10_ms)} and ${time(e.p90_ms)}, most likely about ${time(e.p50_ms)}`;
+  return (
+    <svg class="timeline" viewBox="0 0 400 46" role="img" aria-label={label} data-testid="start-timeline">
+      <line x1="10" y1="18" x2="390" y2="18" stroke="#555" />
+      <rect x={x(e.p10_ms)} y="10" width={Math.max(2, x(e.p90_ms) - x(e.p10_ms))} height="16" fill="#9cc3e6" />
+      <line x1={x(e.p50_ms)} y1="6" x2={x(e.p50_ms)} y2="30" stroke="#123f6b" stroke-width="3" />
+      <text x="10" y="42" font-size="11" fill="#222">now</text>
+      <text x={Math.min(Math.max(x(e.p50_ms), 44), 330)} y="42" font-size="11" fill="#222">{time(e.p50_ms)}</text>
+    </svg>
   );
 }
 
