@@ -88,6 +88,8 @@ wait_for() { # what, command...
 }
 wait_for etcd curl -sf "http://127.0.0.1:$etcd_port/health"
 
+# The upstream gang API (scheduling.k8s.io Workload and PodGroup, and the pods'
+# spec.schedulingGroup) is alpha in 1.36: its feature gate and API version are turned on.
 # No controller manager runs: ServiceAccount admission would wait for default accounts it
 # creates, and TaintNodesByCondition would leave a not-ready taint only it removes.
 # The command goes into a script of its own, so restart-apiserver.sh can run the same server
@@ -103,6 +105,7 @@ exec "$bin/kube-apiserver" \\
     --service-account-key-file="$dir/sa.pub" --service-account-signing-key-file="$dir/sa.key" \
     --service-cluster-ip-range=10.96.0.0/16 \
     --disable-admission-plugins=ServiceAccount,TaintNodesByCondition \
+    --feature-gates=GenericWorkload=true --runtime-config=scheduling.k8s.io/v1alpha2=true \
     --profiling=false --v=1
 RUN
 echo "$token" >"$dir/admin.token"

@@ -18,7 +18,7 @@ use k8s_openapi::api::core::v1::{ConfigMap, Node, Pod};
 use k8s_openapi::api::events::v1::Event;
 use k8s_openapi::apiextensions_apiserver::pkg::apis::apiextensions::v1::CustomResourceDefinition;
 use kube::Api;
-use kube::api::{DynamicObject, ListParams, PostParams};
+use kube::api::{ApiResource, DynamicObject, GroupVersionKind, ListParams, PostParams};
 use serde_json::json;
 
 #[test]
@@ -293,6 +293,88 @@ fn pods_and_gangs_bind_on_a_real_control_plane() {
             let now = pods.get(p.metadata.name.as_ref().unwrap()).await.unwrap();
             assert_eq!(node_of(&now), node_of(p));
         }
+
+        // The upstream gang API (scheduling.k8s.io/v1alpha2, KEP-4671), as a workload
+        // controller writes it: a Workload with a gang template of minCount 3, its PodGroup,
+        // and pods naming the PodGroup in spec.schedulingGroup. Two of three pods wait, and
+        // the PodGroup says why; the third brings the gang in whole.
+        let upstream = |kind: &str, plural: &str| {
+            ApiResource::from_gvk_with_plural(
+                &GroupVersionKind::gvk("scheduling.k8s.io", "v1alpha2", kind),
+                plural,
+            )
+        };
+        let (workload_kind, group_kind) = (
+            upstream("Workload", "workloads"),
+            upstream("PodGroup", "podgroups"),
+        );
+        let gang = json!({"gang": {"minCount": 3}});
+        let mut workload = DynamicObject::new("up", &workload_kind);
+        workload.data = json!({"spec": {"podGroupTemplates": [{"name": "workers", "schedulingPolicy": gang}]}});
+        Api::<DynamicObject>::namespaced_with(client.clone(), "default", &workload_kind)
+            .create(&pp, &workload)
+            .await
+            .unwrap();
+        let mut group = DynamicObject::new("up-workers", &group_kind);
+        group.data = json!({"spec": {
+            "podGroupTemplateRef": {"workload": {"workloadName": "up", "podGroupTemplateName": "workers"}},
+            "schedulingPolicy": gang}});
+        let upstream_groups: Api<DynamicObject> =
+            Api::namespaced_with(client.clone(), "default", &group_kind);
+        upstream_groups.create(&pp, &group).await.unwrap();
+        let member = |i: u32| {
+            with_spec(
+                &format!("up-{i}"),
+                json!({"schedulingGroup": {"podGroupName": "up-workers"}}),
+            )
+        };
+        for i in 0..2 {
+            pods.create(&pp, &member(i)).await.unwrap();
+        }
+        let condition = |group: &DynamicObject| {
+            group.data["status"]["conditions"]
+                .as_array()?
+                .iter()
+                .find(|c| c["type"] == "PodGroupScheduled")
+                .cloned()
+        };
+        let waiting = until("the PodGroup's Unschedulable condition", || async {
+            condition(&upstream_groups.get("up-workers").await.ok()?)
+                .filter(|c| c["status"] == "False")
+        })
+        .await;
+        assert_eq!(waiting["reason"], "Unschedulable", "{waiting}");
+        assert_eq!(
+            waiting["message"], "gang default/up-workers has 2 of its 3 pods (0 bound, 2 pending)",
+            "{waiting}"
+        );
+        let (_, _, message) = scheduled_condition(&pods.get("up-0").await.unwrap()).unwrap();
+        assert_eq!(message, waiting["message"].as_str().unwrap());
+        pods.create(&pp, &member(2)).await.unwrap();
+        let up: Vec<String> = until("the upstream gang to bind", || async {
+            let mut nodes = Vec::new();
+            for i in 0..3 {
+                nodes.push(node_of(&pods.get(&format!("up-{i}")).await.ok()?)?);
+            }
+            Some(nodes)
+        })
+        .await;
+        assert_eq!(up.len(), 3);
+        let scheduled = until("the PodGroup's Scheduled condition", || async {
+            let group = upstream_groups.get("up-workers").await.ok()?;
+            let generation = group.metadata.generation;
+            condition(&group)
+                .filter(|c| c["status"] == "True")
+                .map(|c| (c, generation))
+        })
+        .await;
+        assert_eq!(scheduled.0["reason"], "Scheduled", "{}", scheduled.0);
+        assert_eq!(
+            scheduled.0["observedGeneration"].as_i64(),
+            scheduled.1,
+            "{}",
+            scheduled.0
+        );
     });
     eprintln!(
         "kube e2e: passed in {:.1} s",

@@ -25,7 +25,7 @@ use kube::{Api, Client, Resource, ResourceExt};
 use crate::config::KubeConfig;
 use crate::evict::Preemption;
 use crate::leader::Leadership;
-use crate::mapping::PendingPod;
+use crate::mapping::{GroupPolicy, PendingPod};
 use crate::tracker::{PodKey, Tracker, World};
 use crate::{Error, Result};
 
@@ -68,6 +68,9 @@ pub struct KubeCluster {
     bound: Store<Pod>,
     /// scheduler-plugins' PodGroups; `None` when the cluster has no such CRD.
     pod_groups: Option<Store<DynamicObject>>,
+    /// Upstream `scheduling.k8s.io` PodGroups (KEP-4671), in the version the API server
+    /// serves (kept for the status writes); `None` while it serves none.
+    workload_groups: Option<(Store<DynamicObject>, ApiResource)>,
     /// Gantry's `Queue` objects; `None` when the cluster has no such CRD.
     queues: Option<Store<DynamicObject>>,
     /// Every namespace: their labels decide which Queues their pods may use.
@@ -123,6 +126,12 @@ pub struct KubeCluster {
 /// `spec.clusterQueue` is read, which both have).
 const KUEUE_GROUP: &str = "kueue.x-k8s.io";
 const KUEUE_VERSIONS: [&str; 2] = ["v1beta2", "v1beta1"];
+
+/// The upstream gang API's group, and the versions of its `PodGroup` Gantry reads, preferred
+/// first: alpha in 1.35 (v1alpha1, a different shape, not read), v1alpha2 in 1.36, beta in 1.37.
+/// Both read versions have `spec.schedulingPolicy` and `status.conditions` as read here.
+const WORKLOAD_GROUP: &str = "scheduling.k8s.io";
+const WORKLOAD_VERSIONS: [&str; 2] = ["v1beta1", "v1alpha2"];
 
 /// How often kinds the cluster did not serve are looked for again.
 const DISCOVER_EVERY: Duration = Duration::from_secs(30);
@@ -323,6 +332,7 @@ impl KubeCluster {
             pending,
             bound,
             pod_groups: None,
+            workload_groups: None,
             queues: None,
             namespaces,
             local_queues: None,
@@ -393,6 +403,35 @@ impl KubeCluster {
                     "no scheduling.x-k8s.io/v1alpha1 PodGroup in this cluster (yet): gangs come from Gantry's labels"
                 },
                 served,
+            ));
+        }
+        if self.workload_groups.is_none() {
+            let version = WORKLOAD_VERSIONS
+                .into_iter()
+                .find(|v| self.serves(&format!("{WORKLOAD_GROUP}/{v}"), "podgroups"));
+            if let Some(version) = version {
+                let resource = ApiResource::from_gvk_with_plural(
+                    &GroupVersionKind::gvk(WORKLOAD_GROUP, version, "PodGroup"),
+                    "podgroups",
+                );
+                let store = reflect(
+                    &self.runtime,
+                    Api::<DynamicObject>::all_with(self.client.clone(), &resource),
+                    watcher::Config::default(),
+                    self.generation.clone(),
+                    self.group_log.clone(),
+                    "workload pod groups",
+                    resource.clone(),
+                );
+                self.workload_groups = Some((store, resource));
+            }
+            found.push((
+                if version.is_some() {
+                    "scheduling.k8s.io PodGroup found: pods naming one in spec.schedulingGroup follow its gang policy"
+                } else {
+                    "no scheduling.k8s.io PodGroup in this cluster (yet; the GenericWorkload feature gate): spec.schedulingGroup is not read"
+                },
+                version.is_some(),
             ));
         }
         if self.queues.is_none() {
@@ -481,6 +520,9 @@ impl KubeCluster {
                 let _ = self.pending.wait_until_ready().await;
                 let _ = self.bound.wait_until_ready().await;
                 if let Some(groups) = &self.pod_groups {
+                    let _ = groups.wait_until_ready().await;
+                }
+                if let Some((groups, _)) = &self.workload_groups {
                     let _ = groups.wait_until_ready().await;
                 }
                 if let Some(queues) = &self.queues {
@@ -609,6 +651,117 @@ impl KubeCluster {
             })
             .collect();
         self.tracker.pod_groups_changed(group_to_min);
+        let group_to_policy: HashMap<PodKey, GroupPolicy> = self
+            .workload_groups
+            .iter()
+            .flat_map(|(store, _)| store.state())
+            .filter_map(|group| {
+                let key = (
+                    group.metadata.namespace.clone()?,
+                    group.metadata.name.clone()?,
+                );
+                let policy = &group.data["spec"]["schedulingPolicy"];
+                let policy = if let Some(min) = policy["gang"]["minCount"].as_u64() {
+                    GroupPolicy::Gang(u32::try_from(min).ok()?.max(1))
+                } else if policy.get("basic").is_some() {
+                    GroupPolicy::Basic
+                } else {
+                    // The API server validates one policy; a newer one is not known here.
+                    tracing::warn!(group = ?key, "PodGroup with a scheduling policy Gantry does not know; its pods wait");
+                    return None;
+                };
+                Some((key, policy))
+            })
+            .collect();
+        self.tracker.workload_groups_changed(group_to_policy);
+    }
+
+    /// Writes each upstream PodGroup's `PodGroupScheduled` condition as kube-scheduler does:
+    /// True ("Scheduled") once its pods are bound, False ("Unschedulable", with the pods'
+    /// FailedScheduling message) while they wait; never back to False once True (extra pods
+    /// do not unschedule a group), and only when it changed.
+    fn write_pod_group_conditions(&mut self, group_to_outcome: BTreeMap<PodKey, (bool, String)>) {
+        let Some((store, resource)) = &self.workload_groups else {
+            return;
+        };
+        if group_to_outcome.is_empty() || !self.may_write() {
+            return;
+        }
+        let now = k8s_openapi::jiff::Timestamp::now().to_string();
+        let mut patches = Vec::new();
+        for ((namespace, name), (scheduled, message)) in group_to_outcome {
+            let Some(group) =
+                store.get(&ObjectRef::new_with(&name, resource.clone()).within(&namespace))
+            else {
+                continue;
+            };
+            let conditions = group.data["status"]["conditions"]
+                .as_array()
+                .cloned()
+                .unwrap_or_default();
+            let existing = conditions.iter().find(|c| c["type"] == "PodGroupScheduled");
+            if existing.is_some_and(|c| c["status"] == "True") && !scheduled {
+                continue;
+            }
+            let (status, reason) = if scheduled {
+                ("True", "Scheduled")
+            } else {
+                ("False", "Unschedulable")
+            };
+            let generation = group.metadata.generation.unwrap_or_default();
+            if existing.is_some_and(|c| {
+                c["status"] == status
+                    && c["reason"] == reason
+                    && c["message"] == message.as_str()
+                    && c["observedGeneration"] == generation
+            }) {
+                continue;
+            }
+            let since = match existing {
+                Some(c) if c["status"] == status => c["lastTransitionTime"].clone(),
+                _ => serde_json::Value::from(now.as_str()),
+            };
+            let mut list: Vec<serde_json::Value> = conditions
+                .iter()
+                .filter(|c| c["type"] != "PodGroupScheduled")
+                .cloned()
+                .collect();
+            list.push(serde_json::json!({
+                "type": "PodGroupScheduled",
+                "status": status,
+                "reason": reason,
+                "message": message,
+                "observedGeneration": generation,
+                "lastTransitionTime": since,
+            }));
+            patches.push((namespace, name, list));
+        }
+        let client = &self.write_client;
+        let leadership = self.leadership.as_deref();
+        self.runtime
+            .block_on(futures::stream::iter(patches).for_each_concurrent(
+                CONCURRENCY,
+                |(namespace, name, conditions)| async move {
+                    if leadership.is_some_and(|l| !l.is_leader()) {
+                        return;
+                    }
+                    let api: Api<DynamicObject> =
+                        Api::namespaced_with(client.clone(), &namespace, resource);
+                    let patch = serde_json::json!({"status": {"conditions": conditions}});
+                    match api
+                        .patch_status(&name, &PatchParams::default(), &Patch::Merge(patch))
+                        .await
+                    {
+                        Ok(_) => {}
+                        // Deleted meanwhile: nothing left to report on.
+                        Err(kube::Error::Api(status)) if status.code == 404 => {}
+                        Err(error) => tracing::warn!(
+                            group = %format!("{namespace}/{name}"), %error,
+                            "cannot set PodGroupScheduled"
+                        ),
+                    }
+                },
+            ));
     }
 
     /// Writes each Queue's status when it changed: the GPUs its running jobs hold and its
@@ -842,6 +995,7 @@ impl KubeCluster {
         }
         let mut scheduled: Vec<(PendingPod, String)> = Vec::new();
         let mut rollback: Vec<PendingPod> = Vec::new();
+        let mut group_to_outcome: BTreeMap<PodKey, (bool, String)> = BTreeMap::new();
         for (job, (bound, failure)) in job_to_result {
             match failure {
                 None => {
@@ -855,6 +1009,12 @@ impl KubeCluster {
                     );
                     let bound: Vec<(PendingPod, usize)> =
                         bound.into_iter().map(|(p, node, _)| (p, node)).collect();
+                    for (pod, _) in &bound {
+                        let key = (pod.namespace.clone(), pod.name.clone());
+                        if let Some(group) = self.tracker.workload_group_of(&key) {
+                            group_to_outcome.insert(group, (true, String::new()));
+                        }
+                    }
                     self.tracker.bound(job, &bound);
                     outcomes.push(BindOutcome::Bound { job });
                 }
@@ -890,6 +1050,7 @@ impl KubeCluster {
                 },
             ));
         }
+        self.write_pod_group_conditions(group_to_outcome);
         // The Scheduled Events go out in the background, a few at a time, like kube-scheduler's
         // event broadcaster: the next cycle's bindings never wait for this cycle's Events, and
         // a burst of Events never crowds bindings out of the API server.
@@ -937,6 +1098,16 @@ impl KubeCluster {
             let reason = preemption.reason();
             waiting.extend(preemption.pods().map(|p| (p.clone(), reason.clone())));
         }
+        let mut group_to_outcome: BTreeMap<PodKey, (bool, String)> = BTreeMap::new();
+        for (pod, message) in &waiting {
+            let key = (pod.namespace.clone(), pod.name.clone());
+            if let Some(group) = self.tracker.workload_group_of(&key) {
+                group_to_outcome
+                    .entry(group)
+                    .or_insert_with(|| (false, message.clone()));
+            }
+        }
+        self.write_pod_group_conditions(group_to_outcome);
         if self.last_trim.elapsed() >= TRIM_EVERY {
             // Forget pods that are no longer waiting, so the map stays as small as the queue.
             let pending = self.tracker.pending_uids();
@@ -1026,7 +1197,10 @@ impl ClusterSource for KubeCluster {
         // until they are gone.
         let evicted = std::mem::take(&mut self.evicted);
         self.tracker.evicted(scheduler, &evicted);
-        if (self.pod_groups.is_none() || self.queues.is_none() || self.local_queues.is_none())
+        if (self.pod_groups.is_none()
+            || self.workload_groups.is_none()
+            || self.queues.is_none()
+            || self.local_queues.is_none())
             && self.last_discovery.elapsed() >= DISCOVER_EVERY
         {
             for (what, found) in self.discover() {
@@ -1062,7 +1236,7 @@ impl ClusterSource for KubeCluster {
             self.refresh_queues(scheduler);
         }
         if (!self.built || groups.relisted || !groups.keys.is_empty())
-            && (self.groups_ready || self.pod_groups.is_none())
+            && (self.groups_ready || (self.pod_groups.is_none() && self.workload_groups.is_none()))
         {
             self.refresh_groups();
         }

@@ -3,16 +3,17 @@
 //!
 //! - **Source** ([`KubeCluster`]): reflectors (watch caches) over nodes, over our unbound pods
 //!   (`spec.schedulerName: gantry`), over every bound pod (for accounting), over namespaces
-//!   (their labels, for the Queues' `namespaceSelector`), over scheduler-plugins' `PodGroup`s
-//!   and over Kueue's `LocalQueue`s. Nothing is listed per cycle or per node; nothing is scheduled
+//!   (their labels, for the Queues' `namespaceSelector`), over the upstream gang API's
+//!   `scheduling.k8s.io` PodGroups and scheduler-plugins' `PodGroup`s, and over Kueue's
+//!   `LocalQueue`s. Nothing is listed per cycle or per node; nothing is scheduled
 //!   until every cache has synced. [`tracker::Tracker`] keeps one long-lived scheduler up to date
 //!   from the keys each watch event changed, using [`mapping`]'s rules: a node table
 //!   (topology from labels, GPUs from `nvidia.com/gpu`, health from conditions and taints)
 //!   with bound pods reserved, and one job per single pod or complete gang.
 //! - **Binder** (`KubeCluster`'s [`gantry_core::Binder`]): binds through the `pods/binding` subresource,
 //!   idempotently (409 means bound already, and `spec.nodeName` is read back), and posts
-//!   `Scheduled` / `FailedScheduling` Events and the `PodScheduled` condition the way
-//!   kube-scheduler does.
+//!   `Scheduled` / `FailedScheduling` Events, the `PodScheduled` condition and an upstream
+//!   PodGroup's `PodGroupScheduled` condition the way kube-scheduler does.
 //! - **Preemption** ([`evict`]): bound pods of ours and balloons (`gantry.dev/balloon`) are
 //!   running jobs the core may preempt; victims go through the Eviction API (PodDisruptionBudgets
 //!   apply) and the preemptor is nominated, not bound, until they are gone.
@@ -44,7 +45,7 @@ pub mod tracker;
 pub use cluster::KubeCluster;
 pub use config::{KubeConfig, TopologyLabel};
 pub use leader::{LeaderSettings, Leadership};
-pub use mapping::PendingPod;
+pub use mapping::{GroupPolicy, PendingPod};
 
 /// Why talking to the cluster failed. One line each, naming the object and the problem.
 #[derive(Debug, thiserror::Error)]

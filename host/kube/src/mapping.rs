@@ -228,6 +228,10 @@ pub(crate) enum Gang {
     Single(String, String),
     /// `(namespace, name)`; the size comes from the `PodGroup`'s `minMember`.
     PodGroup(String, String),
+    /// `(namespace, name)` of an upstream `scheduling.k8s.io` PodGroup (KEP-4671) with the gang
+    /// policy, named by the pod's `spec.schedulingGroup.podGroupName`; the size is its
+    /// `minCount`.
+    Workload(String, String),
     /// `(namespace, name)` and the size label's text.
     Labels(String, String, Option<String>),
 }
@@ -236,22 +240,60 @@ impl Gang {
     /// The namespace its pods are in.
     pub(crate) fn namespace(&self) -> &str {
         match self {
-            Gang::Single(ns, _) | Gang::PodGroup(ns, _) | Gang::Labels(ns, _, _) => ns,
+            Gang::Single(ns, _)
+            | Gang::PodGroup(ns, _)
+            | Gang::Workload(ns, _)
+            | Gang::Labels(ns, _, _) => ns,
         }
     }
 
     /// The job's name: `namespace/pod` for a single pod, `namespace/group` for a gang.
     pub(crate) fn job_name(&self) -> String {
         match self {
-            Gang::Single(ns, name) | Gang::PodGroup(ns, name) | Gang::Labels(ns, name, _) => {
-                format!("{ns}/{name}")
-            }
+            Gang::Single(ns, name)
+            | Gang::PodGroup(ns, name)
+            | Gang::Workload(ns, name)
+            | Gang::Labels(ns, name, _) => format!("{ns}/{name}"),
         }
     }
 }
 
-pub(crate) fn gang_of(pod: &Pod, config: &KubeConfig) -> Gang {
+/// An upstream `scheduling.k8s.io` PodGroup's scheduling policy (`spec.schedulingPolicy`).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum GroupPolicy {
+    /// `gang: {minCount}`: all-or-nothing, once `minCount` pods exist.
+    Gang(u32),
+    /// `basic`: each pod is scheduled on its own, as kube-scheduler does.
+    Basic,
+}
+
+/// The upstream PodGroup a pod names in `spec.schedulingGroup.podGroupName`.
+pub(crate) fn scheduling_group(pod: &Pod) -> Option<&str> {
+    pod.spec
+        .as_ref()?
+        .scheduling_group
+        .as_ref()?
+        .pod_group_name
+        .as_deref()
+}
+
+/// The pod's gang. `workload_groups` holds the upstream PodGroups' policies: a pod of a
+/// `basic` group is a job of its own; one whose group is not known yet waits as a member.
+pub(crate) fn gang_of(
+    pod: &Pod,
+    config: &KubeConfig,
+    workload_groups: &HashMap<crate::tracker::PodKey, GroupPolicy>,
+) -> Gang {
     let namespace = pod.metadata.namespace.clone().unwrap_or_default();
+    if let Some(group) = scheduling_group(pod) {
+        let key = (namespace, group.to_string());
+        return match workload_groups.get(&key) {
+            Some(GroupPolicy::Basic) => {
+                Gang::Single(key.0, pod.metadata.name.clone().unwrap_or_default())
+            }
+            _ => Gang::Workload(key.0, key.1),
+        };
+    }
     if let Some(group) = label(pod, &config.pod_group_label) {
         Gang::PodGroup(namespace, group.into())
     } else if let Some(gang) = label(pod, &config.gang_label) {

@@ -30,8 +30,8 @@ use k8s_openapi::api::core::v1::{Node, Pod};
 
 use crate::config::KubeConfig;
 use crate::mapping::{
-    self, Gang, NodeDigest, PendingPod, created_unix_s, gang_of, is_balloon, is_ours, pod_request,
-    pod_shape, queue_claim, widen,
+    self, Gang, GroupPolicy, NodeDigest, PendingPod, created_unix_s, gang_of, is_balloon, is_ours,
+    pod_request, pod_shape, queue_claim, widen,
 };
 use crate::queues::DeclaredQueue;
 use crate::tenancy::{Affected, Labels, Tenancy};
@@ -111,6 +111,9 @@ pub struct Tracker {
     used_queues: BTreeSet<String>,
     /// `minMember` of each scheduler-plugins PodGroup.
     group_to_min: HashMap<PodKey, u32>,
+    /// The policy of each upstream `scheduling.k8s.io` PodGroup: it decides whether its pods
+    /// are one gang or each a job.
+    workload_group_to_policy: HashMap<PodKey, GroupPolicy>,
     /// Our unbound pods, and their gangs.
     key_to_pending: HashMap<PodKey, Gang>,
     gang_to_pending: HashMap<Gang, PendingGang>,
@@ -154,6 +157,7 @@ impl Tracker {
             tenancy: Tenancy::default(),
             used_queues: BTreeSet::new(),
             group_to_min: HashMap::new(),
+            workload_group_to_policy: HashMap::new(),
             key_to_pending: HashMap::new(),
             gang_to_pending: HashMap::new(),
             key_to_bound: HashMap::new(),
@@ -386,6 +390,47 @@ impl Tracker {
         self.dirty_pending.extend(groups);
     }
 
+    /// The upstream PodGroups changed: their pods are grouped again (a `basic` group's pods
+    /// are jobs of their own, a gang's one job of at least `minCount`).
+    pub fn workload_groups_changed(&mut self, group_to_policy: HashMap<PodKey, GroupPolicy>) {
+        if group_to_policy == self.workload_group_to_policy {
+            return;
+        }
+        self.workload_group_to_policy = group_to_policy;
+        let regroup: Vec<(PodKey, Arc<Pod>)> = self
+            .gang_to_pending
+            .values()
+            .flat_map(|g| g.pods.iter())
+            .filter(|(_, p)| mapping::scheduling_group(&p.pod).is_some())
+            .map(|(key, p)| (key.clone(), p.pod.clone()))
+            .collect();
+        for (key, pod) in regroup {
+            self.set_pending(key, &pod);
+        }
+        let gangs: Vec<Gang> = self
+            .gang_to_pending
+            .keys()
+            .filter(|g| matches!(g, Gang::Workload(..)))
+            .cloned()
+            .collect();
+        self.dirty_pending.extend(gangs);
+    }
+
+    /// The upstream PodGroup a pending or bound pod of ours belongs to as a gang member.
+    pub fn workload_group_of(&self, key: &PodKey) -> Option<PodKey> {
+        let gang =
+            self.key_to_pending
+                .get(key)
+                .or_else(|| match &self.key_to_bound.get(key)?.role {
+                    Role::Member(gang) => Some(gang),
+                    Role::Held { .. } => None,
+                })?;
+        match gang {
+            Gang::Workload(ns, name) => Some((ns.clone(), name.clone())),
+            _ => None,
+        }
+    }
+
     /// The pod at `key` changed: `pending` and `bound` are what the unbound-pod and bound-pod
     /// caches now hold for it.
     pub fn pod_changed(
@@ -421,7 +466,7 @@ impl Tracker {
     }
 
     fn set_pending(&mut self, key: PodKey, pod: &Arc<Pod>) {
-        let gang = gang_of(pod, &self.config);
+        let gang = gang_of(pod, &self.config, &self.workload_group_to_policy);
         let member = PendingPod::of(pod);
         if let Some(old) = self.key_to_pending.get(&key)
             && *old != gang
@@ -455,7 +500,7 @@ impl Tracker {
         let ours = is_ours(pod, &self.config);
         let terminating = pod.metadata.deletion_timestamp.is_some();
         let member_of = ((ours || is_balloon(pod, &self.config)) && !terminating)
-            .then(|| gang_of(pod, &self.config));
+            .then(|| gang_of(pod, &self.config, &self.workload_group_to_policy));
         if let Some(old) = self.key_to_bound.get_mut(&key)
             && old.uid == uid
             && old.node == node
@@ -757,6 +802,16 @@ impl Tracker {
                         return Some(format!(
                             "pod group {ns}/{group} not found (scheduling.x-k8s.io PodGroup named by label {})",
                             self.config.pod_group_label
+                        ));
+                    }
+                },
+                Gang::Workload(ns, group) => match self.workload_group_to_policy.get(&(ns.clone(), group.clone())) {
+                    Some(GroupPolicy::Gang(min)) => *min,
+                    // A basic group's pods are single jobs: never keyed here.
+                    Some(GroupPolicy::Basic) => 1,
+                    None => {
+                        return Some(format!(
+                            "pod group {ns}/{group} not found (scheduling.k8s.io PodGroup named by spec.schedulingGroup.podGroupName)"
                         ));
                     }
                 },
@@ -1269,6 +1324,73 @@ mod tests {
         assert_eq!(s.queues.name(s.job(id("ns/single")).queue), "team-b");
         assert_eq!(s.queues.name(s.job(id("ns/g")).queue), "default");
         assert!(tracker.waiting().is_empty());
+    }
+
+    /// `pod` naming an upstream PodGroup in `spec.schedulingGroup`.
+    fn in_group(pod: Arc<Pod>, group: &str) -> Arc<Pod> {
+        let mut pod = (*pod).clone();
+        pod.spec.as_mut().unwrap().scheduling_group =
+            Some(k8s_openapi::api::core::v1::PodSchedulingGroup {
+                pod_group_name: Some(group.into()),
+            });
+        Arc::new(pod)
+    }
+
+    #[test]
+    fn upstream_pod_groups_make_gangs_by_min_count_and_basic_ones_single_jobs() {
+        let nodes = [node("a", 8, &[], true), node("b", 8, &[], true)];
+        let pending = [
+            in_group(pod("w0", 1, &[], None), "train"),
+            in_group(pod("w1", 1, &[], None), "train"),
+            in_group(pod("w2", 1, &[], None), "big"),
+            in_group(pod("s0", 1, &[], None), "serve"),
+            in_group(pod("s1", 1, &[], None), "serve"),
+        ];
+        // The pods come before their PodGroups: they wait, naming what they wait for.
+        let (mut tracker, mut s) = build(&nodes, &[], &pending, &[], &[]);
+        assert!(jobs(&s).is_empty());
+        let mut reasons: Vec<String> = tracker.waiting().into_iter().map(|(_, r)| r).collect();
+        reasons.sort();
+        reasons.dedup();
+        assert_eq!(
+            reasons,
+            [
+                "pod group ns/big not found (scheduling.k8s.io PodGroup named by spec.schedulingGroup.podGroupName)",
+                "pod group ns/serve not found (scheduling.k8s.io PodGroup named by spec.schedulingGroup.podGroupName)",
+                "pod group ns/train not found (scheduling.k8s.io PodGroup named by spec.schedulingGroup.podGroupName)",
+            ]
+        );
+        tracker.workload_groups_changed(
+            [
+                (key("train"), GroupPolicy::Gang(2)),
+                (key("big"), GroupPolicy::Gang(4)),
+                (key("serve"), GroupPolicy::Basic),
+            ]
+            .into(),
+        );
+        tracker.finish_sync(&mut s, Duration::from_secs(120));
+        let mut names = jobs(&s);
+        names.sort();
+        assert_eq!(
+            names,
+            [
+                ("ns/s0".into(), 1),
+                ("ns/s1".into(), 1),
+                ("ns/train".into(), 2)
+            ],
+            "a gang of minCount 2, and a basic group's pods each on their own"
+        );
+        let reasons: Vec<String> = tracker.waiting().into_iter().map(|(_, r)| r).collect();
+        assert_eq!(
+            reasons,
+            ["gang ns/big has 1 of its 4 pods (0 bound, 1 pending)"]
+        );
+        assert_eq!(tracker.workload_group_of(&key("w0")), Some(key("train")));
+        assert_eq!(
+            tracker.workload_group_of(&key("s0")),
+            None,
+            "basic: no gang"
+        );
     }
 
     #[test]
