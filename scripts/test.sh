@@ -24,6 +24,12 @@ step "test control plane (tests/cluster: kube-apiserver, etcd, kwok, kubectl, ku
 GANTRY_CLUSTER_BIN="$(tests/cluster/build.sh)"
 export GANTRY_CLUSTER_BIN
 
+step "image (deploy/Containerfile: a static musl binary with the policies, built with buildah)"
+# kube_image.rs unpacks it and runs it chrooted against the test control plane: containers
+# cannot run on these machines (crun and runc fail with "setrlimit: Operation not permitted").
+GANTRY_IMAGE="$(scripts/image.sh)"
+export GANTRY_IMAGE
+
 step "tests"
 cargo test --release --workspace --quiet 2>&1 | tee "$CARGO_TARGET_DIR/test.log"
 
