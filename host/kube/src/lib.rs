@@ -25,6 +25,9 @@
 //! - **Pod spec** ([`podspec`]): requests (init containers, sidecars, overhead, pod slots,
 //!   extended resources), `nodeSelector` and node affinity compiled for the core, and the fields
 //!   Gantry does not honour, refused by name.
+//! - **Devices** ([`dra`]): DRA (`resource.k8s.io/v1`) ResourceSlices as per-node devices,
+//!   claims with their DeviceClasses and CEL selectors, and all-or-nothing allocation of
+//!   devices on one node; pure, not yet wired into the tracker or binder.
 //! - **Leader election** ([`leader`]): a `coordination.k8s.io/v1` Lease; only its holder binds.
 //!
 //! The core stays pure: kube types stop at this crate's boundary.
@@ -32,6 +35,7 @@
 pub mod bench;
 pub mod cluster;
 pub mod config;
+pub mod dra;
 pub mod evict;
 pub mod leader;
 pub mod mapping;
