@@ -660,8 +660,28 @@ impl KubeCluster {
                     group.metadata.namespace.clone()?,
                     group.metadata.name.clone()?,
                 );
-                let policy = &group.data["spec"]["schedulingPolicy"];
-                let policy = if let Some(min) = policy["gang"]["minCount"].as_u64() {
+                let spec = &group.data["spec"];
+                let policy = &spec["schedulingPolicy"];
+                let refused = |field: &str, what: &str| {
+                    GroupPolicy::Refused(format!(
+                        "pod group {}/{}: spec.{field} is not supported by Gantry ({what}); remove it or use another scheduler",
+                        key.0, key.1
+                    ))
+                };
+                let policy = if spec["schedulingConstraints"]["topology"]
+                    .as_array()
+                    .is_some_and(|t| !t.is_empty())
+                {
+                    refused(
+                        "schedulingConstraints.topology",
+                        "a gang's topology constraint; Gantry prefers the smallest domain but does not require one",
+                    )
+                } else if spec["resourceClaims"]
+                    .as_array()
+                    .is_some_and(|c| !c.is_empty())
+                {
+                    refused("resourceClaims", "claims shared by a pod group")
+                } else if let Some(min) = policy["gang"]["minCount"].as_u64() {
                     GroupPolicy::Gang(u32::try_from(min).ok()?.max(1))
                 } else if policy.get("basic").is_some() {
                     GroupPolicy::Basic

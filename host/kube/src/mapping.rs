@@ -259,12 +259,15 @@ impl Gang {
 }
 
 /// An upstream `scheduling.k8s.io` PodGroup's scheduling policy (`spec.schedulingPolicy`).
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+#[derive(Debug, Clone, PartialEq, Eq)]
 pub enum GroupPolicy {
     /// `gang: {minCount}`: all-or-nothing, once `minCount` pods exist.
     Gang(u32),
     /// `basic`: each pod is scheduled on its own, as kube-scheduler does.
     Basic,
+    /// The group asks for something Gantry does not honour (the text names the field): its
+    /// pods wait with that reason rather than be placed without it.
+    Refused(String),
 }
 
 /// The upstream PodGroup a pod names in `spec.schedulingGroup.podGroupName`.

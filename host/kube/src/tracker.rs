@@ -807,6 +807,7 @@ impl Tracker {
                 },
                 Gang::Workload(ns, group) => match self.workload_group_to_policy.get(&(ns.clone(), group.clone())) {
                     Some(GroupPolicy::Gang(min)) => *min,
+                    Some(GroupPolicy::Refused(why)) => return Some(why.clone()),
                     // A basic group's pods are single jobs: never keyed here.
                     Some(GroupPolicy::Basic) => 1,
                     None => {
@@ -1345,6 +1346,7 @@ mod tests {
             in_group(pod("w2", 1, &[], None), "big"),
             in_group(pod("s0", 1, &[], None), "serve"),
             in_group(pod("s1", 1, &[], None), "serve"),
+            in_group(pod("t0", 1, &[], None), "topo"),
         ];
         // The pods come before their PodGroups: they wait, naming what they wait for.
         let (mut tracker, mut s) = build(&nodes, &[], &pending, &[], &[]);
@@ -1357,14 +1359,17 @@ mod tests {
             [
                 "pod group ns/big not found (scheduling.k8s.io PodGroup named by spec.schedulingGroup.podGroupName)",
                 "pod group ns/serve not found (scheduling.k8s.io PodGroup named by spec.schedulingGroup.podGroupName)",
+                "pod group ns/topo not found (scheduling.k8s.io PodGroup named by spec.schedulingGroup.podGroupName)",
                 "pod group ns/train not found (scheduling.k8s.io PodGroup named by spec.schedulingGroup.podGroupName)",
             ]
         );
+        let refused = "pod group ns/topo: spec.schedulingConstraints.topology is not supported";
         tracker.workload_groups_changed(
             [
                 (key("train"), GroupPolicy::Gang(2)),
                 (key("big"), GroupPolicy::Gang(4)),
                 (key("serve"), GroupPolicy::Basic),
+                (key("topo"), GroupPolicy::Refused(refused.into())),
             ]
             .into(),
         );
@@ -1380,10 +1385,15 @@ mod tests {
             ],
             "a gang of minCount 2, and a basic group's pods each on their own"
         );
-        let reasons: Vec<String> = tracker.waiting().into_iter().map(|(_, r)| r).collect();
+        let mut reasons: Vec<String> = tracker.waiting().into_iter().map(|(_, r)| r).collect();
+        reasons.sort();
         assert_eq!(
             reasons,
-            ["gang ns/big has 1 of its 4 pods (0 bound, 1 pending)"]
+            [
+                "gang ns/big has 1 of its 4 pods (0 bound, 1 pending)",
+                refused
+            ],
+            "a group asking what Gantry does not honour waits, saying so"
         );
         assert_eq!(tracker.workload_group_of(&key("w0")), Some(key("train")));
         assert_eq!(
