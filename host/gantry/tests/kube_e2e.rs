@@ -251,14 +251,48 @@ fn pods_and_gangs_bind_on_a_real_control_plane() {
         );
         assert_eq!(node_of(&pods.get("anti").await.unwrap()), None);
 
-        // A gang larger than the free H100 nodes (though not than all of them) binds none of
-        // its pods, and says why on each.
+        // The upstream gang API (scheduling.k8s.io/v1alpha2, KEP-4671), as a workload
+        // controller writes it: a Workload with a gang template, its PodGroup, and pods naming
+        // the PodGroup in spec.schedulingGroup.
+        let upstream = |kind: &str, plural: &str| {
+            ApiResource::from_gvk_with_plural(
+                &GroupVersionKind::gvk("scheduling.k8s.io", "v1alpha2", kind),
+                plural,
+            )
+        };
+        let (workload_kind, group_kind) = (
+            upstream("Workload", "workloads"),
+            upstream("PodGroup", "podgroups"),
+        );
+        let workloads: Api<DynamicObject> =
+            Api::namespaced_with(client.clone(), "default", &workload_kind);
+        let upstream_groups: Api<DynamicObject> =
+            Api::namespaced_with(client.clone(), "default", &group_kind);
+        let upstream_gang = |name: &str, min: u32| {
+            let gang = json!({"gang": {"minCount": min}});
+            let mut workload = DynamicObject::new(name, &workload_kind);
+            workload.data = json!({"spec": {"podGroupTemplates": [{"name": "workers", "schedulingPolicy": gang}]}});
+            let mut group = DynamicObject::new(&format!("{name}-workers"), &group_kind);
+            group.data = json!({"spec": {
+                "podGroupTemplateRef": {"workload": {"workloadName": name, "podGroupTemplateName": "workers"}},
+                "schedulingPolicy": gang}});
+            (workload, group)
+        };
+        let member = |name: &str, group: &str, gpus: u32| {
+            let mut object = serde_json::to_value(pod(name, gpus, json!({}))).unwrap();
+            object["spec"]["schedulingGroup"] = json!({"podGroupName": group});
+            serde_json::from_value::<Pod>(object).unwrap()
+        };
+
+        // An upstream gang one pod wider than the free H100 nodes (though not than all of them)
+        // binds none of its pods, and says why on each.
         let free_h100 = 48 - per_node.keys().filter(|n| n.starts_with("h100")).count();
         let size = free_h100 as u32 + 1;
-        groups.create(&pp, &group("wide", size)).await.unwrap();
+        let (workload, group) = upstream_gang("wide", size);
+        workloads.create(&pp, &workload).await.unwrap();
+        upstream_groups.create(&pp, &group).await.unwrap();
         for i in 0..size {
-            let labels = json!({"scheduling.x-k8s.io/pod-group": "wide"});
-            pods.create(&pp, &pod(&format!("wide-{i}"), 8, labels))
+            pods.create(&pp, &member(&format!("wide-{i}"), "wide-workers", 8))
                 .await
                 .unwrap();
         }
@@ -288,49 +322,7 @@ fn pods_and_gangs_bind_on_a_real_control_plane() {
             )),
             "wide gang message: {message}"
         );
-        // The earlier pods stay where they were.
-        for p in &bound {
-            let now = pods.get(p.metadata.name.as_ref().unwrap()).await.unwrap();
-            assert_eq!(node_of(&now), node_of(p));
-        }
-
-        // The upstream gang API (scheduling.k8s.io/v1alpha2, KEP-4671), as a workload
-        // controller writes it: a Workload with a gang template of minCount 3, its PodGroup,
-        // and pods naming the PodGroup in spec.schedulingGroup. Two of three pods wait, and
-        // the PodGroup says why; the third brings the gang in whole.
-        let upstream = |kind: &str, plural: &str| {
-            ApiResource::from_gvk_with_plural(
-                &GroupVersionKind::gvk("scheduling.k8s.io", "v1alpha2", kind),
-                plural,
-            )
-        };
-        let (workload_kind, group_kind) = (
-            upstream("Workload", "workloads"),
-            upstream("PodGroup", "podgroups"),
-        );
-        let gang = json!({"gang": {"minCount": 3}});
-        let mut workload = DynamicObject::new("up", &workload_kind);
-        workload.data = json!({"spec": {"podGroupTemplates": [{"name": "workers", "schedulingPolicy": gang}]}});
-        Api::<DynamicObject>::namespaced_with(client.clone(), "default", &workload_kind)
-            .create(&pp, &workload)
-            .await
-            .unwrap();
-        let mut group = DynamicObject::new("up-workers", &group_kind);
-        group.data = json!({"spec": {
-            "podGroupTemplateRef": {"workload": {"workloadName": "up", "podGroupTemplateName": "workers"}},
-            "schedulingPolicy": gang}});
-        let upstream_groups: Api<DynamicObject> =
-            Api::namespaced_with(client.clone(), "default", &group_kind);
-        upstream_groups.create(&pp, &group).await.unwrap();
-        let member = |i: u32| {
-            with_spec(
-                &format!("up-{i}"),
-                json!({"schedulingGroup": {"podGroupName": "up-workers"}}),
-            )
-        };
-        for i in 0..2 {
-            pods.create(&pp, &member(i)).await.unwrap();
-        }
+        // Its PodGroup says so too (kube-scheduler's condition, with the pods' message).
         let condition = |group: &DynamicObject| {
             group.data["status"]["conditions"]
                 .as_array()?
@@ -338,6 +330,37 @@ fn pods_and_gangs_bind_on_a_real_control_plane() {
                 .find(|c| c["type"] == "PodGroupScheduled")
                 .cloned()
         };
+        let wide_group = until("the wide PodGroup's Unschedulable condition", || async {
+            condition(&upstream_groups.get("wide-workers").await.ok()?)
+        })
+        .await;
+        assert_eq!(
+            (&wide_group["status"], &wide_group["reason"]),
+            (&json!("False"), &json!("Unschedulable")),
+            "{wide_group}"
+        );
+        assert!(
+            wide_group["message"]
+                .as_str()
+                .is_some_and(|m| m.contains(&format!("Waiting for room for all {size} pods at once"))),
+            "{wide_group}"
+        );
+        // The earlier pods stay where they were.
+        for p in &bound {
+            let now = pods.get(p.metadata.name.as_ref().unwrap()).await.unwrap();
+            assert_eq!(node_of(&now), node_of(p));
+        }
+
+        // A gang of minCount 3: two of its pods wait, and the PodGroup says why; the third
+        // brings the gang in whole.
+        let (workload, group) = upstream_gang("up", 3);
+        workloads.create(&pp, &workload).await.unwrap();
+        upstream_groups.create(&pp, &group).await.unwrap();
+        for i in 0..2 {
+            pods.create(&pp, &member(&format!("up-{i}"), "up-workers", 1))
+                .await
+                .unwrap();
+        }
         let waiting = until("the PodGroup's Unschedulable condition", || async {
             condition(&upstream_groups.get("up-workers").await.ok()?)
                 .filter(|c| c["status"] == "False")
@@ -350,7 +373,9 @@ fn pods_and_gangs_bind_on_a_real_control_plane() {
         );
         let (_, _, message) = scheduled_condition(&pods.get("up-0").await.unwrap()).unwrap();
         assert_eq!(message, waiting["message"].as_str().unwrap());
-        pods.create(&pp, &member(2)).await.unwrap();
+        pods.create(&pp, &member("up-2", "up-workers", 1))
+            .await
+            .unwrap();
         let up: Vec<String> = until("the upstream gang to bind", || async {
             let mut nodes = Vec::new();
             for i in 0..3 {
@@ -374,6 +399,77 @@ fn pods_and_gangs_bind_on_a_real_control_plane() {
             scheduled.1,
             "{}",
             scheduled.0
+        );
+
+        // A NoExecute taint and an extended resource: one node, no GPUs, tainted
+        // dedicated=rdma:NoExecute, with two RDMA devices. Three tolerating pods ask one
+        // device each: two bind there, the third waits (never over-committed); a pod pinned
+        // there without the toleration waits too.
+        let mut edge = serde_json::to_value(gantry_kube::nodes::node_object(
+            &gantry_kube::nodes::NodeDef {
+                name: "edge-0".into(),
+                gpus: 0,
+                gpu_type: None,
+                cpu_milli: 64_000,
+                memory_mib: 512 * 1024,
+                topology: vec![],
+                taints: vec![("dedicated".into(), "rdma".into(), "NoExecute".into())],
+            },
+            &gantry_kube::KubeConfig::default(),
+        ))
+        .unwrap();
+        for field in ["capacity", "allocatable"] {
+            edge["status"][field]["rdma/hca"] = json!("2");
+        }
+        Api::<Node>::all(client.clone())
+            .create(&pp, &serde_json::from_value(edge).unwrap())
+            .await
+            .expect("create the tainted RDMA node");
+        let edge_pod = |name: &str, tolerates: bool, rdma: bool| {
+            let mut object = serde_json::to_value(pod(name, 0, json!({}))).unwrap();
+            if tolerates {
+                object["spec"]["tolerations"] = json!([{"key": "dedicated", "operator": "Equal",
+                    "value": "rdma", "effect": "NoExecute"}]);
+            }
+            if rdma {
+                object["spec"]["containers"][0]["resources"]["limits"]["rdma/hca"] = json!("1");
+            } else {
+                object["spec"]["nodeSelector"] = json!({"kubernetes.io/hostname": "edge-0"});
+            }
+            serde_json::from_value::<Pod>(object).unwrap()
+        };
+        for i in 0..3 {
+            pods.create(&pp, &edge_pod(&format!("rdma-{i}"), true, true))
+                .await
+                .unwrap();
+        }
+        pods.create(&pp, &edge_pod("intolerant", false, false))
+            .await
+            .unwrap();
+        let (placed, waiting) = until("two RDMA pods bound and the rest reported", || async {
+            let mut placed = Vec::new();
+            let mut waiting = Vec::new();
+            for name in ["rdma-0", "rdma-1", "rdma-2", "intolerant"] {
+                let p = pods.get(name).await.ok()?;
+                match node_of(&p) {
+                    Some(node) => placed.push((name, node)),
+                    None => waiting.push((name, scheduled_condition(&p)?.2)),
+                }
+            }
+            (placed.len() == 2 && waiting.len() == 2).then_some((placed, waiting))
+        })
+        .await;
+        assert!(
+            placed.iter().all(|(name, node)| name.starts_with("rdma-") && node == "edge-0"),
+            "placed: {placed:?}"
+        );
+        let why = |pod: &str| waiting.iter().find(|(n, _)| *n == pod).map(|(_, m)| m.clone());
+        let third = waiting.iter().find(|(n, _)| n.starts_with("rdma-")).unwrap();
+        assert!(third.1.contains("Insufficient rdma/hca"), "{third:?}");
+        let intolerant = why("intolerant").expect("intolerant waits");
+        assert!(
+            intolerant.contains("1 node has a taint the pod does not tolerate"),
+            "intolerant: {intolerant}"
         );
     });
     eprintln!(
