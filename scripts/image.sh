@@ -43,6 +43,9 @@ done
 printf 'root:x:0:0:root:/root:/sbin/nologin\ngantry:x:65532:65532:gantry:/var/lib/gantry:/sbin/nologin\n' >"$context/passwd"
 printf 'root:x:0:\ngantry:x:65532:\n' >"$context/group"
 
+# buildah stages layers in $TMPDIR (else /var/tmp): keep them beside its storage, removed below.
+export TMPDIR="$work/storage/tmp"
+mkdir -p "$TMPDIR"
 buildah_() {
     buildah --root "$work/storage/root" --runroot "$work/storage/run" --storage-driver vfs "$@"
 }
@@ -51,5 +54,6 @@ buildah_ bud --quiet --isolation chroot -f deploy/Containerfile -t gantry:0.1.0 
 buildah_ push --quiet gantry:0.1.0 "oci:$work/oci:0.1.0" >&2
 # The layout is all that is kept; buildah's own copy is only a build's scratch space.
 rm -rf "$work/storage"
-say "wrote $work/oci ($(du -sh "$work/oci" | cut -f1))"
+mib() { echo $(( $(du -sb "$1" | cut -f1) / 1048576 )); }
+say "wrote $work/oci: $(mib "$work/oci") MiB of compressed layers, $(mib "$context") MiB unpacked"
 echo "$work/oci"

@@ -404,6 +404,11 @@ fn the_image_runs_chrooted_with_the_deployments_arguments_takes_the_lease_and_bi
             response.body_mut().read_to_string().unwrap_or_default(),
         )
     };
+    // The Deployment's probes: /healthz (liveness and startup) and /readyz.
+    for probe in ["/healthz", "/readyz"] {
+        let (status, body) = http(probe, false);
+        assert_eq!(status, 200, "GET {probe}: {body}");
+    }
     let (status, page) = http("/", false);
     assert!(
         status == 200 && page.contains("<title>Gantry</title>"),
