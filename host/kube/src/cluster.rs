@@ -10,12 +10,15 @@ use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
-use futures::StreamExt;
+use futures::{FutureExt, StreamExt};
 use gantry_core::{
     BindOutcome, Binder, Changes, ClusterSource, CycleOutput, JobId, Scheduler, Symbols,
 };
 use k8s_openapi::api::core::v1::{Binding, Namespace, Node, ObjectReference, Pod};
 use k8s_openapi::api::events::v1::Event;
+use k8s_openapi::api::resource::v1::{
+    DeviceClass, ResourceClaim, ResourceClaimTemplate, ResourceSlice,
+};
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::{MicroTime, ObjectMeta};
 use kube::api::{ApiResource, DynamicObject, GroupVersionKind, Patch, PatchParams, PostParams};
 use kube::runtime::reflector::{self, ObjectRef, Store};
@@ -56,6 +59,34 @@ fn take(log: &SharedLog) -> ChangeLog {
     std::mem::take(&mut *log.lock().unwrap_or_else(|e| e.into_inner()))
 }
 
+/// The caches of Dynamic Resource Allocation (`resource.k8s.io/v1`), watched once the API
+/// server serves it.
+struct DraStores {
+    /// The devices drivers publish: the inventory, and the GPUs in the node table.
+    slices: Store<ResourceSlice>,
+    /// What a claim's request names: the class's selectors and configuration.
+    classes: Store<DeviceClass>,
+    /// The claims pods name, with their allocation and reservations.
+    claims: Store<ResourceClaim>,
+    /// The templates pods name: checked before kube-controller-manager creates their claims.
+    templates: Store<ResourceClaimTemplate>,
+}
+
+/// One pod to bind: its job, the pod, and the node index it goes to.
+type Bind = (JobId, PendingPod, usize);
+
+/// A claim status this bind pass wrote, and the merge patch that takes it back if its job
+/// does not bind.
+struct ClaimWrite {
+    /// The claim's `(namespace, name)`.
+    key: PodKey,
+    /// `{"metadata": {"resourceVersion"}, "status": {...}}`: the version pins what was read,
+    /// so a claim changed meanwhile fails the write instead of being overwritten.
+    patch: serde_json::Value,
+    /// The status fields to clear if the job does not bind.
+    undo: serde_json::Value,
+}
+
 /// The cluster source and binder for a live cluster.
 pub struct KubeCluster {
     runtime: tokio::runtime::Runtime,
@@ -78,6 +109,8 @@ pub struct KubeCluster {
     /// Kueue's `LocalQueue`s, through which `kueue.x-k8s.io/queue-name` names a queue; `None`
     /// when the cluster has no such CRD.
     local_queues: Option<Store<DynamicObject>>,
+    /// The DRA caches; `None` while the cluster does not serve `resource.k8s.io/v1`.
+    dra: Option<DraStores>,
     /// What each cache changed since the last sync (both pod caches share one log).
     node_log: SharedLog,
     pod_log: SharedLog,
@@ -85,6 +118,11 @@ pub struct KubeCluster {
     queue_log: SharedLog,
     namespace_log: SharedLog,
     local_queue_log: SharedLog,
+    /// What the DRA caches changed: slices and DeviceClasses (the inventory is read again
+    /// whole; they change rarely), claims and templates (by key; claims change at every bind).
+    slice_log: SharedLog,
+    claim_log: SharedLog,
+    template_log: SharedLog,
     /// Bumped by every watch event (any cache), so an idle loop can tell nothing happened.
     generation: Arc<AtomicU64>,
     /// The scheduler's view of the caches, kept up to date by [`ClusterSource::sync`].
@@ -120,6 +158,11 @@ pub struct KubeCluster {
     groups_ready: bool,
     queues_ready: bool,
     local_queues_ready: bool,
+    /// Whether the DRA caches hold full lists: until then pods with claims wait.
+    dra_ready: bool,
+    /// Our pods gone (deleted, or finished) since the last bind pass, as `(namespace, uid)`:
+    /// the claims reserved for them are released there.
+    gone: Vec<(String, String)>,
 }
 
 /// Kueue's API group, and the versions of `LocalQueue` Gantry reads, preferred first (only
@@ -132,6 +175,10 @@ const KUEUE_VERSIONS: [&str; 2] = ["v1beta2", "v1beta1"];
 /// Both read versions have `spec.schedulingPolicy` and `status.conditions` as read here.
 const WORKLOAD_GROUP: &str = "scheduling.k8s.io";
 const WORKLOAD_VERSIONS: [&str; 2] = ["v1beta1", "v1alpha2"];
+
+/// Dynamic Resource Allocation's API, GA since Kubernetes 1.34; the beta versions before it
+/// are not read.
+const DRA_VERSION: &str = "resource.k8s.io/v1";
 
 /// How often kinds the cluster did not serve are looked for again.
 const DISCOVER_EVERY: Duration = Duration::from_secs(30);
@@ -282,6 +329,9 @@ impl KubeCluster {
             queue_log,
             namespace_log,
             local_queue_log,
+            slice_log,
+            claim_log,
+            template_log,
         ] = std::array::from_fn(|_| SharedLog::default());
         let nodes = reflect(
             &runtime,
@@ -336,12 +386,16 @@ impl KubeCluster {
             queues: None,
             namespaces,
             local_queues: None,
+            dra: None,
             node_log,
             pod_log,
             group_log,
             queue_log,
             namespace_log,
             local_queue_log,
+            slice_log,
+            claim_log,
+            template_log,
             generation,
             tracker,
             built: false,
@@ -359,6 +413,8 @@ impl KubeCluster {
             groups_ready: false,
             queues_ready: false,
             local_queues_ready: false,
+            dra_ready: false,
+            gone: Vec::new(),
         };
         // The optional kinds: a kind the cluster does not serve is not watched (its cache
         // would never sync), and is looked for again every DISCOVER_EVERY, so a CRD installed
@@ -485,6 +541,69 @@ impl KubeCluster {
                 version.is_some(),
             ));
         }
+        if self.dra.is_none() {
+            let served = [
+                "resourceslices",
+                "deviceclasses",
+                "resourceclaims",
+                "resourceclaimtemplates",
+            ]
+            .iter()
+            .all(|plural| self.serves(DRA_VERSION, plural));
+            if served {
+                let client = &self.client;
+                let slices = reflect(
+                    &self.runtime,
+                    Api::<ResourceSlice>::all(client.clone()),
+                    watcher::Config::default(),
+                    self.generation.clone(),
+                    self.slice_log.clone(),
+                    "resource slices",
+                    (),
+                );
+                let classes = reflect(
+                    &self.runtime,
+                    Api::<DeviceClass>::all(client.clone()),
+                    watcher::Config::default(),
+                    self.generation.clone(),
+                    self.slice_log.clone(),
+                    "device classes",
+                    (),
+                );
+                let claims = reflect(
+                    &self.runtime,
+                    Api::<ResourceClaim>::all(client.clone()),
+                    watcher::Config::default(),
+                    self.generation.clone(),
+                    self.claim_log.clone(),
+                    "resource claims",
+                    (),
+                );
+                let templates = reflect(
+                    &self.runtime,
+                    Api::<ResourceClaimTemplate>::all(client.clone()),
+                    watcher::Config::default(),
+                    self.generation.clone(),
+                    self.template_log.clone(),
+                    "resource claim templates",
+                    (),
+                );
+                self.dra = Some(DraStores {
+                    slices,
+                    classes,
+                    claims,
+                    templates,
+                });
+            }
+            found.push((
+                if served {
+                    "resource.k8s.io/v1 found: GPUs published in ResourceSlices count, and pods' ResourceClaims are allocated at bind"
+                } else {
+                    "no resource.k8s.io/v1 in this cluster (yet): pods with spec.resourceClaims wait"
+                },
+                served,
+            ));
+        }
         found
     }
 
@@ -531,6 +650,12 @@ impl KubeCluster {
                 let _ = self.namespaces.wait_until_ready().await;
                 if let Some(local_queues) = &self.local_queues {
                     let _ = local_queues.wait_until_ready().await;
+                }
+                if let Some(dra) = &self.dra {
+                    let _ = dra.slices.wait_until_ready().await;
+                    let _ = dra.classes.wait_until_ready().await;
+                    let _ = dra.claims.wait_until_ready().await;
+                    let _ = dra.templates.wait_until_ready().await;
                 }
             };
             tokio::time::timeout(timeout, all)
@@ -980,6 +1105,7 @@ impl KubeCluster {
                 ),
             }
         }
+        let (binds, mut job_to_claim_writes) = self.allocate_claims(binds, outcomes, failed);
         if binds.is_empty() {
             return;
         }
@@ -1016,6 +1142,8 @@ impl KubeCluster {
         let mut scheduled: Vec<(PendingPod, String)> = Vec::new();
         let mut rollback: Vec<PendingPod> = Vec::new();
         let mut group_to_outcome: BTreeMap<PodKey, (bool, String)> = BTreeMap::new();
+        // The claim writes of jobs that did not bind, to take back.
+        let mut claims_back: Vec<ClaimWrite> = Vec::new();
         for (job, (bound, failure)) in job_to_result {
             match failure {
                 None => {
@@ -1054,6 +1182,7 @@ impl KubeCluster {
                             .map(|p| (p, message.clone())),
                     );
                     rollback.extend(bound.into_iter().map(|(p, _, _)| p));
+                    claims_back.extend(job_to_claim_writes.remove(&job).unwrap_or_default());
                     outcomes.push(BindOutcome::Failed { job, reason });
                 }
             }
@@ -1070,6 +1199,7 @@ impl KubeCluster {
                 },
             ));
         }
+        self.undo_claims(claims_back);
         self.write_pod_group_conditions(group_to_outcome);
         // The Scheduled Events go out in the background, a few at a time, like kube-scheduler's
         // event broadcaster: the next cycle's bindings never wait for this cycle's Events, and
@@ -1168,6 +1298,367 @@ impl KubeCluster {
     }
 }
 
+/// Whether `pod` names DRA claims.
+fn names_claims(pod: &Pod) -> bool {
+    pod.spec
+        .as_ref()
+        .and_then(|s| s.resource_claims.as_ref())
+        .is_some_and(|c| !c.is_empty())
+}
+
+/// The claim writes that give `pods` (one job's, each with its node) their devices, and the
+/// devices they take; `in_use` holds what every allocated claim and the jobs before this one
+/// in the pass hold. All or nothing: the error names the pod and why.
+fn plan_claims(
+    view: &crate::claims::DraView,
+    names: &[String],
+    pods: &[(PendingPod, usize)],
+    in_use: &BTreeSet<crate::dra::DeviceId>,
+) -> std::result::Result<(Vec<ClaimWrite>, BTreeSet<crate::dra::DeviceId>), String> {
+    let mut writes = Vec::new();
+    let mut taken: BTreeSet<crate::dra::DeviceId> = BTreeSet::new();
+    for (pod, node) in pods {
+        let node = &names[*node];
+        let claims = view
+            .resolve(&pod.pod)
+            .map_err(|e| format!("pod {}: {e}", pod.key()))?;
+        let reservation =
+            serde_json::json!([{"resource": "pods", "name": pod.name, "uid": pod.uid}]);
+        let version = |c: &crate::claims::PodClaim| c.object.metadata.resource_version.clone();
+        let mut fresh = Vec::new();
+        for c in claims {
+            if !c.allocated() {
+                fresh.push(c);
+                continue;
+            }
+            let at = view.allocated_node(&c.object);
+            if at.as_deref() != Some(node.as_str()) {
+                return Err(format!(
+                    "pod {}: ResourceClaim {}/{} is allocated on node {}, not on {node}",
+                    pod.key(),
+                    c.key.0,
+                    c.key.1,
+                    at.as_deref().unwrap_or("(a node without slices)")
+                ));
+            }
+            if !c.reserved_for().contains(&pod.uid.as_str()) {
+                writes.push(ClaimWrite {
+                    patch: serde_json::json!({
+                        "metadata": {"resourceVersion": version(&c)},
+                        "status": {"reservedFor": reservation},
+                    }),
+                    undo: serde_json::json!({"status": {"reservedFor": null}}),
+                    key: c.key,
+                });
+            }
+        }
+        if fresh.is_empty() {
+            continue;
+        }
+        let busy: BTreeSet<crate::dra::DeviceId> = in_use.union(&taken).cloned().collect();
+        let wanted: Vec<crate::dra::Claim> = fresh.iter().map(|c| c.claim.clone()).collect();
+        let allocation = view.allocate(node, &wanted, &busy).map_err(|e| {
+            format!(
+                "pod {}: cannot allocate its ResourceClaims on node {node}: {e}",
+                pod.key()
+            )
+        })?;
+        for (c, got) in fresh.into_iter().zip(allocation.claims) {
+            taken.extend(got.devices.iter().map(|(_, d)| d.clone()));
+            writes.push(ClaimWrite {
+                patch: serde_json::json!({
+                    "metadata": {"resourceVersion": version(&c)},
+                    "status": {"allocation": got.result, "reservedFor": reservation},
+                }),
+                undo: serde_json::json!({"status": {"allocation": null, "reservedFor": null}}),
+                key: c.key,
+            });
+        }
+    }
+    Ok((writes, taken))
+}
+
+/// Merge-patches a claim's status: the claim as written, or the API server's refusal as text
+/// naming the claim.
+async fn patch_claim(
+    client: &Client,
+    leadership: Option<&Leadership>,
+    key: &PodKey,
+    patch: &serde_json::Value,
+) -> std::result::Result<ResourceClaim, String> {
+    // The Lease is checked before each write, not once per pass.
+    if leadership.is_some_and(|l| !l.is_leader()) {
+        return Err(NOT_LEADER.to_string());
+    }
+    Api::<ResourceClaim>::namespaced(client.clone(), &key.0)
+        .patch_status(&key.1, &PatchParams::default(), &Patch::Merge(patch))
+        .await
+        .map_err(|e| {
+            format!(
+                "cannot write the status of ResourceClaim {}/{}: {e}",
+                key.0, key.1
+            )
+        })
+}
+
+impl KubeCluster {
+    /// Applies what the DRA caches changed to the tracker's view, once they hold full lists.
+    /// Returns whether a node's GPU count changed (the node table is rebuilt).
+    fn refresh_dra(&mut self, slices: ChangeLog, claims: ChangeLog, templates: ChangeLog) -> bool {
+        let Some(stores) = &self.dra else {
+            return false;
+        };
+        let first = !self.dra_ready;
+        if first {
+            // A kind found after start is still listing: until every cache holds a full list,
+            // pods with claims wait (as if DRA were not served).
+            let ready = stores.slices.wait_until_ready().now_or_never().is_some()
+                && stores.classes.wait_until_ready().now_or_never().is_some()
+                && stores.claims.wait_until_ready().now_or_never().is_some()
+                && stores.templates.wait_until_ready().now_or_never().is_some();
+            if !ready {
+                return false;
+            }
+            self.dra_ready = true;
+        }
+        let view = self.tracker.dra_mut();
+        view.served = true;
+        let mut moved = false;
+        let slices_changed = first || slices.relisted || !slices.keys.is_empty();
+        if slices_changed {
+            let all: Vec<ResourceSlice> = stores
+                .slices
+                .state()
+                .iter()
+                .map(|s| (**s).clone())
+                .collect();
+            moved = view.set_slices(&all);
+            view.set_classes(
+                stores
+                    .classes
+                    .state()
+                    .iter()
+                    .map(|c| (**c).clone())
+                    .collect(),
+            );
+        }
+        if first || claims.relisted {
+            view.set_claims(
+                stores
+                    .claims
+                    .state()
+                    .into_iter()
+                    .map(|c| ((c.namespace().unwrap_or_default(), c.name_any()), c))
+                    .collect(),
+            );
+        } else {
+            for (namespace, name) in &claims.keys {
+                let claim = stores.claims.get(&ObjectRef::new(name).within(namespace));
+                view.set_claim((namespace.clone(), name.clone()), claim);
+            }
+        }
+        if first || templates.relisted {
+            view.set_templates(
+                stores
+                    .templates
+                    .state()
+                    .into_iter()
+                    .map(|t| ((t.namespace().unwrap_or_default(), t.name_any()), t))
+                    .collect(),
+            );
+        } else {
+            for (namespace, name) in &templates.keys {
+                let template = stores
+                    .templates
+                    .get(&ObjectRef::new(name).within(namespace));
+                view.set_template((namespace.clone(), name.clone()), template);
+            }
+        }
+        if slices_changed
+            || claims.relisted
+            || templates.relisted
+            || !claims.keys.is_empty()
+            || !templates.keys.is_empty()
+        {
+            self.tracker.claims_changed();
+        }
+        moved
+    }
+
+    /// Takes the pods gone since the last pass out of the `reservedFor` of the claims they
+    /// held, and clears a claim's `allocation` once nobody is left. kube-controller-manager's
+    /// resource claim controller does this in a full cluster; where none runs, the devices
+    /// would stay taken forever. Doing it here as well is harmless: each write names the
+    /// version it read, so it applies once, and a claim already released is not written.
+    fn release_claims(&mut self) {
+        if self.gone.is_empty() {
+            return;
+        }
+        let gone = std::mem::take(&mut self.gone);
+        if !self.may_write() {
+            // The leader releases them.
+            return;
+        }
+        let mut patches: Vec<((String, String), PodKey, serde_json::Value)> = Vec::new();
+        for (namespace, uid) in gone {
+            for (key, claim) in self.tracker.dra().reserved_for(&namespace, &uid) {
+                let rest: Vec<_> = claim
+                    .status
+                    .iter()
+                    .flat_map(|s| s.reserved_for.iter().flatten())
+                    .filter(|r| r.uid != uid)
+                    .cloned()
+                    .collect();
+                let status = if rest.is_empty() {
+                    serde_json::json!({"reservedFor": null, "allocation": null})
+                } else {
+                    serde_json::json!({ "reservedFor": rest })
+                };
+                let patch = serde_json::json!({
+                    "metadata": {"resourceVersion": claim.metadata.resource_version},
+                    "status": status,
+                });
+                patches.push(((namespace.clone(), uid.clone()), key, patch));
+            }
+        }
+        let client = &self.write_client;
+        let leadership = self.leadership.as_deref();
+        let results: Vec<_> = self.runtime.block_on(
+            futures::stream::iter(patches)
+                .map(|(pod, key, patch)| async move {
+                    let result = patch_claim(client, leadership, &key, &patch).await;
+                    (pod, key, result)
+                })
+                .buffer_unordered(CONCURRENCY)
+                .collect(),
+        );
+        for (pod, key, result) in results {
+            match result {
+                Ok(claim) => {
+                    tracing::info!(claim = %format!("{}/{}", key.0, key.1), "released a ResourceClaim its pod no longer needs");
+                    self.tracker.dra_mut().set_claim(key, Some(Arc::new(claim)));
+                }
+                // Deleted meanwhile: nothing to release.
+                Err(e) if e.contains("404") || e.contains("not found") => {}
+                Err(error) => {
+                    // Changed meanwhile (another pod of a shared claim left), or the API server
+                    // is away: tried again at the next pass, against the claim as it is then.
+                    tracing::warn!(%error, "cannot release a ResourceClaim yet");
+                    self.gone.push(pod);
+                }
+            }
+        }
+    }
+
+    /// Allocates the DRA claims of the pods about to bind, all or nothing per job: a job whose
+    /// pods cannot all get their devices on their nodes, or whose claim writes fail, binds
+    /// none of them and fails with the reason (its writes taken back). Returns the binds that
+    /// may go ahead, and per job the claim writes to take back should its binding fail.
+    fn allocate_claims(
+        &mut self,
+        binds: Vec<Bind>,
+        outcomes: &mut Vec<BindOutcome>,
+        failed: &mut Vec<(PendingPod, String)>,
+    ) -> (Vec<Bind>, BTreeMap<JobId, Vec<ClaimWrite>>) {
+        if !binds.iter().any(|(_, p, _)| names_claims(&p.pod)) {
+            return (binds, BTreeMap::new());
+        }
+        let mut job_to_pods: BTreeMap<JobId, Vec<(PendingPod, usize)>> = BTreeMap::new();
+        for (job, pod, node) in binds {
+            job_to_pods.entry(job).or_default().push((pod, node));
+        }
+        let view = self.tracker.dra();
+        let names = self.tracker.node_names();
+        let mut in_use = view.in_use();
+        let mut planned: Vec<(JobId, ClaimWrite)> = Vec::new();
+        let mut refused: Vec<(JobId, String)> = Vec::new();
+        for (&job, pods) in &job_to_pods {
+            match plan_claims(view, names, pods, &in_use) {
+                Ok((writes, taken)) => {
+                    in_use.extend(taken);
+                    planned.extend(writes.into_iter().map(|w| (job, w)));
+                }
+                Err(reason) => refused.push((job, reason)),
+            }
+        }
+        let client = &self.write_client;
+        let leadership = self.leadership.as_deref();
+        let results: Vec<(
+            JobId,
+            ClaimWrite,
+            std::result::Result<ResourceClaim, String>,
+        )> = self.runtime.block_on(
+            futures::stream::iter(planned)
+                .map(|(job, write)| async move {
+                    let result = patch_claim(client, leadership, &write.key, &write.patch).await;
+                    (job, write, result)
+                })
+                .buffer_unordered(CONCURRENCY)
+                .collect(),
+        );
+        let mut job_to_writes: BTreeMap<JobId, Vec<ClaimWrite>> = BTreeMap::new();
+        for (job, write, result) in results {
+            match result {
+                Ok(claim) => {
+                    self.tracker
+                        .dra_mut()
+                        .set_claim(write.key.clone(), Some(Arc::new(claim)));
+                    job_to_writes.entry(job).or_default().push(write);
+                }
+                Err(reason) => {
+                    if !refused.iter().any(|(j, _)| *j == job) {
+                        refused.push((job, reason));
+                    }
+                }
+            }
+        }
+        let mut undo: Vec<ClaimWrite> = Vec::new();
+        for (job, reason) in refused {
+            tracing::warn!(job, %reason, "DRA allocation failed");
+            undo.extend(job_to_writes.remove(&job).unwrap_or_default());
+            job_to_pods.remove(&job);
+            let message = format!("Binding failed: {reason}");
+            failed.extend(
+                self.tracker
+                    .pods_of(job)
+                    .into_iter()
+                    .map(|p| (p, message.clone())),
+            );
+            outcomes.push(BindOutcome::Failed { job, reason });
+        }
+        self.undo_claims(undo);
+        let binds = job_to_pods
+            .into_iter()
+            .flat_map(|(job, pods)| pods.into_iter().map(move |(p, n)| (job, p, n)))
+            .collect();
+        (binds, job_to_writes)
+    }
+
+    /// Takes back claim statuses this pass wrote for a job that did not bind.
+    fn undo_claims(&mut self, writes: Vec<ClaimWrite>) {
+        if writes.is_empty() {
+            return;
+        }
+        let client = &self.write_client;
+        let leadership = self.leadership.as_deref();
+        let results: Vec<_> = self.runtime.block_on(
+            futures::stream::iter(writes)
+                .map(|write| async move {
+                    let result = patch_claim(client, leadership, &write.key, &write.undo).await;
+                    (write.key, result)
+                })
+                .buffer_unordered(CONCURRENCY)
+                .collect(),
+        );
+        for (key, result) in results {
+            match result {
+                Ok(claim) => self.tracker.dra_mut().set_claim(key, Some(Arc::new(claim))),
+                Err(error) => tracing::warn!(%error, "cannot take back a ResourceClaim allocation"),
+            }
+        }
+    }
+}
+
 /// "Expected to start in about 2 h, 90% within 5 h." for a FailedScheduling message: rounded
 /// (10 min under an hour, hours under a day, then days) so that a replan that moves the
 /// estimate a little does not post another Event.
@@ -1220,7 +1711,8 @@ impl ClusterSource for KubeCluster {
         if (self.pod_groups.is_none()
             || self.workload_groups.is_none()
             || self.queues.is_none()
-            || self.local_queues.is_none())
+            || self.local_queues.is_none()
+            || self.dra.is_none())
             && self.last_discovery.elapsed() >= DISCOVER_EVERY
         {
             for (what, found) in self.discover() {
@@ -1260,7 +1752,19 @@ impl ClusterSource for KubeCluster {
         {
             self.refresh_groups();
         }
-        let mut rebuild = !self.built || nodes.relisted || pods.relisted;
+        // DRA before the nodes: the GPUs slices publish are in the node table.
+        let slices = take(&self.slice_log);
+        let claims = take(&self.claim_log);
+        let templates = take(&self.template_log);
+        let slices_moved_gpus = self.refresh_dra(slices, claims, templates);
+        // Our pods as the tracker knew them before this sync: those it no longer holds after
+        // it are gone, and their claims are released.
+        let before: Vec<(PodKey, String)> = pods
+            .keys
+            .iter()
+            .filter_map(|key| Some((key.clone(), self.tracker.our_uid(key)?)))
+            .collect();
+        let mut rebuild = !self.built || nodes.relisted || pods.relisted || slices_moved_gpus;
         if !rebuild {
             for (_, name) in &nodes.keys {
                 let node = self.nodes.get(&ObjectRef::new(name));
@@ -1300,6 +1804,11 @@ impl ClusterSource for KubeCluster {
                     .pod_changed(scheduler, key, pending.as_ref(), bound.as_ref());
             }
         }
+        for ((namespace, name), uid) in before {
+            if self.tracker.our_uid(&(namespace.clone(), name)).as_ref() != Some(&uid) {
+                self.gone.push((namespace, uid));
+            }
+        }
         let mut changes = self.tracker.finish_sync(scheduler, crate::evict::GIVE_UP);
         changes.nodes = nodes.keys.len() as u32;
         changes.queues = queues_changed;
@@ -1332,6 +1841,7 @@ impl Binder for KubeCluster {
     ) -> Vec<BindOutcome> {
         let mut outcomes = Vec::new();
         let mut failed = Vec::new();
+        self.release_claims();
         let victim_nodes = self.preempt(scheduler, output, &mut outcomes);
         self.bind_placed(scheduler, output, &victim_nodes, &mut outcomes, &mut failed);
         self.report_waiting(output, failed);

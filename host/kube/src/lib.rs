@@ -33,6 +33,7 @@
 //! The core stays pure: kube types stop at this crate's boundary.
 
 pub mod bench;
+pub mod claims;
 pub mod cluster;
 pub mod config;
 pub mod dra;

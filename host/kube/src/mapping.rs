@@ -352,7 +352,8 @@ fn node_health(node: &Node) -> Health {
 /// rebuilds the node table.
 #[derive(Debug, Clone, PartialEq)]
 pub(crate) struct NodeDigest {
-    /// GPUs, CPU (milli) and memory (MiB) allocatable.
+    /// GPUs (the GPU resource's allocatable plus the GPUs the node's ResourceSlices publish),
+    /// CPU (milli) and memory (MiB) allocatable.
     allocatable: (u32, u32, u32),
     gpu_type: Option<String>,
     /// The value of each configured topology label.
@@ -367,7 +368,9 @@ pub(crate) struct NodeDigest {
 }
 
 impl NodeDigest {
-    pub(crate) fn of(node: &Node, config: &KubeConfig) -> Self {
+    /// `dra_gpus`: the GPUs the node's ResourceSlices publish ([`crate::dra::gpus_on_node`]),
+    /// counted in the GPU column like the GPU resource, so policies and quotas see both alike.
+    pub(crate) fn of(node: &Node, config: &KubeConfig, dra_gpus: u32) -> Self {
         let allocatable = node.status.as_ref().and_then(|s| s.allocatable.as_ref());
         let get = |key: &str, parse: fn(&str) -> Option<u64>| {
             allocatable
@@ -379,7 +382,8 @@ impl NodeDigest {
         let labels = node.metadata.labels.as_ref();
         Self {
             allocatable: (
-                get(&config.gpu_resource, quantity::count).min(u64::from(u16::MAX)) as u32,
+                (get(&config.gpu_resource, quantity::count) + u64::from(dra_gpus))
+                    .min(u64::from(u16::MAX)) as u32,
                 clamp(get("cpu", quantity::cpu_milli)),
                 clamp(get("memory", quantity::memory_mib)),
             ),
@@ -428,11 +432,13 @@ impl NodeDigest {
 }
 
 /// The node table of `nodes` (in name order, so indexes are stable while the node set is),
-/// the node names by index, and each node's digest.
+/// the node names by index, and each node's digest. `dra_gpus`: the GPUs each node's
+/// ResourceSlices publish, by node name.
 pub(crate) fn node_table(
     nodes: &[Arc<Node>],
     config: &KubeConfig,
     symbols: &Symbols,
+    dra_gpus: &HashMap<String, u32>,
 ) -> (NodeTable, Vec<String>, HashMap<String, NodeDigest>) {
     let mut nodes: Vec<&Node> = nodes.iter().map(Arc::as_ref).collect();
     nodes.sort_by(|a, b| a.metadata.name.cmp(&b.metadata.name));
@@ -445,7 +451,7 @@ pub(crate) fn node_table(
     let mut digests = HashMap::with_capacity(nodes.len());
     for node in &nodes {
         let name = node.metadata.name.clone().unwrap_or_default();
-        let digest = NodeDigest::of(node, config);
+        let digest = NodeDigest::of(node, config, dra_gpus.get(&name).copied().unwrap_or(0));
         let (gpus, cpu, memory) = digest.allocatable;
         table.name.push(symbols.intern(&name));
         table.gpu_total.push(gpus);

@@ -150,7 +150,8 @@ mod tests {
                 ..Default::default()
             }]);
         let symbols = Symbols::new();
-        let (t, _, _) = crate::mapping::node_table(&[Arc::new(node)], &config, &symbols);
+        let (t, _, _) =
+            crate::mapping::node_table(&[Arc::new(node)], &config, &symbols, &Default::default());
         assert_eq!(t.gpu_total, [8]);
         assert_eq!(t.cpu_free_milli, [192_000]);
         assert_eq!(t.memory_free_mib, [2_000_000]);

@@ -249,7 +249,8 @@ pub(crate) fn node_affinity(pod: &Pod, symbols: &Symbols) -> Result<Option<NodeA
 
 /// Why Gantry cannot schedule `pod` as written, naming the field: what it does not honour
 /// (inter-pod affinity, topology spread, volumes bound to a topology) and a node affinity it
-/// cannot read. `None` when it honours every field.
+/// cannot read. `None` when it honours every field. `spec.resourceClaims` is read by
+/// [`crate::claims::DraView::resolve`], which refuses what DRA asks that Gantry cannot honour.
 pub(crate) fn unsupported(pod: &Pod, symbols: &Symbols) -> Option<String> {
     let spec: &PodSpec = pod.spec.as_ref()?;
     let refuse = |field: &str, what: &str| {
@@ -285,9 +286,6 @@ pub(crate) fn unsupported(pod: &Pod, symbols: &Symbols) -> Option<String> {
                 "volume topology is not checked",
             );
         }
-    }
-    if spec.resource_claims.as_ref().is_some_and(|c| !c.is_empty()) {
-        return refuse("spec.resourceClaims", "dynamic resource allocation");
     }
     node_affinity(pod, symbols).err()
 }

@@ -23,11 +23,12 @@ use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 use gantry_core::{
-    Changes, ClusterState, JobId, JobSpec, PodShape, QueueDef, Resources, Scheduler, Slot, Symbols,
-    TopologyPref,
+    Changes, ClusterState, Field, JobId, JobSpec, LabelOp, PodShape, QueueDef, Requirement,
+    Resources, Scheduler, Slot, Symbols, TopologyPref,
 };
 use k8s_openapi::api::core::v1::{Node, Pod};
 
+use crate::claims::DraView;
 use crate::config::KubeConfig;
 use crate::mapping::{
     self, Gang, GroupPolicy, NodeDigest, PendingPod, created_unix_s, gang_of, is_balloon, is_ours,
@@ -81,6 +82,9 @@ struct BoundPod {
     role: Role,
     /// Set while this process bound it and the bound-pod cache has not shown it yet.
     assumed: Option<Instant>,
+    /// Whether it is one of ours (`schedulerName`): when it is gone, the claims it holds are
+    /// released ([`Tracker::our_uid`]).
+    ours: bool,
 }
 
 /// A preemptor waiting, placed on its nodes, for its victims to leave.
@@ -134,6 +138,9 @@ pub struct Tracker {
     assumed: HashSet<PodKey>,
     /// Pod-to-job names of gangs submitted in this sync.
     pod_to_job: Vec<(String, String)>,
+    /// The DRA objects: GPUs the nodes' ResourceSlices publish, and the pods' claims (their
+    /// GPUs join the pods' requests; a claim Gantry cannot honour makes its pod wait).
+    dra: DraView,
 }
 
 /// Whole-cluster inputs of a rebuild.
@@ -169,6 +176,7 @@ impl Tracker {
             job_to_nominated: BTreeMap::new(),
             assumed: HashSet::new(),
             pod_to_job: Vec::new(),
+            dra: DraView::default(),
         }
     }
 
@@ -198,7 +206,7 @@ impl Tracker {
             // Added, or removed.
             return node.is_some() || self.name_to_digest.contains_key(name);
         };
-        let digest = NodeDigest::of(node, &self.config);
+        let digest = NodeDigest::of(node, &self.config, self.dra.node_gpus(name));
         if digest == *old {
             return false;
         }
@@ -233,7 +241,12 @@ impl Tracker {
                 Some((key.clone(), Arc::new(object), at))
             })
             .collect();
-        let (table, names, digests) = mapping::node_table(world.nodes, &self.config, &self.symbols);
+        let (table, names, digests) = mapping::node_table(
+            world.nodes,
+            &self.config,
+            &self.symbols,
+            self.dra.gpus_by_node(),
+        );
         self.capacity = Resources {
             gpus: table.gpu_total.iter().map(|&g| u64::from(g)).sum(),
             cpu_milli: table.cpu_free_milli.iter().map(|&c| u64::from(c)).sum(),
@@ -431,6 +444,61 @@ impl Tracker {
         }
     }
 
+    /// The pod's shape as the core sees it: [`pod_shape`], plus the GPUs its DRA claims ask,
+    /// and, when its claims are allocated already, only their node.
+    fn shape_of(&self, pod: &Pod) -> PodShape {
+        let mut shape = pod_shape(pod, &self.config, &self.symbols);
+        let (gpus, node) = self.dra.gpus(pod);
+        shape.gpus = shape.gpus.saturating_add(gpus);
+        if let Some(node) = node {
+            let mut affinity = shape.node_affinity.as_deref().cloned().unwrap_or_default();
+            affinity.selector.push(Requirement {
+                field: Field::NodeName,
+                op: LabelOp::In(vec![self.symbols.intern(&node)]),
+            });
+            shape.node_affinity = Some(Arc::new(affinity));
+        }
+        shape
+    }
+
+    /// The DRA objects as last handed in.
+    pub fn dra(&self) -> &DraView {
+        &self.dra
+    }
+
+    /// The DRA objects, to update. After claims, templates or classes change, call
+    /// [`Tracker::claims_changed`]; after slices, rebuild when [`DraView::set_slices`] says so.
+    pub fn dra_mut(&mut self) -> &mut DraView {
+        &mut self.dra
+    }
+
+    /// Claims, templates or DeviceClasses changed: the pending gangs whose pods name claims
+    /// are decided again (a claim created or refused changes whether they wait, and how many
+    /// GPUs they ask). Gangs without claims are untouched.
+    pub fn claims_changed(&mut self) {
+        for (gang, pending) in &self.gang_to_pending {
+            let names_claims = pending.pods.values().any(|p| {
+                p.pod
+                    .spec
+                    .as_ref()
+                    .and_then(|s| s.resource_claims.as_ref())
+                    .is_some_and(|c| !c.is_empty())
+            });
+            if names_claims {
+                self.dirty_pending.insert(gang.clone());
+            }
+        }
+    }
+
+    /// The uid of our pod at `key` as last seen (bound or pending), to tell when it is gone.
+    pub fn our_uid(&self, key: &PodKey) -> Option<String> {
+        if let Some(b) = self.key_to_bound.get(key) {
+            return b.ours.then(|| b.uid.clone());
+        }
+        let gang = self.key_to_pending.get(key)?;
+        Some(self.gang_to_pending.get(gang)?.pods.get(key)?.uid.clone())
+    }
+
     /// The pod at `key` changed: `pending` and `bound` are what the unbound-pod and bound-pod
     /// caches now hold for it.
     pub fn pod_changed(
@@ -544,6 +612,7 @@ impl Tracker {
                 node,
                 role,
                 assumed: None,
+                ours,
             },
         );
     }
@@ -552,7 +621,7 @@ impl Tracker {
     /// else may overcommit it, and a preemptor may already sit in a victim's room).
     fn hold(&mut self, scheduler: &mut Scheduler, pod: &Pod, node: usize, ours: bool) -> Role {
         let request = pod_request(pod, &self.config);
-        let gpus = request.gpus;
+        let gpus = request.gpus.saturating_add(self.dra.gpus(pod).0);
         let n = &scheduler.state.nodes;
         let resources = request
             .other
@@ -688,13 +757,10 @@ impl Tracker {
         }
         let members: Vec<(PendingPod, usize)> = group.pods.values().cloned().collect();
         let first = members[0].0.pod.clone();
-        let mut shape = pod_shape(&first, &self.config, &self.symbols);
+        let mut shape = self.shape_of(&first);
         let mut per_node: HashMap<usize, u32> = HashMap::new();
         for (pod, node) in &members {
-            widen(
-                &mut shape,
-                &pod_shape(&pod.pod, &self.config, &self.symbols),
-            );
+            widen(&mut shape, &self.shape_of(&pod.pod));
             *per_node.entry(*node).or_default() += 1;
         }
         let queue = self.charged_queue(&first);
@@ -780,6 +846,7 @@ impl Tracker {
                 .values()
                 .find_map(|p| {
                     crate::podspec::unsupported(&p.pod, &self.symbols)
+                        .or_else(|| self.dra.resolve(&p.pod).err())
                         .map(|why| format!("pod {}: {why}", p.key()))
                 })
                 .or_else(|| {
@@ -864,12 +931,9 @@ impl Tracker {
             return;
         };
         let members: Vec<PendingPod> = entry.pods.values().cloned().collect();
-        let mut shape = pod_shape(&first, &self.config, &self.symbols);
+        let mut shape = self.shape_of(&first);
         for pod in &members[1..] {
-            widen(
-                &mut shape,
-                &pod_shape(&pod.pod, &self.config, &self.symbols),
-            );
+            widen(&mut shape, &self.shape_of(&pod.pod));
         }
         let name = gang.job_name();
         shape.name = self.symbols.intern(&name);
@@ -976,6 +1040,7 @@ impl Tracker {
                     node: *node,
                     role: Role::Member(gang.clone()),
                     assumed: Some(Instant::now()),
+                    ours: true,
                 },
             );
             self.assumed.insert(key);
@@ -1915,6 +1980,64 @@ mod tests {
                 "pod ns/spread: spec.topologySpreadConstraints is not supported by Gantry (topology spread); remove it or use another scheduler".to_string()
             )]
         );
+    }
+
+    #[test]
+    fn dra_gpus_fill_the_node_table_and_claims_join_the_pod_request() {
+        use crate::claims::tests::{claim_pod, resource_claim, view};
+        // Nodes with no nvidia.com/gpu: their GPUs are only in ResourceSlices.
+        let nodes = [node("n0", 0, &[], true), node("n1", 0, &[], true)];
+        let (mut tracker, mut s) = build(&nodes, &[], &[], &[], &[]);
+        assert_eq!(s.state.nodes.gpu_total, [0, 0]);
+        *tracker.dra_mut() = view();
+        tracker.namespace_changed("default", Some(Labels::new()));
+        tracker.dra_mut().set_claim(
+            ("default".into(), "c".into()),
+            Some(Arc::new(resource_claim("c", 4))),
+        );
+        let pending = [
+            Arc::new(claim_pod("p", "u1", &[("gpus", Some("c"))])),
+            Arc::new(claim_pod("q", "u2", &[("gpus", Some("absent"))])),
+        ];
+        tracker.rebuild(
+            &mut s,
+            &World {
+                nodes: &nodes,
+                bound: &[],
+                pending: &pending,
+            },
+        );
+        tracker.finish_sync(&mut s, Duration::from_secs(120));
+        assert_eq!(s.state.nodes.gpu_total, [8, 8]);
+        let asked: Vec<(String, u32)> = s
+            .pending()
+            .into_iter()
+            .map(|id| (s.job(id).name.clone(), s.job(id).shape.gpus))
+            .collect();
+        assert_eq!(asked, [("default/p".to_string(), 4)]);
+        let waiting: Vec<(String, String)> = tracker
+            .waiting()
+            .into_iter()
+            .map(|(p, why)| (p.key(), why))
+            .collect();
+        assert_eq!(
+            waiting,
+            [(
+                "default/q".to_string(),
+                "pod default/q: spec.resourceClaims[0] (gpus): ResourceClaim default/absent does \
+                 not exist (yet)"
+                    .to_string()
+            )]
+        );
+        // The claim appears: the pod becomes a job.
+        tracker.dra_mut().set_claim(
+            ("default".into(), "absent".into()),
+            Some(Arc::new(resource_claim("absent", 8))),
+        );
+        tracker.claims_changed();
+        tracker.finish_sync(&mut s, Duration::from_secs(120));
+        assert!(tracker.waiting().is_empty());
+        assert_eq!(s.pending_count(), 2);
     }
 
     #[test]
