@@ -16,6 +16,7 @@ use common::{Server, plugin};
 use gantry_core::Outcome;
 use k8s_openapi::api::core::v1::{ConfigMap, Node, Pod};
 use k8s_openapi::api::events::v1::Event;
+use k8s_openapi::api::resource::v1::{DeviceClass, ResourceClaim, ResourceSlice};
 use k8s_openapi::apiextensions_apiserver::pkg::apis::apiextensions::v1::CustomResourceDefinition;
 use kube::Api;
 use kube::api::{ApiResource, DynamicObject, GroupVersionKind, ListParams, PostParams};
@@ -811,4 +812,203 @@ fn an_api_server_restart_leaves_every_pod_bound_once() {
         bound.len(),
         node_to_used.len()
     );
+}
+
+/// One GPU as NVIDIA's DRA driver (k8s-dra-driver-gpu) publishes it in a ResourceSlice.
+fn nvidia_gpu(index: usize) -> serde_json::Value {
+    json!({
+        "name": format!("gpu-{index}"),
+        "attributes": {
+            "type": {"string": "gpu"},
+            "productName": {"string": "NVIDIA H100 80GB HBM3"},
+            "uuid": {"string": format!("GPU-4b2f7c1e-0000-4000-8000-00000000000{index}")},
+            "index": {"int": index},
+            "minor": {"int": index},
+            "architecture": {"string": "Hopper"},
+            "brand": {"string": "Nvidia"},
+            "cudaComputeCapability": {"version": "9.0.0"},
+            "driverVersion": {"version": "570.133.20"},
+            "cudaDriverVersion": {"version": "12.8.0"},
+            "resource.kubernetes.io/pcieRoot": {"string": "pci0000:00"}
+        },
+        "capacity": {"memory": {"value": "80Gi"}}
+    })
+}
+
+/// A ResourceClaim asking `count` H100s of the `gpu.nvidia.com` class, or, with
+/// `first_available`, the same through a prioritized list (which Gantry refuses).
+fn gpu_claim(name: &str, count: u32, first_available: bool) -> ResourceClaim {
+    let selector = json!([{"cel": {
+        "expression": "device.attributes['gpu.nvidia.com'].productName == 'NVIDIA H100 80GB HBM3'"
+    }}]);
+    let request = if first_available {
+        json!({"name": "gpus", "firstAvailable": [
+            {"name": "h100", "deviceClassName": "gpu.nvidia.com", "count": count, "selectors": selector}
+        ]})
+    } else {
+        json!({"name": "gpus", "exactly": {
+            "deviceClassName": "gpu.nvidia.com", "allocationMode": "ExactCount",
+            "count": count, "selectors": selector
+        }})
+    };
+    serde_json::from_value(json!({
+        "metadata": {"name": name},
+        "spec": {"devices": {"requests": [request]}}
+    }))
+    .unwrap()
+}
+
+/// A pod of ours whose GPUs come only from `claim` (no nvidia.com/gpu limit).
+fn claim_pod(name: &str, claim: &str) -> Pod {
+    serde_json::from_value(json!({
+        "metadata": {"name": name},
+        "spec": {
+            "schedulerName": "gantry",
+            "resourceClaims": [{"name": "gpus", "resourceClaimName": claim}],
+            "containers": [{
+                "name": "main",
+                "image": "trainer",
+                "resources": {"claims": [{"name": "gpus"}]}
+            }]
+        }
+    }))
+    .unwrap()
+}
+
+#[test]
+fn dra_gpus_are_allocated_at_bind_and_released_when_the_pod_goes() {
+    let bin = cluster_bin("kube e2e");
+    let plane = ControlPlane::start(&bin);
+    let kubeconfig = plane.kubeconfig();
+    // Two nodes with no nvidia.com/gpu at all: their GPUs exist only as DRA devices.
+    create_gpu_nodes(&kubeconfig, "dra", 2, 0);
+    let runtime = test_runtime();
+    runtime.block_on(async {
+        let client = client(&kubeconfig).await;
+        let pp = PostParams::default();
+        // The DeviceClass NVIDIA's driver installs, and the ResourceSlice it publishes for
+        // each 8-GPU node (driver gpu.nvidia.com, one pool named after the node). No driver
+        // runs here: the test publishes them as the driver would.
+        let class: DeviceClass = serde_json::from_value(json!({
+            "metadata": {"name": "gpu.nvidia.com"},
+            "spec": {"selectors": [{"cel": {"expression":
+                "device.driver == 'gpu.nvidia.com' && device.attributes['gpu.nvidia.com'].type == 'gpu'"
+            }}]}
+        }))
+        .unwrap();
+        Api::<DeviceClass>::all(client.clone())
+            .create(&pp, &class)
+            .await
+            .unwrap();
+        for node in ["dra-0", "dra-1"] {
+            let slice: ResourceSlice = serde_json::from_value(json!({
+                "metadata": {"name": format!("{node}-gpu.nvidia.com")},
+                "spec": {
+                    "driver": "gpu.nvidia.com",
+                    "nodeName": node,
+                    "pool": {"name": node, "generation": 1, "resourceSliceCount": 1},
+                    "devices": (0..8).map(nvidia_gpu).collect::<Vec<_>>()
+                }
+            }))
+            .unwrap();
+            Api::<ResourceSlice>::all(client.clone())
+                .create(&pp, &slice)
+                .await
+                .unwrap();
+        }
+        let data = tempfile::tempdir().unwrap();
+        let _serve = serve_kube(&kubeconfig, data.path());
+
+        let claims: Api<ResourceClaim> = Api::namespaced(client.clone(), "default");
+        let pods: Api<Pod> = Api::namespaced(client.clone(), "default");
+        claims.create(&pp, &gpu_claim("four", 4, false)).await.unwrap();
+        let first = pods.create(&pp, &claim_pod("dra-a", "four")).await.unwrap();
+        let uid = first.metadata.uid.clone().unwrap();
+        let node_a = until("dra-a to bind", || async {
+            node_of(&pods.get("dra-a").await.ok()?)
+        })
+        .await;
+        // The claim names 4 devices of that node, reserved for the pod.
+        let claim = claims.get("four").await.unwrap();
+        let status = claim.status.expect("the claim has a status");
+        let results = status
+            .allocation
+            .as_ref()
+            .and_then(|a| a.devices.as_ref())
+            .and_then(|d| d.results.clone())
+            .expect("the claim is allocated");
+        let devices: BTreeSet<String> = results.iter().map(|r| r.device.clone()).collect();
+        assert_eq!(results.len(), 4, "{results:?}");
+        assert_eq!(devices.len(), 4, "{results:?}");
+        for r in &results {
+            assert_eq!(
+                (r.driver.as_str(), r.pool.as_str(), r.request.as_str()),
+                ("gpu.nvidia.com", node_a.as_str(), "gpus")
+            );
+        }
+        let reserved: Vec<String> = status
+            .reserved_for
+            .iter()
+            .flatten()
+            .map(|r| r.uid.clone())
+            .collect();
+        assert_eq!(reserved, [uid]);
+
+        // 8 more GPUs: only the other node has them free.
+        claims.create(&pp, &gpu_claim("eight", 8, false)).await.unwrap();
+        pods.create(&pp, &claim_pod("dra-b", "eight")).await.unwrap();
+        let node_b = until("dra-b to bind", || async {
+            node_of(&pods.get("dra-b").await.ok()?)
+        })
+        .await;
+        assert_ne!(node_a, node_b);
+        let eight = claims.get("eight").await.unwrap();
+        let pools: BTreeSet<String> = eight
+            .status
+            .and_then(|s| s.allocation)
+            .and_then(|a| a.devices)
+            .and_then(|d| d.results)
+            .unwrap_or_default()
+            .into_iter()
+            .map(|r| format!("{}/{}", r.pool, r.device))
+            .collect();
+        assert_eq!(pools.len(), 8);
+        assert!(pools.iter().all(|p| p.starts_with(&format!("{node_b}/"))));
+
+        // A prioritized list is refused, naming the field.
+        claims
+            .create(&pp, &gpu_claim("prioritized", 2, true))
+            .await
+            .unwrap();
+        pods.create(&pp, &claim_pod("dra-c", "prioritized"))
+            .await
+            .unwrap();
+        let events: Api<Event> = Api::namespaced(client.clone(), "default");
+        let note = until("a FailedScheduling Event for dra-c", || async {
+            let list = events.list(&ListParams::default()).await.ok()?;
+            notes(&list.items, "dra-c", "FailedScheduling").pop()
+        })
+        .await;
+        assert!(
+            note.contains(
+                "ResourceClaim default/prioritized: spec.devices.requests[0].firstAvailable is not supported by Gantry"
+            ),
+            "{note}"
+        );
+        assert!(node_of(&pods.get("dra-c").await.unwrap()).is_none());
+
+        // The first pod goes: its claim is released (no kube-controller-manager runs here).
+        pods.delete("dra-a", &kube::api::DeleteParams::default().grace_period(0))
+            .await
+            .unwrap();
+        until("claim four to be released", || async {
+            let status = claims.get("four").await.ok()?.status.unwrap_or_default();
+            (status.allocation.is_none() && status.reserved_for.unwrap_or_default().is_empty())
+                .then_some(())
+        })
+        .await;
+        // dra-b keeps its devices.
+        let eight = claims.get("eight").await.unwrap();
+        assert!(eight.status.and_then(|s| s.allocation).is_some());
+    });
 }
