@@ -997,6 +997,24 @@ fn dra_gpus_are_allocated_at_bind_and_released_when_the_pod_goes() {
         );
         assert!(node_of(&pods.get("dra-c").await.unwrap()).is_none());
 
+        // A selector that fails when evaluated (the attribute does not exist: the API server
+        // cannot know that when it validates the claim) is a readable reason on the pod.
+        let mut broken = serde_json::to_value(gpu_claim("broken", 1, false)).unwrap();
+        broken["spec"]["devices"]["requests"][0]["exactly"]["selectors"] =
+            json!([{"cel": {"expression": "device.attributes['gpu.nvidia.com'].memorySize == 'big'"}}]);
+        claims
+            .create(&pp, &serde_json::from_value(broken).unwrap())
+            .await
+            .unwrap();
+        pods.create(&pp, &claim_pod("dra-e", "broken")).await.unwrap();
+        let note = until("a FailedScheduling Event for dra-e", || async {
+            let list = events.list(&ListParams::default()).await.ok()?;
+            notes(&list.items, "dra-e", "FailedScheduling").pop()
+        })
+        .await;
+        assert!(note.contains("memorySize"), "{note}");
+        assert!(node_of(&pods.get("dra-e").await.unwrap()).is_none());
+
         // The first pod goes: its claim is released (no kube-controller-manager runs here).
         pods.delete("dra-a", &kube::api::DeleteParams::default().grace_period(0))
             .await
@@ -1010,5 +1028,80 @@ fn dra_gpus_are_allocated_at_bind_and_released_when_the_pod_goes() {
         // dra-b keeps its devices.
         let eight = claims.get("eight").await.unwrap();
         assert!(eight.status.and_then(|s| s.allocation).is_some());
+
+        // A pod asking 8 GPUs through a ResourceClaimTemplate waits until its claim exists;
+        // no kube-controller-manager runs here, so the test does what its resourceclaim
+        // controller would: create the claim from the template, owned by the pod, and name
+        // it in the pod's status. The pod then gets 8 distinct devices of the freed node.
+        let mut template_spec = serde_json::to_value(gpu_claim("unused", 8, false)).unwrap()["spec"].clone();
+        template_spec["devices"]["requests"][0]["exactly"]["selectors"] = json!([{"cel": {"expression":
+            "device.attributes['gpu.nvidia.com'].productName == 'NVIDIA H100 80GB HBM3' && device.capacity['gpu.nvidia.com'].memory.compareTo(quantity('40Gi')) >= 0"}}]);
+        let templates: Api<DynamicObject> = Api::namespaced_with(
+            client.clone(),
+            "default",
+            &ApiResource::from_gvk_with_plural(
+                &GroupVersionKind::gvk("resource.k8s.io", "v1", "ResourceClaimTemplate"),
+                "resourceclaimtemplates",
+            ),
+        );
+        let mut template = DynamicObject::new(
+            "eight-h100",
+            &ApiResource::from_gvk_with_plural(
+                &GroupVersionKind::gvk("resource.k8s.io", "v1", "ResourceClaimTemplate"),
+                "resourceclaimtemplates",
+            ),
+        );
+        template.data = json!({"spec": {"spec": template_spec.clone()}});
+        templates.create(&pp, &template).await.unwrap();
+        let mut from_template = serde_json::to_value(claim_pod("dra-t", "unused")).unwrap();
+        from_template["spec"]["resourceClaims"] =
+            json!([{"name": "gpus", "resourceClaimTemplateName": "eight-h100"}]);
+        let pod_t = pods
+            .create(&pp, &serde_json::from_value(from_template).unwrap())
+            .await
+            .unwrap();
+        let waiting = until("dra-t to wait for its claim", || async {
+            let list = events.list(&ListParams::default()).await.ok()?;
+            notes(&list.items, "dra-t", "FailedScheduling").pop()
+        })
+        .await;
+        assert!(waiting.contains("ResourceClaimTemplate"), "{waiting}");
+        let generated: ResourceClaim = serde_json::from_value(json!({
+            "metadata": {"name": "dra-t-gpus", "ownerReferences": [{
+                "apiVersion": "v1", "kind": "Pod", "name": "dra-t",
+                "uid": pod_t.metadata.uid.clone().unwrap(), "controller": true}]},
+            "spec": template_spec,
+        }))
+        .unwrap();
+        claims.create(&pp, &generated).await.unwrap();
+        pods.patch_status(
+            "dra-t",
+            &kube::api::PatchParams::default(),
+            &kube::api::Patch::Merge(json!({"status": {"resourceClaimStatuses": [
+                {"name": "gpus", "resourceClaimName": "dra-t-gpus"}]}})),
+        )
+        .await
+        .unwrap();
+        let node_t = until("dra-t to bind", || async {
+            node_of(&pods.get("dra-t").await.ok()?)
+        })
+        .await;
+        assert_eq!(node_t, node_a, "the freed node is the one with 8 free GPUs");
+        let results = claims
+            .get("dra-t-gpus")
+            .await
+            .unwrap()
+            .status
+            .and_then(|s| s.allocation)
+            .and_then(|a| a.devices)
+            .and_then(|d| d.results)
+            .unwrap_or_default();
+        let devices: BTreeSet<String> = results
+            .iter()
+            .filter(|r| r.pool == node_t)
+            .map(|r| r.device.clone())
+            .collect();
+        assert_eq!(devices.len(), 8, "{results:?}");
+
     });
 }
