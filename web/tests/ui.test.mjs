@@ -230,7 +230,7 @@ await check("researcher sees when a pending job will start, and what would start
   // The planner estimates the jobs nearest the front of their queues; take one it has estimated.
   let job = null;
   for (let attempt = 0; attempt < 20 && job === null; attempt++) {
-    const pending = await api("/api/jobs?state=pending&limit=500");
+    const pending = await api("/api/jobs?state=pending&limit=10000");
     // One expected later than now shows the interval; any estimated one will do.
     job = (pending.find((r) => r.estimate && r.estimate.p90_ms > Date.now() + 60000) ?? pending.find((r) => r.estimate))?.name ?? null;
     if (job === null) await page.waitForTimeout(1000);
