@@ -13,9 +13,9 @@ use common::kube::*;
 use k8s_openapi::api::apps::v1::Deployment;
 use k8s_openapi::api::batch::v1::Job;
 use k8s_openapi::api::coordination::v1::Lease;
-use k8s_openapi::api::core::v1::{Node, Pod, ServiceAccount};
+use k8s_openapi::api::core::v1::{Node, ServiceAccount};
 use kube::Api;
-use kube::api::{DeleteParams, DynamicObject, PostParams};
+use kube::api::{DeleteParams, DynamicObject};
 
 #[test]
 fn the_deploy_manifests_apply_and_their_rbac_is_enough_and_no_more() {
@@ -27,7 +27,7 @@ fn the_deploy_manifests_apply_and_their_rbac_is_enough_and_no_more() {
     let plane = ControlPlane::start(&bin);
     let admin = plane.kubeconfig();
     create_gpu_nodes(&admin, "gpu", 2, 8);
-    let applied = kubectl(&bin, &admin, &["apply", "-k", "deploy/"]);
+    let applied = apply_deploy(&bin, &admin);
     for object in [
         "namespace/gantry-system created",
         "customresourcedefinition.apiextensions.k8s.io/queues.gantry.dev created",
@@ -42,18 +42,6 @@ fn the_deploy_manifests_apply_and_their_rbac_is_enough_and_no_more() {
             "kubectl apply -k deploy/ said:\n{applied}"
         );
     }
-    kubectl(
-        &bin,
-        &admin,
-        &[
-            "wait",
-            "--for=condition=established",
-            "--timeout=60s",
-            "crd/queues.gantry.dev",
-            "crd/podgroups.scheduling.x-k8s.io",
-        ],
-    );
-    kubectl(&bin, &admin, &["apply", "-k", "deploy/examples"]);
     let token = kubectl(
         &bin,
         &admin,
@@ -111,31 +99,7 @@ fn the_deploy_manifests_apply_and_their_rbac_is_enough_and_no_more() {
         ],
     );
     runtime.block_on(async {
-        // No Job controller runs here: create the Job's two pods from its template, as it would.
-        let jobs: Api<Job> = Api::namespaced(admin_client.clone(), "default");
-        let template = jobs
-            .get("train-example")
-            .await
-            .unwrap()
-            .spec
-            .unwrap()
-            .template;
-        let pods: Api<Pod> = Api::namespaced(admin_client.clone(), "default");
-        for i in 0..2 {
-            let mut pod = Pod {
-                metadata: template.metadata.clone().unwrap_or_default(),
-                spec: template.spec.clone(),
-                status: None,
-            };
-            pod.metadata.name = Some(format!("train-example-{i}"));
-            pods.create(&PostParams::default(), &pod).await.unwrap();
-        }
-        let nodes = until("the example gang to bind", || async {
-            let a = node_of(&pods.get("train-example-0").await.ok()?)?;
-            let b = node_of(&pods.get("train-example-1").await.ok()?)?;
-            Some((a, b))
-        })
-        .await;
+        let nodes = bind_example_gang(&admin_client).await;
         assert_ne!(nodes.0, nodes.1, "two 8-GPU pods on two 8-GPU nodes");
         let leases: Api<Lease> = Api::namespaced(admin_client.clone(), "gantry-system");
         let holder = until("gantry to hold the Lease", || async {

@@ -23,11 +23,8 @@ use std::process::{Command, Stdio};
 
 use common::kube::*;
 use k8s_openapi::api::apps::v1::Deployment;
-use k8s_openapi::api::batch::v1::Job;
 use k8s_openapi::api::coordination::v1::Lease;
-use k8s_openapi::api::core::v1::Pod;
 use kube::Api;
-use kube::api::PostParams;
 use serde_json::Value;
 
 /// What the test reads of an image: its unpacked root and its config's run settings.
@@ -201,19 +198,7 @@ fn the_image_runs_chrooted_with_the_deployments_arguments_takes_the_lease_and_bi
     let plane = ControlPlane::start(&bin);
     let admin = plane.kubeconfig();
     create_gpu_nodes(&admin, "gpu", 2, 8);
-    kubectl(&bin, &admin, &["apply", "-k", "deploy/"]);
-    kubectl(
-        &bin,
-        &admin,
-        &[
-            "wait",
-            "--for=condition=established",
-            "--timeout=60s",
-            "crd/queues.gantry.dev",
-            "crd/podgroups.scheduling.x-k8s.io",
-        ],
-    );
-    kubectl(&bin, &admin, &["apply", "-k", "deploy/examples"]);
+    apply_deploy(&bin, &admin);
     // The Secret deploy/README.md asks for, with the tests' tokens.
     let tokens = common::write_tokens(dir.path());
     kubectl(
@@ -349,24 +334,8 @@ fn the_image_runs_chrooted_with_the_deployments_arguments_takes_the_lease_and_bi
     };
 
     runtime.block_on(async {
-        // No Job controller runs here: create the Job's two pods from its template, as it would.
-        let template = Api::<Job>::namespaced(admin_client.clone(), "default")
-            .get("train-example")
-            .await
-            .unwrap()
-            .spec
-            .unwrap()
-            .template;
-        let pods: Api<Pod> = Api::namespaced(admin_client.clone(), "default");
-        for i in 0..2 {
-            let mut pod = Pod {
-                metadata: template.metadata.clone().unwrap_or_default(),
-                spec: template.spec.clone(),
-                status: None,
-            };
-            pod.metadata.name = Some(format!("train-example-{i}"));
-            pods.create(&PostParams::default(), &pod).await.unwrap();
-        }
+        let nodes = bind_example_gang(&admin_client).await;
+        assert_ne!(nodes.0, nodes.1, "two 8-GPU pods on two 8-GPU nodes");
         let leases: Api<Lease> = Api::namespaced(admin_client.clone(), "gantry-system");
         let holder = until("the chrooted gantry to hold the Lease", || async {
             leases.get_opt("gantry").await.ok()??.spec?.holder_identity
@@ -378,13 +347,6 @@ fn the_image_runs_chrooted_with_the_deployments_arguments_takes_the_lease_and_bi
             )),
             "the Lease is held by {holder}, not by the chrooted gantry"
         );
-        let nodes = until("the example gang to bind", || async {
-            let a = node_of(&pods.get("train-example-0").await.ok()?)?;
-            let b = node_of(&pods.get("train-example-1").await.ok()?)?;
-            Some((a, b))
-        })
-        .await;
-        assert_ne!(nodes.0, nodes.1, "two 8-GPU pods on two 8-GPU nodes");
     });
 
     // The UI is inside the binary, and the example policies were loaded from the image.

@@ -410,3 +410,52 @@ pub fn kubeconfig_with_token(admin: &Path, token: &str, out: &Path) {
     config["contexts"][0]["context"]["user"] = json!("token-user");
     std::fs::write(out, serde_yaml::to_string(&config).unwrap()).unwrap();
 }
+
+/// `kubectl apply -k deploy/`, then waits for its CRDs and applies `deploy/examples`, as
+/// `deploy/README.md` says to. Returns what the first apply printed.
+pub fn apply_deploy(bin: &str, admin: &Path) -> String {
+    let applied = kubectl(bin, admin, &["apply", "-k", "deploy/"]);
+    kubectl(
+        bin,
+        admin,
+        &[
+            "wait",
+            "--for=condition=established",
+            "--timeout=60s",
+            "crd/queues.gantry.dev",
+            "crd/podgroups.scheduling.x-k8s.io",
+        ],
+    );
+    kubectl(bin, admin, &["apply", "-k", "deploy/examples"]);
+    applied
+}
+
+/// Creates the example Job's two pods from its template, as its controller would (none runs
+/// here), waits until both are bound and returns their nodes.
+pub async fn bind_example_gang(client: &Client) -> (String, String) {
+    use k8s_openapi::api::batch::v1::Job;
+    use kube::api::PostParams;
+    let template = kube::Api::<Job>::namespaced(client.clone(), "default")
+        .get("train-example")
+        .await
+        .unwrap()
+        .spec
+        .unwrap()
+        .template;
+    let pods: kube::Api<Pod> = kube::Api::namespaced(client.clone(), "default");
+    for i in 0..2 {
+        let mut pod = Pod {
+            metadata: template.metadata.clone().unwrap_or_default(),
+            spec: template.spec.clone(),
+            status: None,
+        };
+        pod.metadata.name = Some(format!("train-example-{i}"));
+        pods.create(&PostParams::default(), &pod).await.unwrap();
+    }
+    until("the example gang to bind", || async {
+        let a = node_of(&pods.get("train-example-0").await.ok()?)?;
+        let b = node_of(&pods.get("train-example-1").await.ok()?)?;
+        Some((a, b))
+    })
+    .await
+}
