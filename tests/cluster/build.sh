@@ -1,6 +1,8 @@
 #!/usr/bin/env bash
-# Builds the test control plane (kube-apiserver, etcd, kwok), kubectl, and kube-scheduler with
-# scheduler-plugins' Coscheduling plugin (plus that plugin's PodGroup CRD) once, and caches them.
+# Builds the test control plane (kube-apiserver, etcd, kwok), kubectl, the same release's own
+# kube-scheduler (native gang scheduling, installed as kube-scheduler-native), and kube-scheduler
+# 1.34 with scheduler-plugins' Coscheduling plugin (plus that plugin's PodGroup CRD) once, and
+# caches them.
 #
 # Binaries land in ${XDG_CACHE_HOME:-$HOME/.cache}/gantry/cluster/bin/<key>/, where <key> hashes
 # everything that decides their content (the wrapper module's go.mod, go.sum and sources, the
@@ -33,7 +35,7 @@ key="$(
     } | sha256sum | cut -c1-16
 )"
 bin="$cache/bin/$key"
-if [[ -x "$bin/kube-apiserver" && -x "$bin/etcd" && -x "$bin/kubectl" && -x "$bin/kwok" && -x "$bin/kube-scheduler" && -f "$bin/podgroup-crd.yaml" ]]; then
+if [[ -x "$bin/kube-apiserver" && -x "$bin/etcd" && -x "$bin/kubectl" && -x "$bin/kwok" && -x "$bin/kube-scheduler" && -x "$bin/kube-scheduler-native" && -f "$bin/podgroup-crd.yaml" ]]; then
     echo "$bin"
     exit 0
 fi
@@ -43,10 +45,11 @@ rm -rf "$staging"
 mkdir -p "$staging"
 trap 'rm -rf "$staging"' EXIT
 start=$(date +%s)
-echo "build.sh: building kube-apiserver, etcd and kubectl into $bin (first time only; several minutes)" >&2
+echo "build.sh: building kube-apiserver, etcd, kubectl and kube-scheduler into $bin (first time only; several minutes)" >&2
 (
     cd "$here/controlplane"
     nice -n 10 go build -p 2 -trimpath -ldflags='-s -w' -o "$staging/" ./cmd/kube-apiserver ./cmd/etcd ./cmd/kubectl
+    nice -n 10 go build -p 2 -trimpath -ldflags='-s -w' -o "$staging/kube-scheduler-native" ./cmd/kube-scheduler
 ) >&2
 # kube-scheduler with Coscheduling, from its own module: scheduler-plugins pins Kubernetes 1.34.
 # Its PodGroup CRD comes from the same module version, so the CRD matches the plugin.

@@ -89,7 +89,10 @@ wait_for() { # what, command...
 wait_for etcd curl -sf "http://127.0.0.1:$etcd_port/health"
 
 # The upstream gang API (scheduling.k8s.io Workload and PodGroup, and the pods'
-# spec.schedulingGroup) is alpha in 1.36: its feature gate and API version are turned on.
+# spec.schedulingGroup) is beta in 1.37 but off by default: its feature gate and API version
+# are turned on.
+# Since 1.37 the endpoint reconciler refuses a loopback advertise address; nothing here reads
+# the default Service's endpoints (clients are given the address), so it is turned off.
 # No controller manager runs: ServiceAccount admission would wait for default accounts it
 # creates, and TaintNodesByCondition would leave a not-ready taint only it removes.
 # The command goes into a script of its own, so restart-apiserver.sh can run the same server
@@ -103,9 +106,9 @@ exec "$bin/kube-apiserver" \\
     --authorization-mode=RBAC \
     --service-account-issuer=https://kubernetes.default.svc \
     --service-account-key-file="$dir/sa.pub" --service-account-signing-key-file="$dir/sa.key" \
-    --service-cluster-ip-range=10.96.0.0/16 \
+    --service-cluster-ip-range=10.96.0.0/16 --endpoint-reconciler-type=none \
     --disable-admission-plugins=ServiceAccount,TaintNodesByCondition \
-    --feature-gates=GenericWorkload=true --runtime-config=scheduling.k8s.io/v1alpha2=true \
+    --feature-gates=GenericWorkload=true --runtime-config=scheduling.k8s.io/v1beta1=true \
     --profiling=false --v=1
 RUN
 echo "$token" >"$dir/admin.token"

@@ -252,12 +252,12 @@ fn pods_and_gangs_bind_on_a_real_control_plane() {
         );
         assert_eq!(node_of(&pods.get("anti").await.unwrap()), None);
 
-        // The upstream gang API (scheduling.k8s.io/v1alpha2, KEP-4671), as a workload
+        // The upstream gang API (scheduling.k8s.io/v1beta1 in 1.37, KEP-4671), as a workload
         // controller writes it: a Workload with a gang template, its PodGroup, and pods naming
         // the PodGroup in spec.schedulingGroup.
         let upstream = |kind: &str, plural: &str| {
             ApiResource::from_gvk_with_plural(
-                &GroupVersionKind::gvk("scheduling.k8s.io", "v1alpha2", kind),
+                &GroupVersionKind::gvk("scheduling.k8s.io", "v1beta1", kind),
                 plural,
             )
         };
@@ -275,7 +275,7 @@ fn pods_and_gangs_bind_on_a_real_control_plane() {
             workload.data = json!({"spec": {"podGroupTemplates": [{"name": "workers", "schedulingPolicy": gang}]}});
             let mut group = DynamicObject::new(&format!("{name}-workers"), &group_kind);
             group.data = json!({"spec": {
-                "podGroupTemplateRef": {"workload": {"workloadName": name, "podGroupTemplateName": "workers"}},
+                "workloadRef": {"workloadName": name, "templateName": "workers"},
                 "schedulingPolicy": gang}});
             (workload, group)
         };
@@ -323,12 +323,12 @@ fn pods_and_gangs_bind_on_a_real_control_plane() {
             )),
             "wide gang message: {message}"
         );
-        // Its PodGroup says so too (kube-scheduler's condition, with the pods' message).
+        // Its PodGroup says so too (kube-scheduler 1.37's condition, with the pods' message).
         let condition = |group: &DynamicObject| {
             group.data["status"]["conditions"]
                 .as_array()?
                 .iter()
-                .find(|c| c["type"] == "PodGroupScheduled")
+                .find(|c| c["type"] == "PodGroupInitiallyScheduled")
                 .cloned()
         };
         let wide_group = until("the wide PodGroup's Unschedulable condition", || async {

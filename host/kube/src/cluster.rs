@@ -171,10 +171,59 @@ const KUEUE_GROUP: &str = "kueue.x-k8s.io";
 const KUEUE_VERSIONS: [&str; 2] = ["v1beta2", "v1beta1"];
 
 /// The upstream gang API's group, and the versions of its `PodGroup` Gantry reads, preferred
-/// first: alpha in 1.35 (v1alpha1, a different shape, not read), v1alpha2 in 1.36, beta in 1.37.
-/// Both read versions have `spec.schedulingPolicy` and `status.conditions` as read here.
+/// first: alpha in 1.35 (v1alpha1, a different shape, not read), v1alpha2 in 1.36, beta (and
+/// v1alpha3) in 1.37. All three have `spec.schedulingPolicy` and `status.conditions` as read
+/// here; only the condition's name changed (see [`scheduled_condition_type`]).
 const WORKLOAD_GROUP: &str = "scheduling.k8s.io";
-const WORKLOAD_VERSIONS: [&str; 2] = ["v1beta1", "v1alpha2"];
+const WORKLOAD_VERSIONS: [&str; 3] = ["v1beta1", "v1alpha3", "v1alpha2"];
+
+/// What an upstream PodGroup's `spec` asks of Gantry: a gang of `minCount`, single pods
+/// (`basic`), or a refusal naming the field Gantry does not support, so its pods wait with that
+/// message instead of being placed as if the field were not there.
+fn workload_group_policy((namespace, name): &PodKey, spec: &serde_json::Value) -> GroupPolicy {
+    let refused = |field: &str, what: &str| {
+        GroupPolicy::Refused(format!(
+            "pod group {namespace}/{name}: spec.{field} is not supported by Gantry ({what}); remove it or use another scheduler"
+        ))
+    };
+    let policy = &spec["schedulingPolicy"];
+    let non_empty = |value: &serde_json::Value| value.as_array().is_some_and(|a| !a.is_empty());
+    if spec["parentCompositePodGroupName"].is_string() {
+        refused(
+            "parentCompositePodGroupName",
+            "a pod group inside a composite pod group; Gantry places each PodGroup on its own",
+        )
+    } else if non_empty(&spec["schedulingConstraints"]["topology"]) {
+        refused(
+            "schedulingConstraints.topology",
+            "a gang's topology constraint; Gantry prefers the smallest domain but does not require one",
+        )
+    } else if non_empty(&spec["resourceClaims"]) {
+        refused("resourceClaims", "claims shared by a pod group")
+    } else if let Some(min) = policy["gang"]["minCount"].as_u64() {
+        GroupPolicy::Gang(u32::try_from(min).unwrap_or(u32::MAX).max(1))
+    } else if policy.get("basic").is_some() {
+        GroupPolicy::Basic
+    } else {
+        // The API server validates one policy; a newer release may add one not known here.
+        refused(
+            "schedulingPolicy",
+            "a scheduling policy other than gang and basic",
+        )
+    }
+}
+
+/// The PodGroup condition kube-scheduler sets when a group is first placed: `PodGroupScheduled`
+/// in v1alpha2 (1.36), renamed `PodGroupInitiallyScheduled` from v1alpha3 and v1beta1 (1.37).
+/// Gantry writes the name of the version it reads, so `kubectl wait --for=condition=…` written
+/// for that release works unchanged.
+fn scheduled_condition_type(version: &str) -> &'static str {
+    if version == "v1alpha2" {
+        "PodGroupScheduled"
+    } else {
+        "PodGroupInitiallyScheduled"
+    }
+}
 
 /// Dynamic Resource Allocation's API, GA since Kubernetes 1.34; the beta versions before it
 /// are not read.
@@ -785,43 +834,15 @@ impl KubeCluster {
                     group.metadata.namespace.clone()?,
                     group.metadata.name.clone()?,
                 );
-                let spec = &group.data["spec"];
-                let policy = &spec["schedulingPolicy"];
-                let refused = |field: &str, what: &str| {
-                    GroupPolicy::Refused(format!(
-                        "pod group {}/{}: spec.{field} is not supported by Gantry ({what}); remove it or use another scheduler",
-                        key.0, key.1
-                    ))
-                };
-                let policy = if spec["schedulingConstraints"]["topology"]
-                    .as_array()
-                    .is_some_and(|t| !t.is_empty())
-                {
-                    refused(
-                        "schedulingConstraints.topology",
-                        "a gang's topology constraint; Gantry prefers the smallest domain but does not require one",
-                    )
-                } else if spec["resourceClaims"]
-                    .as_array()
-                    .is_some_and(|c| !c.is_empty())
-                {
-                    refused("resourceClaims", "claims shared by a pod group")
-                } else if let Some(min) = policy["gang"]["minCount"].as_u64() {
-                    GroupPolicy::Gang(u32::try_from(min).ok()?.max(1))
-                } else if policy.get("basic").is_some() {
-                    GroupPolicy::Basic
-                } else {
-                    // The API server validates one policy; a newer one is not known here.
-                    tracing::warn!(group = ?key, "PodGroup with a scheduling policy Gantry does not know; its pods wait");
-                    return None;
-                };
+                let policy = workload_group_policy(&key, &group.data["spec"]);
                 Some((key, policy))
             })
             .collect();
         self.tracker.workload_groups_changed(group_to_policy);
     }
 
-    /// Writes each upstream PodGroup's `PodGroupScheduled` condition as kube-scheduler does:
+    /// Writes each upstream PodGroup's scheduled condition ([`scheduled_condition_type`]) as
+    /// kube-scheduler does:
     /// True ("Scheduled") once its pods are bound, False ("Unschedulable", with the pods'
     /// FailedScheduling message) while they wait; never back to False once True (extra pods
     /// do not unschedule a group), and only when it changed.
@@ -833,6 +854,7 @@ impl KubeCluster {
             return;
         }
         let now = k8s_openapi::jiff::Timestamp::now().to_string();
+        let condition_type = scheduled_condition_type(&resource.version);
         let mut patches = Vec::new();
         for ((namespace, name), (scheduled, message)) in group_to_outcome {
             let Some(group) =
@@ -844,7 +866,7 @@ impl KubeCluster {
                 .as_array()
                 .cloned()
                 .unwrap_or_default();
-            let existing = conditions.iter().find(|c| c["type"] == "PodGroupScheduled");
+            let existing = conditions.iter().find(|c| c["type"] == condition_type);
             if existing.is_some_and(|c| c["status"] == "True") && !scheduled {
                 continue;
             }
@@ -868,11 +890,11 @@ impl KubeCluster {
             };
             let mut list: Vec<serde_json::Value> = conditions
                 .iter()
-                .filter(|c| c["type"] != "PodGroupScheduled")
+                .filter(|c| c["type"] != condition_type)
                 .cloned()
                 .collect();
             list.push(serde_json::json!({
-                "type": "PodGroupScheduled",
+                "type": condition_type,
                 "status": status,
                 "reason": reason,
                 "message": message,
@@ -902,7 +924,7 @@ impl KubeCluster {
                         Err(kube::Error::Api(status)) if status.code == 404 => {}
                         Err(error) => tracing::warn!(
                             group = %format!("{namespace}/{name}"), %error,
-                            "cannot set PodGroupScheduled"
+                            "cannot set {condition_type}"
                         ),
                     }
                 },
@@ -2038,6 +2060,68 @@ async fn report_unschedulable(
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn a_pod_group_spec_becomes_a_gang_single_pods_or_a_refusal_naming_the_field() {
+        let key = ("ns".to_string(), "g".to_string());
+        let policy = |spec: serde_json::Value| workload_group_policy(&key, &spec);
+        let gang = serde_json::json!({"gang": {"minCount": 16}});
+        assert_eq!(
+            policy(serde_json::json!({"schedulingPolicy": gang})),
+            GroupPolicy::Gang(16)
+        );
+        assert_eq!(
+            policy(serde_json::json!({"schedulingPolicy": {"gang": {"minCount": 0}}})),
+            GroupPolicy::Gang(1)
+        );
+        assert_eq!(
+            policy(serde_json::json!({"schedulingPolicy": {"basic": {}}})),
+            GroupPolicy::Basic
+        );
+        // Empty lists are what the API server echoes for unset fields: not refused.
+        assert_eq!(
+            policy(
+                serde_json::json!({"schedulingPolicy": gang, "resourceClaims": [],
+                "schedulingConstraints": {"topology": []}})
+            ),
+            GroupPolicy::Gang(16)
+        );
+        let refusal = |spec: serde_json::Value| match policy(spec) {
+            GroupPolicy::Refused(message) => message,
+            other => panic!("expected a refusal, got {other:?}"),
+        };
+        assert_eq!(
+            refusal(
+                serde_json::json!({"schedulingPolicy": gang, "parentCompositePodGroupName": "job"})
+            ),
+            "pod group ns/g: spec.parentCompositePodGroupName is not supported by Gantry (a pod group inside a composite pod group; Gantry places each PodGroup on its own); remove it or use another scheduler"
+        );
+        assert!(
+            refusal(serde_json::json!({"schedulingPolicy": gang,
+            "schedulingConstraints": {"topology": [{"key": "rack"}]}}))
+            .contains("spec.schedulingConstraints.topology is not supported")
+        );
+        assert!(
+            refusal(serde_json::json!({"schedulingPolicy": gang,
+            "resourceClaims": [{"name": "gpus"}]}))
+            .contains("spec.resourceClaims is not supported")
+        );
+        assert!(refusal(serde_json::json!({"schedulingPolicy": {"quorum": {}}}))
+            .contains("spec.schedulingPolicy is not supported by Gantry (a scheduling policy other than gang and basic)"));
+    }
+
+    #[test]
+    fn the_scheduled_condition_has_the_name_of_the_version_read() {
+        assert_eq!(scheduled_condition_type("v1alpha2"), "PodGroupScheduled");
+        assert_eq!(
+            scheduled_condition_type("v1alpha3"),
+            "PodGroupInitiallyScheduled"
+        );
+        assert_eq!(
+            scheduled_condition_type("v1beta1"),
+            "PodGroupInitiallyScheduled"
+        );
+    }
 
     #[test]
     fn the_estimate_in_a_failed_scheduling_message_is_rounded() {
