@@ -7,9 +7,17 @@
 //!   strings.
 //! - [`NodeAffinity`]: what a pod's spec says about nodes: `nodeSelector` and required terms as
 //!   a filter, preferred terms as a score.
+//! - [`AffinityIndex`]: per distinct affinity, the nodes it allows and prefers, a chunk at a
+//!   time, so pods that share a constraint (a gang, a Job's pods, a team's pool) pay for the
+//!   label checks once and not on every decision.
+
+use std::collections::HashMap;
+use std::ops::Range;
+use std::sync::Arc;
 
 use serde::{Deserialize, Serialize};
 
+use crate::model::NodeTable;
 use crate::symbols::Sym;
 
 /// One node label. A node's labels are sorted by key, so a requirement finds its key by binary
@@ -129,6 +137,129 @@ impl NodeAffinity {
     }
 }
 
+/// What one affinity says about one chunk of nodes.
+#[derive(Debug)]
+pub struct ChunkAffinity {
+    /// Bit `j` of word `j / 64` set: node `start + j` is allowed.
+    allowed: Box<[u64]>,
+    /// Per node, [`NodeAffinity::preference`] scaled to 0..=100; `None` when the affinity
+    /// prefers nothing.
+    preference: Option<Box<[u8]>>,
+}
+
+impl ChunkAffinity {
+    fn of(affinity: &NodeAffinity, t: &NodeTable, nodes: Range<usize>) -> Self {
+        let mut allowed = vec![0u64; nodes.len().div_ceil(64)].into_boxed_slice();
+        for (j, node) in nodes.clone().enumerate() {
+            if affinity.allows(t.labels(node), t.name[node]) {
+                allowed[j / 64] |= 1 << (j % 64);
+            }
+        }
+        let max = affinity.preference_max();
+        let preference = (max > 0).then(|| {
+            nodes
+                .map(|node| {
+                    let weight = affinity.preference(t.labels(node), t.name[node]);
+                    // At most 100: the weights met are at most their sum.
+                    (u64::from(weight) * 100 / u64::from(max)) as u8
+                })
+                .collect()
+        });
+        Self {
+            allowed,
+            preference,
+        }
+    }
+
+    /// Whether the chunk's `j`-th node is allowed.
+    #[inline]
+    pub fn allows(&self, j: usize) -> bool {
+        self.allowed[j / 64] & (1 << (j % 64)) != 0
+    }
+
+    /// Whether the affinity prefers anything (has preferred terms).
+    pub fn prefers(&self) -> bool {
+        self.preference.is_some()
+    }
+
+    /// The chunk's `j`-th node's preference in 0..=100; `None` when nothing is preferred.
+    #[inline]
+    pub fn preference(&self, j: usize) -> Option<u8> {
+        self.preference.as_ref().map(|p| p[j])
+    }
+}
+
+/// Per distinct [`NodeAffinity`] (by value, so pods that spell the same constraint share an
+/// entry), what it says about each chunk of nodes, computed when first asked for. A pod with
+/// a one-off constraint pays what the label checks cost anyway; every later pod with the same
+/// constraint pays a bit test per node.
+///
+/// Entries hold for one label column: a table whose labels were replaced (the scheduler is
+/// reset when a live node's labels change) drops them, as does growing past
+/// [`AffinityIndex::MAX_ENTRIES`], so per-pod constraints cannot grow it without bound.
+#[derive(Debug, Clone, Default)]
+pub struct AffinityIndex {
+    /// The label column the entries were computed from (its address and length).
+    labels_seen: (usize, usize),
+    /// Per affinity, its slot in `slot_chunks`.
+    affinity_to_slot: HashMap<Arc<NodeAffinity>, usize>,
+    /// Per slot, per chunk (its first node and one past its last), what the slot's affinity
+    /// says about that chunk.
+    slot_chunks: Vec<HashMap<(usize, usize), Arc<ChunkAffinity>>>,
+    /// The affinity asked about last, by address, and its slot: a decision asks once per
+    /// chunk, and hashing the whole constraint each time would cost more than the answer.
+    last: Option<(Arc<NodeAffinity>, usize)>,
+}
+
+impl AffinityIndex {
+    /// Distinct affinities kept before the index starts over.
+    pub const MAX_ENTRIES: usize = 4096;
+
+    /// What `affinity` says about the chunk `nodes` of `t`.
+    pub fn chunk(
+        &mut self,
+        affinity: &Arc<NodeAffinity>,
+        t: &NodeTable,
+        nodes: Range<usize>,
+    ) -> Arc<ChunkAffinity> {
+        let seen = (t.labels.as_ptr() as usize, t.labels.len());
+        if seen != self.labels_seen {
+            self.clear();
+            self.labels_seen = seen;
+        }
+        let slot = match &self.last {
+            Some((last, slot)) if Arc::ptr_eq(last, affinity) => *slot,
+            _ => {
+                if self.affinity_to_slot.len() >= Self::MAX_ENTRIES
+                    && !self.affinity_to_slot.contains_key(affinity)
+                {
+                    self.clear();
+                }
+                let next = self.slot_chunks.len();
+                let slot = *self
+                    .affinity_to_slot
+                    .entry(affinity.clone())
+                    .or_insert(next);
+                if slot == next {
+                    self.slot_chunks.push(HashMap::new());
+                }
+                self.last = Some((affinity.clone(), slot));
+                slot
+            }
+        };
+        self.slot_chunks[slot]
+            .entry((nodes.start, nodes.end))
+            .or_insert_with(|| Arc::new(ChunkAffinity::of(affinity, t, nodes)))
+            .clone()
+    }
+
+    fn clear(&mut self) {
+        self.affinity_to_slot.clear();
+        self.slot_chunks.clear();
+        self.last = None;
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -226,6 +357,48 @@ mod tests {
     }
 
     proptest! {
+        /// What the index says about a chunk is what the affinity says about each node in it,
+        /// asked once or again, and for chunks of any start and length.
+        #[test]
+        fn the_index_agrees_with_the_affinity_node_by_node(
+            node_values in proptest::collection::vec(proptest::option::of(1u32..5), 1..200),
+            values in proptest::collection::vec(1u32..5, 1..3),
+            weight in 1u32..100,
+            split in 0usize..200,
+        ) {
+            let t = NodeTable {
+                name: (0..node_values.len() as u32).collect(),
+                labels: node_values
+                    .iter()
+                    .map(|v| match v {
+                        Some(v) => vec![NodeLabel { key: 1, value: *v, number: None }].into(),
+                        None => Vec::new().into(),
+                    })
+                    .collect(),
+                ..NodeTable::default()
+            };
+            let term = Term { requirements: vec![req(1, LabelOp::In(values))] };
+            let affinity = Arc::new(NodeAffinity {
+                required: vec![term.clone()],
+                preferred: vec![(weight, term)],
+                ..NodeAffinity::default()
+            });
+            let split = split.min(t.len());
+            let mut index = AffinityIndex::default();
+            // The same constraint in another allocation (another pod's) shares the entries.
+            let same = Arc::new((*affinity).clone());
+            for asking in [&affinity, &affinity, &same] {
+                for range in [0..split, split..t.len(), 0..t.len()] {
+                    let chunk = index.chunk(asking, &t, range.clone());
+                    for (j, node) in range.enumerate() {
+                        let allowed = affinity.allows(t.labels(node), t.name[node]);
+                        prop_assert_eq!(chunk.allows(j), allowed);
+                        prop_assert_eq!(chunk.preference(j), Some(if allowed { 100 } else { 0 }));
+                    }
+                }
+            }
+        }
+
         /// `In` and `NotIn` over the same values are complements, and so are `Exists` and
         /// `DoesNotExist`, on any node.
         #[test]

@@ -5,6 +5,7 @@
 
 use std::ops::Range;
 
+use crate::affinity::ChunkAffinity;
 use crate::model::{Health, NodeTable, PodShape};
 
 /// The built-in filter's reason codes, as `gpu-fit` declares them.
@@ -53,35 +54,99 @@ pub fn gpu_fit(pod: &PodShape, t: &NodeTable) -> Vec<u16> {
 
 /// One reason code per node of `nodes`.
 pub fn gpu_fit_range(pod: &PodShape, t: &NodeTable, nodes: Range<usize>) -> Vec<u16> {
-    nodes.map(|i| gpu_fit_one(pod, t, i)).collect()
+    gpu_fit_chunk(pod, t, nodes, None)
 }
 
-#[inline]
+/// One reason code per node of `nodes`, with what the pod's affinity says about them when the
+/// caller knows it already ([`crate::AffinityIndex`]); otherwise each node's labels are read.
+pub fn gpu_fit_chunk(
+    pod: &PodShape,
+    t: &NodeTable,
+    nodes: Range<usize>,
+    known: Option<&ChunkAffinity>,
+) -> Vec<u16> {
+    let fit = Fit::new(pod, t);
+    match (&pod.node_affinity, known) {
+        (None, _) => nodes.map(|i| fit.code(i, true)).collect(),
+        (Some(_), Some(chunk)) => {
+            let start = nodes.start;
+            nodes
+                .map(|i| fit.code(i, chunk.allows(i - start)))
+                .collect()
+        }
+        (Some(affinity), None) => nodes
+            .map(|i| fit.code(i, affinity.allows(t.labels(i), t.name[i])))
+            .collect(),
+    }
+}
+
+/// The reason code of one node.
 pub fn gpu_fit_one(pod: &PodShape, t: &NodeTable, i: usize) -> u16 {
-    let has_gpus = if pod.gpu_milli > 0 {
-        t.gpu_milli_free_max[i] >= pod.gpu_milli
-    } else {
-        t.gpu_free[i] >= pod.gpus
-    };
-    if t.health[i] != Health::Healthy as u8 {
-        NOT_HEALTHY
-    } else if !pod.node_allowed(t, i) {
-        NODE_AFFINITY_MISMATCH
-    } else if pod.gpu_type != 0 && pod.gpu_type != t.gpu_type[i] {
-        WRONG_GPU_TYPE
-    } else if !has_gpus {
-        NOT_ENOUGH_GPUS
-    } else if t.cpu_free_milli[i] < pod.cpu_milli || t.memory_free_mib[i] < pod.memory_mib {
-        NOT_ENOUGH_CPU_OR_MEMORY
-    } else if let Some(column) = pod.lacking_resource(t, i) {
-        u16::try_from(column)
-            .ok()
-            .and_then(|c| c.checked_add(RESOURCE_SHORT))
-            .unwrap_or(RESOURCE_NOWHERE)
-    } else if !pod.tolerates_all(t.taints(i)) {
-        TAINT_NOT_TOLERATED
-    } else {
-        0
+    Fit::new(pod, t).code(i, pod.node_allowed(t, i))
+}
+
+/// One pod's built-in filter over one table, with its extra resources' columns looked up once
+/// rather than per node.
+struct Fit<'a> {
+    pod: &'a PodShape,
+    t: &'a NodeTable,
+    /// Per resource the pod asks beyond GPUs, CPU and memory: its column (`None`: no node
+    /// offers it) and the amount.
+    columns: Vec<(Option<&'a [u32]>, u32, u16)>,
+}
+
+impl<'a> Fit<'a> {
+    fn new(pod: &'a PodShape, t: &'a NodeTable) -> Self {
+        let columns = pod
+            .resources
+            .iter()
+            .map(
+                |&(name, asked)| match t.resources.iter().position(|c| c.name == name) {
+                    Some(c) => (
+                        Some(t.resources[c].free.as_slice()),
+                        asked,
+                        u16::try_from(c)
+                            .ok()
+                            .and_then(|c| c.checked_add(RESOURCE_SHORT))
+                            .unwrap_or(RESOURCE_NOWHERE),
+                    ),
+                    None => (None, asked, RESOURCE_NOWHERE),
+                },
+            )
+            .collect();
+        Self { pod, t, columns }
+    }
+
+    /// `allowed`: whether the pod's node affinity lets it onto node `i`.
+    #[inline]
+    fn code(&self, i: usize, allowed: bool) -> u16 {
+        let (pod, t) = (self.pod, self.t);
+        let has_gpus = if pod.gpu_milli > 0 {
+            t.gpu_milli_free_max[i] >= pod.gpu_milli
+        } else {
+            t.gpu_free[i] >= pod.gpus
+        };
+        if t.health[i] != Health::Healthy as u8 {
+            NOT_HEALTHY
+        } else if !allowed {
+            NODE_AFFINITY_MISMATCH
+        } else if pod.gpu_type != 0 && pod.gpu_type != t.gpu_type[i] {
+            WRONG_GPU_TYPE
+        } else if !has_gpus {
+            NOT_ENOUGH_GPUS
+        } else if t.cpu_free_milli[i] < pod.cpu_milli || t.memory_free_mib[i] < pod.memory_mib {
+            NOT_ENOUGH_CPU_OR_MEMORY
+        } else if let Some(&(_, _, code)) = self
+            .columns
+            .iter()
+            .find(|(column, asked, _)| column.is_none_or(|free| free[i] < *asked))
+        {
+            code
+        } else if !pod.tolerates_all(t.taints(i)) {
+            TAINT_NOT_TOLERATED
+        } else {
+            0
+        }
     }
 }
 
@@ -97,7 +162,25 @@ pub fn node_preference_range(
     t: &NodeTable,
     nodes: Range<usize>,
 ) -> Option<Vec<u64>> {
+    node_preference_chunk(pod, t, nodes, None)
+}
+
+/// [`node_preference_range`], from what the caller knows of the chunk already when it does.
+pub fn node_preference_chunk(
+    pod: &PodShape,
+    t: &NodeTable,
+    nodes: Range<usize>,
+    known: Option<&ChunkAffinity>,
+) -> Option<Vec<u64>> {
     let affinity = pod.node_affinity.as_ref()?;
+    if let Some(chunk) = known {
+        let start = nodes.start;
+        return chunk.prefers().then(|| {
+            nodes
+                .map(|i| u64::from(chunk.preference(i - start).unwrap_or(0)) * NODE_AFFINITY_WEIGHT)
+                .collect()
+        });
+    }
     let max = u64::from(affinity.preference_max());
     (max > 0).then(|| {
         nodes

@@ -17,7 +17,9 @@ pub mod shadow;
 pub mod source;
 pub mod symbols;
 
-pub use affinity::{Field, LabelOp, NodeAffinity, NodeLabel, Requirement, Term};
+pub use affinity::{
+    AffinityIndex, ChunkAffinity, Field, LabelOp, NodeAffinity, NodeLabel, Requirement, Term,
+};
 pub use cluster::{ClusterState, Slot};
 pub use explain::{Explanation, Outcome, PolicyRef};
 pub use hooks::{BuiltinOnly, PolicyHooks, Verdict};

@@ -4,9 +4,10 @@
 //! as kube-scheduler does with `percentageOfNodesToScore`: a pod that fits is placed without
 //! paying for every node.
 
-use std::collections::{BTreeMap, HashMap};
+use std::collections::BTreeMap;
 use std::ops::Range;
 
+use crate::ChunkAffinity;
 use crate::builtin;
 use crate::explain::{Explanation, FilterExplain, NodeScore};
 use crate::hooks::{PolicyHooks, Verdict};
@@ -24,8 +25,10 @@ struct Tally {
     totals: Vec<u64>,
     /// Filter names by index: the built-in first, then each filter policy.
     filter_names: Vec<String>,
-    /// Rejections by (filter, code); texts are looked up once per distinct code.
-    code_counts: HashMap<(usize, u16), u32>,
+    /// Rejections by (filter, code); texts are looked up once per distinct code. A short
+    /// list, not a map: a decision meets a handful of distinct codes and counts a rejection
+    /// per node, so a linear scan beats hashing each one.
+    code_counts: Vec<((usize, u16), u32)>,
     /// Nodes a failing-closed filter rejected, by (filter, fault text).
     fault_counts: BTreeMap<(usize, String), u32>,
     feasible: usize,
@@ -42,13 +45,14 @@ fn note_fault(explanation: &mut Explanation, fault: String) {
 
 impl Scheduler {
     /// Run every filter and score; the pods of `spec`'s shape each node takes (0 where
-    /// filtered out or not evaluated) and each node's total score.
+    /// filtered out or not evaluated), each node's total score, and the node ranges evaluated
+    /// (so placing a single pod reads those, not the whole table).
     pub(super) fn evaluate(
         &self,
         spec: &JobSpec,
         hooks: &mut dyn PolicyHooks,
         explanation: &mut Explanation,
-    ) -> (Vec<u32>, Vec<u64>) {
+    ) -> (Vec<u32>, Vec<u64>, Vec<Range<usize>>) {
         let n = self.state.len();
         let chunks = n.div_ceil(CHUNK).max(1);
         let single = spec.pods == 1;
@@ -66,18 +70,22 @@ impl Scheduler {
             capacity: vec![0; n],
             totals: vec![0; n],
             filter_names: vec!["builtin".to_string()],
-            code_counts: HashMap::new(),
+            code_counts: Vec::new(),
             fault_counts: BTreeMap::new(),
             feasible: 0,
             evaluated: 0,
             chunk_parts: Vec::new(),
         };
+        let mut searched = Vec::new();
         for step in 0..chunks {
             let chunk = (first + step) % chunks;
             let range = chunk * CHUNK..((chunk + 1) * CHUNK).min(n);
             tally.evaluated += range.len();
-            self.filter_chunk(spec, hooks, range.clone(), &mut tally, explanation);
-            self.score_chunk(spec, hooks, range, &mut tally, explanation);
+            let known = self.chunk_affinity(spec, range.clone());
+            let known = known.as_deref();
+            self.filter_chunk(spec, hooks, range.clone(), known, &mut tally, explanation);
+            self.score_chunk(spec, hooks, range.clone(), known, &mut tally, explanation);
+            searched.push(range);
             if tally.feasible >= enough {
                 self.next_chunk.set(chunk + 1);
                 break;
@@ -85,20 +93,23 @@ impl Scheduler {
         }
         self.explain_filters(hooks, &mut tally, explanation);
         explanation.top_nodes = self.top_nodes(&tally);
-        (tally.capacity, tally.totals)
+        (tally.capacity, tally.totals, searched)
     }
 
     /// The built-in filter and every filter policy on one chunk: each rejected node is
     /// counted once, for the first filter that rejected it; the rest get their capacity.
+    /// `known` is what the job's node affinity says about the chunk.
     fn filter_chunk(
         &self,
         spec: &JobSpec,
         hooks: &mut dyn PolicyHooks,
         range: Range<usize>,
+        known: Option<&ChunkAffinity>,
         tally: &mut Tally,
         explanation: &mut Explanation,
     ) {
-        let builtin_codes = builtin::gpu_fit_range(&spec.shape, &self.state.nodes, range.clone());
+        let builtin_codes =
+            builtin::gpu_fit_chunk(&spec.shape, &self.state.nodes, range.clone(), known);
         let mut rejected_by: Vec<Option<(usize, u16)>> = builtin_codes
             .iter()
             .map(|&code| (code != 0).then_some((0, code)))
@@ -130,7 +141,10 @@ impl Scheduler {
         for (offset, rejected) in rejected_by.into_iter().enumerate() {
             let node = range.start + offset;
             match (rejected, &closed) {
-                (Some(key), _) => *tally.code_counts.entry(key).or_default() += 1,
+                (Some(key), _) => match tally.code_counts.iter_mut().find(|(k, _)| *k == key) {
+                    Some((_, count)) => *count += 1,
+                    None => tally.code_counts.push((key, 1)),
+                },
                 (None, Some((filter, fault))) => {
                     *tally
                         .fault_counts
@@ -152,6 +166,7 @@ impl Scheduler {
         spec: &JobSpec,
         hooks: &mut dyn PolicyHooks,
         range: Range<usize>,
+        known: Option<&ChunkAffinity>,
         tally: &mut Tally,
         explanation: &mut Explanation,
     ) {
@@ -183,7 +198,7 @@ impl Scheduler {
             parts.push(("builtin:binpack".into(), scores));
         }
         if let Some(preference) =
-            builtin::node_preference_range(&spec.shape, &self.state.nodes, range.clone())
+            builtin::node_preference_chunk(&spec.shape, &self.state.nodes, range.clone(), known)
         {
             for (total, p) in tally.totals[range.clone()].iter_mut().zip(&preference) {
                 *total += p;
@@ -191,6 +206,21 @@ impl Scheduler {
             parts.push(("builtin:node-affinity".into(), preference));
         }
         tally.chunk_parts.push((range, parts));
+    }
+
+    /// What the job's node affinity says about one chunk, from the index; `None` for a job
+    /// without one.
+    fn chunk_affinity(
+        &self,
+        spec: &JobSpec,
+        range: Range<usize>,
+    ) -> Option<std::sync::Arc<ChunkAffinity>> {
+        let affinity = spec.shape.node_affinity.as_ref()?;
+        Some(
+            self.affinity_index
+                .borrow_mut()
+                .chunk(affinity, &self.state.nodes, range),
+        )
     }
 
     /// The rejection counts per filter and reason, most first, and the node counts.
@@ -202,7 +232,7 @@ impl Scheduler {
     ) {
         let mut counts: Vec<BTreeMap<String, u32>> =
             vec![BTreeMap::new(); tally.filter_names.len()];
-        for (&(filter, code), &count) in &tally.code_counts {
+        for &((filter, code), count) in &tally.code_counts {
             let text = if filter == 0 {
                 builtin::reason_text(code, &self.state.nodes, |s| {
                     self.symbols.resolve(s).to_string()
@@ -232,19 +262,26 @@ impl Scheduler {
     /// The best-scored feasible nodes, with each score policy's part.
     fn top_nodes(&self, tally: &Tally) -> Vec<NodeScore> {
         let (capacity, totals) = (&tally.capacity, &tally.totals);
-        let mut best: Vec<usize> = tally
+        // Better first: higher total, then lower index. One pass keeping the best few, as
+        // most nodes lose to the worst kept one at the first comparison.
+        let better = |a: usize, b: usize| totals[b].cmp(&totals[a]).then(a.cmp(&b));
+        let top = self.config.top_nodes;
+        let mut best: Vec<usize> = Vec::with_capacity(top + 1);
+        for node in tally
             .chunk_parts
             .iter()
             .flat_map(|(range, _)| range.clone())
-            .filter(|&i| capacity[i] > 0)
-            .collect();
-        let better = |a: &usize, b: &usize| totals[*b].cmp(&totals[*a]).then(a.cmp(b));
-        let top = self.config.top_nodes.min(best.len());
-        if top > 0 && top < best.len() {
-            best.select_nth_unstable_by(top - 1, better);
+        {
+            if capacity[node] == 0 || top == 0 {
+                continue;
+            }
+            if best.len() == top && better(node, best[top - 1]).is_ge() {
+                continue;
+            }
+            let at = best.partition_point(|&kept| better(kept, node).is_lt());
+            best.insert(at, node);
             best.truncate(top);
         }
-        best.sort_by(better);
         best.iter()
             .map(|&node| {
                 let (range, parts) = tally

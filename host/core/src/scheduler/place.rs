@@ -2,6 +2,8 @@
 //! evaluation left. A single pod takes the best-scored node; a gang takes the smallest
 //! topology domain that holds all of it.
 
+use std::ops::Range;
+
 use crate::builtin;
 use crate::cluster::ClusterState;
 
@@ -23,11 +25,31 @@ impl Scheduler {
         capacity: &[u32],
         scores: &[u64],
     ) -> Option<Placement> {
+        self.place_in(
+            spec,
+            capacity,
+            scores,
+            std::slice::from_ref(&(0..capacity.len())),
+        )
+    }
+
+    /// [`Scheduler::place`] where only the nodes of `searched` can have room (the ranges an
+    /// evaluation covered): a single pod reads those, not the whole table. A gang's evaluation
+    /// covers every node.
+    pub(super) fn place_in(
+        &self,
+        spec: &JobSpec,
+        capacity: &[u32],
+        scores: &[u64],
+        searched: &[Range<usize>],
+    ) -> Option<Placement> {
         let n = capacity.len();
         if spec.pods == 1 {
-            let best = (0..n)
+            let best = searched
+                .iter()
+                .flat_map(Clone::clone)
                 .filter(|&i| capacity[i] > 0)
-                .max_by(|&a, &b| scores[a].cmp(&scores[b]).then(b.cmp(&a)))?;
+                .min_by(|&a, &b| scores[b].cmp(&scores[a]).then(a.cmp(&b)))?;
             return Some(Placement {
                 node_pods: vec![(best, 1)],
                 domain: None,
