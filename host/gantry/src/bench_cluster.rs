@@ -1,22 +1,36 @@
 //! `gantry kube bench-pods | bench-watch | bench-bind`: the commands `tests/cluster/bench.sh`
-//! runs to race Gantry, kube-scheduler with Coscheduling, and a raw binder on one workload
-//! (see `gantry_kube::bench`). JSON goes to stdout, progress to stderr.
+//! runs to race Gantry, kube-scheduler (native gangs, or Coscheduling) and a raw binder on one
+//! workload (see `gantry_kube::bench`). JSON goes to stdout, progress to stderr.
 
 use std::path::PathBuf;
 use std::process::{Child, Command};
-use std::sync::atomic::{AtomicUsize, Ordering};
+use std::sync::atomic::{AtomicBool, AtomicU32, AtomicUsize, Ordering};
+use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
 use clap::Args;
 use indicatif::{ProgressBar, ProgressStyle};
+use serde_json::json;
 
 #[derive(Args, Debug)]
 pub struct BenchPodsArgs {
     #[command(flatten)]
     target: Target,
-    /// How many pods (half in gangs, half single).
-    #[arg(long)]
+    /// Which pods: `mixed` (half one-GPU gang pods, half small single pods; needs --pods) or
+    /// `openai` (8-GPU pods in gangs of 16 to 256 and single, 90% of --nodes' GPUs).
+    #[arg(long, default_value = "mixed")]
+    workload: gantry_kube::bench::Workload,
+    /// How many pods, for the mixed workload.
+    #[arg(long, default_value_t = 0)]
     pods: usize,
+    /// The cluster's eight-GPU nodes, for the openai workload.
+    #[arg(long, default_value_t = 0)]
+    nodes: usize,
+    /// How gangs are declared: `plugins` (scheduler-plugins PodGroup, what Coscheduling reads)
+    /// or `upstream` (scheduling.k8s.io Workload and PodGroup, what kube-scheduler's native
+    /// gang scheduling reads). Gantry reads both.
+    #[arg(long, default_value = "plugins")]
+    gang_api: gantry_kube::bench::GangApi,
     /// The `spec.schedulerName` of every pod: who is to schedule them.
     #[arg(long)]
     scheduler_name: String,
@@ -64,13 +78,17 @@ fn bar(len: u64, what: &str) -> ProgressBar {
     bar
 }
 
+/// Creates the workload's pods; prints how many on stdout (the openai workload sets its own
+/// count, which `bench.sh` then waits for).
 pub fn pods(args: BenchPodsArgs) -> anyhow::Result<()> {
-    let bar = bar(args.pods as u64, "creating pods");
+    let workload = gantry_kube::bench::workload(args.workload, args.pods, args.nodes)?;
+    let bar = bar(workload.len() as u64, "creating pods");
     let created = gantry_kube::bench::create_pods(
         &args.target.kubeconfig,
         &args.target.namespace,
-        args.pods,
+        &workload,
         &args.scheduler_name,
+        args.gang_api,
         &|| bar.inc(1),
     )?;
     bar.finish_and_clear();
@@ -78,11 +96,47 @@ pub fn pods(args: BenchPodsArgs) -> anyhow::Result<()> {
         "bench-pods: {created} pods for scheduler {}",
         args.scheduler_name
     );
+    println!("{created}");
     Ok(())
 }
 
 /// Stops the contender when dropped: SIGTERM, then kill.
 struct Contender(Option<Child>);
+
+/// What the contender's process used, sampled from `/proc` while it runs: the last sample
+/// before it stopped or was stopped.
+#[derive(Debug, Default, Clone, Copy)]
+struct Usage {
+    /// `VmHWM`: the peak resident set.
+    peak_rss_mib: f64,
+    /// User and system CPU of all its threads.
+    cpu_s: f64,
+}
+
+impl Usage {
+    /// The process's usage now; `None` once it is gone (or a zombie, which has no memory).
+    fn of(pid: u32) -> Option<Self> {
+        let status = std::fs::read_to_string(format!("/proc/{pid}/status")).ok()?;
+        let hwm_kib: f64 = status
+            .lines()
+            .find_map(|l| l.strip_prefix("VmHWM:"))?
+            .trim()
+            .trim_end_matches("kB")
+            .trim()
+            .parse()
+            .ok()?;
+        let stat = std::fs::read_to_string(format!("/proc/{pid}/stat")).ok()?;
+        // Fields after the command name (which may hold spaces) start at field 3; utime and
+        // stime are fields 14 and 15, in USER_HZ (100 per second on Linux's user ABI).
+        let fields: Vec<&str> = stat.rsplit_once(')')?.1.split_whitespace().collect();
+        let ticks: f64 =
+            fields.get(11)?.parse::<f64>().ok()? + fields.get(12)?.parse::<f64>().ok()?;
+        Some(Self {
+            peak_rss_mib: hwm_kib / 1024.0,
+            cpu_s: ticks / 100.0,
+        })
+    }
+}
 
 impl Drop for Contender {
     fn drop(&mut self) {
@@ -105,6 +159,24 @@ pub fn watch(args: BenchWatchArgs) -> anyhow::Result<()> {
     let mut contender = Contender(None);
     let bar = bar(args.pods as u64, &format!("{}: pods bound", args.name));
     let bound_so_far = AtomicUsize::new(0);
+    // The contender's pid, once started (0 before), and its last usage sample.
+    let pid = Arc::new(AtomicU32::new(0));
+    let usage = Arc::new(Mutex::new(None::<Usage>));
+    let done = Arc::new(AtomicBool::new(false));
+    let sampler = {
+        let (pid, usage, done) = (pid.clone(), usage.clone(), done.clone());
+        std::thread::spawn(move || {
+            while !done.load(Ordering::Relaxed) {
+                let p = pid.load(Ordering::Relaxed);
+                if p != 0
+                    && let Some(now) = Usage::of(p)
+                {
+                    *usage.lock().unwrap_or_else(|e| e.into_inner()) = Some(now);
+                }
+                std::thread::sleep(Duration::from_millis(200));
+            }
+        })
+    };
     let outcome = gantry_kube::bench::watch(
         &args.target.kubeconfig,
         &args.target.namespace,
@@ -118,6 +190,7 @@ pub fn watch(args: BenchWatchArgs) -> anyhow::Result<()> {
                 .stdout(std::io::stderr())
                 .spawn()
                 .map_err(|e| format!("cannot start {program}: {e}"))?;
+            pid.store(child.id(), Ordering::Relaxed);
             contender.0 = Some(child);
             Ok(())
         },
@@ -125,11 +198,22 @@ pub fn watch(args: BenchWatchArgs) -> anyhow::Result<()> {
             bound_so_far.store(n, Ordering::Relaxed);
             bar.set_position(n as u64);
         },
-    )?;
+    );
+    // One last sample while the contender still runs (a contender that ended by itself keeps
+    // its last one).
+    if let Some(now) = Usage::of(pid.load(Ordering::Relaxed)) {
+        *usage.lock().unwrap_or_else(|e| e.into_inner()) = Some(now);
+    }
+    done.store(true, Ordering::Relaxed);
+    let _ = sampler.join();
+    let outcome = outcome?;
     bar.finish_and_clear();
     drop(contender);
+    let usage = *usage.lock().unwrap_or_else(|e| e.into_inner());
     let mut json = serde_json::to_value(&outcome)?;
     json["name"] = serde_json::Value::String(args.name);
+    json["peak_rss_mib"] = json!(usage.map(|u| (u.peak_rss_mib * 10.0).round() / 10.0));
+    json["cpu_s"] = json!(usage.map(|u| (u.cpu_s * 100.0).round() / 100.0));
     println!("{json}");
     Ok(())
 }

@@ -1,13 +1,19 @@
-//! The measuring side of `tests/cluster/bench.sh`, which races Gantry, kube-scheduler with the
-//! Coscheduling plugin, and a raw binder on the same cluster and the same pods:
+//! The measuring side of `tests/cluster/bench.sh`, which races Gantry, upstream kube-scheduler
+//! with its native gang scheduling, kube-scheduler with the Coscheduling plugin, and a raw
+//! binder on the same cluster and the same pods:
 //!
-//! - [`create_pods`]: the workload, a fixed mix of single pods and gangs (scheduler-plugins
-//!   `PodGroup`s, which both Gantry and Coscheduling read), created before any scheduler runs;
+//! - [`Workload`], [`workload`]: the pods, a fixed mix of single pods and gangs (`mixed`), or
+//!   OpenAI's shape (`openai`: 8-GPU pods, one per node, in gangs of 16 to 256);
+//! - [`GangApi`], [`create_pods`]: the pods and their gangs, as scheduler-plugins `PodGroup`s
+//!   (Coscheduling's, also read by Gantry) or as the upstream `scheduling.k8s.io` Workload and
+//!   PodGroup (kube-scheduler's native gangs, also read by Gantry), created before any
+//!   scheduler runs;
 //! - [`watch`]: starts the scheduler under test once every pod exists, and times each binding as
 //!   the watch sees it, until every pod is bound or time runs out;
 //! - [`raw_bind`]: the ceiling, binding pods to nodes decided up front, with no scheduling.
 //!
-//! All three talk to the API server through this crate's client, with the binder's concurrency.
+//! All of them talk to the API server through this crate's client, with the binder's
+//! concurrency.
 
 use std::collections::{BTreeMap, HashMap};
 use std::path::Path;
@@ -31,6 +37,63 @@ use crate::{Error, Result};
 pub const BENCH_LABEL: &str = "gantry.dev/bench";
 /// scheduler-plugins' PodGroup label, read by Coscheduling and by Gantry alike.
 const POD_GROUP_LABEL: &str = "scheduling.x-k8s.io/pod-group";
+/// Every gang member carries its gang's name here too, whichever gang API the run uses, so the
+/// watch and the raw binder group pods the same way for every contender.
+const BENCH_GANG_LABEL: &str = "gantry.dev/bench-gang";
+
+/// Which pods a run creates.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Workload {
+    /// Half one-GPU gang pods (gangs of 4 to 32), half 1–2-GPU single pods, 70% of the GPUs at
+    /// five pods per node: the first live bench.
+    Mixed,
+    /// OpenAI's shape: every gang pod and most single pods ask for 8 GPUs (a node each), gangs
+    /// of 16 to 256 pods hold about 70% of the GPUs asked for, and the burst asks for about 90%
+    /// of the cluster's GPUs.
+    Openai,
+}
+
+impl std::str::FromStr for Workload {
+    type Err = String;
+
+    fn from_str(s: &str) -> std::result::Result<Self, String> {
+        match s {
+            "mixed" => Ok(Self::Mixed),
+            "openai" => Ok(Self::Openai),
+            other => Err(format!("unknown workload {other:?}: use mixed or openai")),
+        }
+    }
+}
+
+/// How a run declares its gangs to the scheduler.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum GangApi {
+    /// scheduler-plugins' `PodGroup` (`minMember`) and the `scheduling.x-k8s.io/pod-group` label:
+    /// what Coscheduling reads.
+    Plugins,
+    /// The upstream gang API (KEP-4671, `scheduling.k8s.io/v1beta1`): a Workload with a gang
+    /// template, its PodGroup, and each pod's `spec.schedulingGroup`: what kube-scheduler's
+    /// native gang scheduling reads.
+    Upstream,
+}
+
+impl std::str::FromStr for GangApi {
+    type Err = String;
+
+    fn from_str(s: &str) -> std::result::Result<Self, String> {
+        match s {
+            "plugins" => Ok(Self::Plugins),
+            "upstream" => Ok(Self::Upstream),
+            other => Err(format!(
+                "unknown gang API {other:?}: use plugins or upstream"
+            )),
+        }
+    }
+}
+
+/// Node counts the `openai` workload is defined for: enough nodes for a 16-pod gang inside
+/// 70% of 90%, and no more than the modelled cluster.
+pub const OPENAI_NODES: std::ops::RangeInclusive<usize> = 32..=7500;
 
 /// One pod of the workload: its name, GPUs, and gang (name, size) if any.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -40,11 +103,68 @@ pub struct BenchPod {
     pub gang: Option<(String, u32)>,
 }
 
+/// The pods of `kind`: [`mixed_workload`] of `pods` pods, or [`openai_workload`] for `nodes`
+/// eight-GPU nodes (which sets its own pod count). An error names what cannot be served.
+pub fn workload(kind: Workload, pods: usize, nodes: usize) -> Result<Vec<BenchPod>> {
+    match kind {
+        Workload::Mixed if pods == 0 => Err(Error::Bench("the mixed workload needs --pods".into())),
+        Workload::Mixed => Ok(mixed_workload(pods)),
+        Workload::Openai if !OPENAI_NODES.contains(&nodes) => Err(Error::Bench(format!(
+            "the openai workload is defined for {} to {} nodes, not {nodes}",
+            OPENAI_NODES.start(),
+            OPENAI_NODES.end()
+        ))),
+        Workload::Openai => Ok(openai_workload(nodes)),
+    }
+}
+
+/// OpenAI's shape on `nodes` eight-GPU nodes: a burst asking for 90% of the GPUs, 70% of that
+/// in gangs of 16, 32, 64, 128 and 256 eight-GPU pods (in turn; the last cut to fit, none
+/// under 16), the rest single pods, of which one in eight asks for 1, 2 or 4 GPUs (in turn)
+/// and the others for 8. Deterministic, so every contender gets the same pods.
+pub fn openai_workload(nodes: usize) -> Vec<BenchPod> {
+    let budget = nodes * 8 * 9 / 10;
+    let gang_pods = budget * 7 / 10 / 8;
+    let mut out = Vec::new();
+    let sizes = [16usize, 32, 64, 128, 256];
+    let mut gang = 0;
+    let mut placed = 0;
+    while gang_pods - placed >= sizes[0] {
+        let size = sizes[gang % sizes.len()].min(gang_pods - placed);
+        let name = format!("gang-{gang}");
+        out.extend((0..size).map(|i| BenchPod {
+            name: format!("{name}-{i}"),
+            gpus: 8,
+            gang: Some((name.clone(), size as u32)),
+        }));
+        placed += size;
+        gang += 1;
+    }
+    let mut left = budget - placed * 8;
+    let mut single = 0;
+    while left > 0 {
+        let gpus = if single % 8 == 7 {
+            [1, 2, 4][(single / 8) % 3]
+        } else {
+            8
+        }
+        .min(left);
+        out.push(BenchPod {
+            name: format!("single-{single}"),
+            gpus: gpus as u32,
+            gang: None,
+        });
+        left -= gpus;
+        single += 1;
+    }
+    out
+}
+
 /// The workload for `pods` pods: half of them in gangs of 4, 8, 16 and 32 one-GPU pods (in
 /// turn; the last gang is cut to fit), the rest single pods asking for 1, 1, 1 and 2 GPUs (in
 /// turn). Deterministic, so every contender gets the same pods; 1.125 GPUs per pod on average,
 /// so 5,000 pods fill 70% of 1,000 eight-GPU nodes and everything fits.
-pub fn workload(pods: usize) -> Vec<BenchPod> {
+pub fn mixed_workload(pods: usize) -> Vec<BenchPod> {
     let mut out = Vec::with_capacity(pods);
     let in_gangs = pods / 2;
     let sizes = [4usize, 8, 16, 32];
@@ -80,12 +200,54 @@ fn pod_group_resource() -> ApiResource {
     )
 }
 
-fn pod_object(pod: &BenchPod, scheduler_name: &str) -> Pod {
-    let mut labels = json!({BENCH_LABEL: "1"});
-    if let Some((gang, _)) = &pod.gang {
-        labels[POD_GROUP_LABEL] = json!(gang);
+/// The upstream gang API's kinds, at the version the test control plane serves.
+fn upstream_resource(kind: &str, plural: &str) -> ApiResource {
+    ApiResource::from_gvk_with_plural(
+        &GroupVersionKind::gvk("scheduling.k8s.io", "v1beta1", kind),
+        plural,
+    )
+}
+
+/// The objects that declare gang `gang` of `size` pods under `api`: a scheduler-plugins
+/// PodGroup, or an upstream Workload and its PodGroup (named `<gang>-workers`).
+fn gang_objects(gang: &str, size: u32, api: GangApi) -> Vec<(ApiResource, DynamicObject)> {
+    match api {
+        GangApi::Plugins => {
+            let mut group = DynamicObject::new(gang, &pod_group_resource());
+            group.data = json!({"spec": {"minMember": size}});
+            vec![(pod_group_resource(), group)]
+        }
+        GangApi::Upstream => {
+            let policy = json!({"gang": {"minCount": size}});
+            let workload_kind = upstream_resource("Workload", "workloads");
+            let group_kind = upstream_resource("PodGroup", "podgroups");
+            let mut workload = DynamicObject::new(gang, &workload_kind);
+            workload.data = json!({"spec": {"podGroupTemplates": [
+                {"name": "workers", "schedulingPolicy": policy}
+            ]}});
+            let mut group = DynamicObject::new(&format!("{gang}-workers"), &group_kind);
+            group.data = json!({"spec": {
+                "workloadRef": {"workloadName": gang, "templateName": "workers"},
+                "schedulingPolicy": policy,
+            }});
+            vec![(workload_kind, workload), (group_kind, group)]
+        }
     }
-    serde_json::from_value(json!({
+}
+
+fn pod_object(pod: &BenchPod, scheduler_name: &str, api: GangApi) -> Pod {
+    let mut labels = json!({BENCH_LABEL: "1"});
+    let mut scheduling_group = serde_json::Value::Null;
+    if let Some((gang, _)) = &pod.gang {
+        labels[BENCH_GANG_LABEL] = json!(gang);
+        match api {
+            GangApi::Plugins => labels[POD_GROUP_LABEL] = json!(gang),
+            GangApi::Upstream => {
+                scheduling_group = json!({"podGroupName": format!("{gang}-workers")});
+            }
+        }
+    }
+    let mut object = json!({
         "metadata": {"name": pod.name, "labels": labels},
         "spec": {
             "schedulerName": scheduler_name,
@@ -99,53 +261,55 @@ fn pod_object(pod: &BenchPod, scheduler_name: &str) -> Pod {
                 }
             }]
         }
-    }))
-    .expect("a valid pod")
+    });
+    if !scheduling_group.is_null() {
+        object["spec"]["schedulingGroup"] = scheduling_group;
+    }
+    serde_json::from_value(object).expect("a valid pod")
 }
 
-/// Creates the PodGroups and pods of [`workload`] in `namespace`, for `scheduler_name`.
-/// Objects that exist already are left alone. Calls `progress` after each pod.
+/// Creates the gangs (under `api`) and pods of `workload` in `namespace`, for
+/// `scheduler_name`. Objects that exist already are left alone. Calls `progress` after each
+/// pod.
 pub fn create_pods(
     kubeconfig: &Path,
     namespace: &str,
-    pods: usize,
+    workload: &[BenchPod],
     scheduler_name: &str,
+    api: GangApi,
     progress: &(dyn Fn() + Sync),
 ) -> Result<usize> {
     let runtime = runtime()?;
     let client = client(&runtime, kubeconfig)?;
-    let workload = workload(pods);
-    let groups: Api<DynamicObject> =
-        Api::namespaced_with(client.clone(), namespace, &pod_group_resource());
-    let pods_api: Api<Pod> = Api::namespaced(client, namespace);
+    let pods_api: Api<Pod> = Api::namespaced(client.clone(), namespace);
     let mut gang_to_size: BTreeMap<&str, u32> = BTreeMap::new();
-    for pod in &workload {
+    for pod in workload {
         if let Some((gang, size)) = &pod.gang {
             gang_to_size.insert(gang, *size);
         }
     }
+    // A Workload before its PodGroup: the PodGroup names it.
+    let objects: Vec<(ApiResource, DynamicObject)> = gang_to_size
+        .into_iter()
+        .flat_map(|(gang, size)| gang_objects(gang, size, api))
+        .collect();
     runtime.block_on(async {
-        let created: Vec<Result<()>> = futures::stream::iter(gang_to_size)
-            .map(|(gang, size)| {
-                let groups = groups.clone();
-                async move {
-                    let mut group = DynamicObject::new(gang, &pod_group_resource());
-                    group.data = json!({"spec": {"minMember": size}});
-                    create_tolerating_conflict(groups.create(&PostParams::default(), &group).await)
-                        .map_err(|message| Error::Bench(format!("PodGroup {gang}: {message}")))
-                }
-            })
-            .buffer_unordered(BIND_CONCURRENCY)
-            .collect()
-            .await;
-        created.into_iter().collect::<Result<Vec<()>>>()?;
-        let created: Vec<Result<()>> = futures::stream::iter(&workload)
+        for (kind, object) in &objects {
+            let api: Api<DynamicObject> = Api::namespaced_with(client.clone(), namespace, kind);
+            create_tolerating_conflict(api.create(&PostParams::default(), object).await).map_err(
+                |message| Error::Bench(format!("{} {}: {message}", kind.kind, object.name_any())),
+            )?;
+        }
+        let created: Vec<Result<()>> = futures::stream::iter(workload)
             .map(|pod| {
                 let pods_api = pods_api.clone();
                 async move {
                     let result = create_tolerating_conflict(
                         pods_api
-                            .create(&PostParams::default(), &pod_object(pod, scheduler_name))
+                            .create(
+                                &PostParams::default(),
+                                &pod_object(pod, scheduler_name, api),
+                            )
                             .await,
                     )
                     .map_err(|message| Error::Bench(format!("pod {}: {message}", pod.name)));
@@ -202,6 +366,12 @@ pub struct Outcome {
     pub all_gangs_placed_s: Option<f64>,
     /// Gangs with some, but not all, of their pods bound at the end.
     pub partial_gangs: usize,
+    /// Pods in the largest gang.
+    pub largest_gang_pods: usize,
+    /// From the contender's start until the largest gang had all of its pods bound (None if it
+    /// never did). Every pod was created before the start, so this is its wait less the same
+    /// creation lead for every contender.
+    pub largest_gang_bound_s: Option<f64>,
     pub gpus_bound: u64,
     pub gpus_total: u64,
     pub gpu_allocation: f64,
@@ -328,7 +498,7 @@ fn summarise(
         if bound_at.is_some() {
             gpus_bound += u64::from(gpus_of(pod));
         }
-        if let Some(gang) = pod.labels().get(POD_GROUP_LABEL) {
+        if let Some(gang) = pod.labels().get(BENCH_GANG_LABEL) {
             let entry = gang_to_progress.entry(gang.clone()).or_default();
             entry.0 += 1;
             if let Some(at) = bound_at {
@@ -350,6 +520,12 @@ fn summarise(
             .map(|(_, _, at)| at.as_secs_f64())
             .fold(0.0, f64::max)
     });
+    // The largest gang; of equal ones, the first by name, so every contender is timed on the
+    // same gang.
+    let largest = gang_to_progress
+        .iter()
+        .max_by(|a, b| a.1.0.cmp(&b.1.0).then(b.0.cmp(a.0)))
+        .map(|(_, progress)| *progress);
     let first = name_to_bound_at.values().min().map(Duration::as_secs_f64);
     let last = name_to_bound_at.values().max().map(Duration::as_secs_f64);
     let bound = name_to_bound_at.len();
@@ -366,6 +542,10 @@ fn summarise(
         gangs: gang_to_progress.len(),
         all_gangs_placed_s,
         partial_gangs,
+        largest_gang_pods: largest.map_or(0, |(seen, _, _)| seen),
+        largest_gang_bound_s: largest
+            .filter(|(seen, bound, _)| seen == bound)
+            .map(|(_, _, at)| at.as_secs_f64()),
         gpus_bound,
         gpus_total,
         gpu_allocation: if gpus_total == 0 {
@@ -397,7 +577,7 @@ pub fn raw_bind(kubeconfig: &Path, namespace: &str) -> Result<usize> {
         list.retain(|p| p.spec.as_ref().is_some_and(|s| s.node_name.is_none()));
         // Gang members next to each other, so first fit keeps a gang together.
         list.sort_by(|a, b| {
-            let key = |p: &Pod| (p.labels().get(POD_GROUP_LABEL).cloned(), p.name_any());
+            let key = |p: &Pod| (p.labels().get(BENCH_GANG_LABEL).cloned(), p.name_any());
             key(a).cmp(&key(b))
         });
         let mut free: Vec<(String, u32)> = nodes
@@ -470,8 +650,90 @@ mod tests {
     use super::*;
 
     #[test]
+    fn the_openai_workload_asks_for_ninety_percent_with_seventy_in_big_gangs() {
+        for nodes in [32, 1000, 2500, 5000, 7500] {
+            let pods = workload(Workload::Openai, 0, nodes).unwrap();
+            let gpus: usize = pods.iter().map(|p| p.gpus as usize).sum();
+            assert_eq!(gpus, nodes * 8 * 9 / 10, "{nodes} nodes");
+            let in_gangs: Vec<&BenchPod> = pods.iter().filter(|p| p.gang.is_some()).collect();
+            assert!(in_gangs.iter().all(|p| p.gpus == 8));
+            let gang_share = (in_gangs.len() * 8) as f64 / gpus as f64;
+            // Gangs come in steps of 16 pods, so a small cluster falls short of 70%.
+            let low = if nodes >= 1000 { 0.65 } else { 0.5 };
+            assert!((low..=0.70).contains(&gang_share), "{nodes}: {gang_share}");
+            let mut gang_to_count: BTreeMap<&str, (u32, u32)> = BTreeMap::new();
+            for p in &in_gangs {
+                let (g, size) = p.gang.as_ref().unwrap();
+                let e = gang_to_count.entry(g).or_default();
+                e.0 += 1;
+                e.1 = *size;
+            }
+            assert!(
+                gang_to_count
+                    .values()
+                    .all(|(n, size)| n == size && *n >= 16)
+            );
+            let largest = gang_to_count.values().map(|(n, _)| *n).max().unwrap();
+            assert_eq!(largest, if nodes >= 1000 { 256 } else { 16 }, "{nodes}");
+            let small = pods.iter().filter(|p| p.gpus < 8).count();
+            assert!(
+                small > 0 && small * 10 < pods.len(),
+                "a few small pods: {small}"
+            );
+        }
+    }
+
+    #[test]
+    fn a_workload_that_cannot_be_served_is_refused_naming_why() {
+        let too_big = workload(Workload::Openai, 0, 7501).unwrap_err().to_string();
+        assert!(
+            too_big.contains("openai workload is defined for 32 to 7500 nodes, not 7501"),
+            "{too_big}"
+        );
+        assert!(workload(Workload::Mixed, 0, 100).is_err());
+        let unknown = "slurm".parse::<Workload>().unwrap_err();
+        assert_eq!(unknown, "unknown workload \"slurm\": use mixed or openai");
+        assert!("upstream".parse::<GangApi>().is_ok());
+    }
+
+    #[test]
+    fn gang_members_name_their_gang_in_the_api_asked_for() {
+        let pod = BenchPod {
+            name: "g-0".into(),
+            gpus: 8,
+            gang: Some(("g".into(), 16)),
+        };
+        let plugins = pod_object(&pod, "s", GangApi::Plugins);
+        assert_eq!(
+            plugins.labels().get(POD_GROUP_LABEL).map(String::as_str),
+            Some("g")
+        );
+        let upstream = serde_json::to_value(pod_object(&pod, "s", GangApi::Upstream)).unwrap();
+        assert_eq!(
+            upstream["spec"]["schedulingGroup"]["podGroupName"],
+            "g-workers"
+        );
+        assert_eq!(upstream["metadata"]["labels"][BENCH_GANG_LABEL], "g");
+        assert!(
+            upstream["metadata"]["labels"]
+                .get(POD_GROUP_LABEL)
+                .is_none()
+        );
+        let objects = gang_objects("g", 16, GangApi::Upstream);
+        assert_eq!(objects[0].0.kind, "Workload");
+        assert_eq!(
+            objects[1].1.data["spec"]["workloadRef"]["workloadName"],
+            "g"
+        );
+        assert_eq!(
+            objects[1].1.data["spec"]["schedulingPolicy"]["gang"]["minCount"],
+            16
+        );
+    }
+
+    #[test]
     fn the_workload_is_half_gangs_and_fits_seventy_percent_of_eight_gpu_nodes() {
-        let pods = workload(5000);
+        let pods = mixed_workload(5000);
         assert_eq!(pods.len(), 5000);
         let in_gangs = pods.iter().filter(|p| p.gang.is_some()).count();
         assert_eq!(in_gangs, 2500);
@@ -488,6 +750,6 @@ mod tests {
             }
         }
         assert!(gang_to_count.values().all(|(n, size)| n == size));
-        assert_eq!(workload(10).len(), 10);
+        assert_eq!(mixed_workload(10).len(), 10);
     }
 }
