@@ -33,21 +33,43 @@ export GANTRY_IMAGE
 step "tests"
 cargo test --release --workspace --quiet 2>&1 | tee "$CARGO_TARGET_DIR/test.log"
 
-step "cluster bench, small (tests/cluster/bench.sh: Gantry, kube-scheduler + Coscheduling, raw binder)"
-# Checks that all three bind every pod and that no gang binds partly; prints the figures, which
-# are never thresholds here (the acceptance run is bench.sh --nodes 1000 --pods 5000).
-if tests/cluster/bench.sh --nodes 64 --pods 300 --json --timeout-s 300 >"$CARGO_TARGET_DIR/bench-small.json" \
-    && python3 - "$CARGO_TARGET_DIR/bench-small.json" <<'PY'
+step "cluster bench, small (tests/cluster/bench.sh: Gantry, native kube-scheduler, Coscheduling, raw binder)"
+# Bad sizes and workloads are refused with exit 2 before anything starts.
+bench_refuses() { # expected-text, arguments...
+    local expected="$1" out code=0
+    shift
+    out="$(tests/cluster/bench.sh "$@" 2>&1)" || code=$?
+    [[ "$code" == 2 && "$out" == *"$expected"* ]] \
+        || { echo "bench.sh $*: exit $code, '$out' (wanted exit 2 naming '$expected')"; return 1; }
+}
+# Both workloads, small: all four contenders bind every pod and no gang binds partly; the
+# figures are printed, never thresholds (the acceptance runs are bench.sh --nodes 1000 --pods
+# 5000 and --workload openai at 1,000 to 7,500 nodes).
+bench_small() { # name, arguments...
+    local name="$1"
+    shift
+    tests/cluster/bench.sh "$@" --json --timeout-s 300 --idle-s 2 \
+        >"$CARGO_TARGET_DIR/bench-$name.json" && python3 - "$CARGO_TARGET_DIR/bench-$name.json" <<'PY'
 import json, sys
 out = json.load(open(sys.argv[1]))
 print(json.dumps(out["ratios"]))
+runs = out["contenders"]
+print(json.dumps({n: o.get("api_requests_per_bound_pod_by_verb") for n, o in runs.items()}))
 bad = [f"{name}: {o['pods_unbound']} unbound, {o['partial_gangs']} partial gangs"
-       for name, o in out["contenders"].items() if o["pods_unbound"] or o["partial_gangs"]]
+       for name, o in runs.items() if o["pods_unbound"] or o["partial_gangs"]]
+bad += [f"{name}: no API requests counted" for name, o in runs.items()
+        if not o.get("api_requests_per_bound_pod")]
 if bad:
     sys.exit("bench: " + "; ".join(bad))
 PY
+}
+if bench_refuses "unknown workload 'slurm'" --workload slurm \
+    && bench_refuses "defined for 32 to 7500 nodes, not 7501" --workload openai --nodes 7501 \
+    && bench_refuses "sizes itself from --nodes" --workload openai --nodes 64 --pods 10 \
+    && bench_small mixed --nodes 64 --pods 300 \
+    && bench_small openai --workload openai --nodes 64
 then
-    echo "test result: ok. 1 passed; 0 failed (cluster bench: every pod bound, no partial gang)" >>"$CARGO_TARGET_DIR/test.log"
+    echo "test result: ok. 1 passed; 0 failed (cluster bench: refusals; every pod bound, no partial gang)" >>"$CARGO_TARGET_DIR/test.log"
 else
     echo "test result: FAILED. 0 passed; 1 failed (cluster bench)" >>"$CARGO_TARGET_DIR/test.log"
 fi
