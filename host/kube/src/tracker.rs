@@ -547,11 +547,22 @@ impl Tracker {
         }
         self.key_to_pending.insert(key.clone(), gang.clone());
         let entry = self.gang_to_pending.entry(gang.clone()).or_default();
-        let same = entry.pods.get(&key).is_some_and(|p| p.uid == member.uid);
+        let same = entry
+            .pods
+            .get(&key)
+            .is_some_and(|p| p.uid == member.uid && decides_the_same(&p.pod, pod));
         entry.pods.insert(key, member);
         if !same {
             self.dirty_pending.insert(gang);
         }
+    }
+
+    /// The gang whose pod `key` is pending, if it is: what a cycle would decide for it.
+    #[cfg(test)]
+    fn pending_is_dirty(&self, key: &PodKey) -> bool {
+        self.key_to_pending
+            .get(key)
+            .is_some_and(|gang| self.dirty_pending.contains(gang))
     }
 
     fn forget_pending(&mut self, _scheduler: &mut Scheduler, key: &PodKey) {
@@ -1137,6 +1148,18 @@ fn declared_runtime(mut spec: JobSpec, members: &[PendingPod]) -> (JobSpec, Opti
     (spec, warning)
 }
 
+/// Whether an update of a pending pod leaves what Gantry decides for it unchanged: the same
+/// spec, and the same ResourceClaims created for it (a claim made from a template reaches the
+/// pod through its status, and the pod could not be placed before it did).
+fn decides_the_same(old: &Pod, new: &Pod) -> bool {
+    let claims = |p: &Pod| {
+        p.status
+            .as_ref()
+            .and_then(|s| s.resource_claim_statuses.clone())
+    };
+    old.spec == new.spec && claims(old) == claims(new)
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -1319,6 +1342,41 @@ mod tests {
         assert_eq!(t.taints(2).len(), 1);
         assert!(t.taints(0).is_empty());
         assert_eq!(&*s.symbols().resolve(t.gpu_type[1]), "H100");
+    }
+
+    #[test]
+    fn a_pending_pod_is_decided_again_when_its_template_claim_reaches_its_status() {
+        let nodes = [node("a", 8, &[], true)];
+        let waiting = pod("p", 1, &[], None);
+        let (mut tracker, mut s) = build(&nodes, &[], &[], &[], &[]);
+        let key: PodKey = ("default".into(), "p".into());
+        tracker.pod_changed(&mut s, key.clone(), Some(&waiting), None);
+        tracker.dirty_pending.clear();
+        // Our own PodScheduled condition changes nothing we decide on.
+        let mut noted = (*waiting).clone();
+        noted.status.get_or_insert_with(Default::default).conditions =
+            Some(vec![k8s_openapi::api::core::v1::PodCondition {
+                type_: "PodScheduled".into(),
+                status: "False".into(),
+                ..Default::default()
+            }]);
+        let noted = Arc::new(noted);
+        tracker.pod_changed(&mut s, key.clone(), Some(&noted), None);
+        assert!(!tracker.pending_is_dirty(&key));
+        let mut claimed = (*noted).clone();
+        claimed
+            .status
+            .get_or_insert_with(Default::default)
+            .resource_claim_statuses =
+            Some(vec![k8s_openapi::api::core::v1::PodResourceClaimStatus {
+                name: "gpus".into(),
+                resource_claim_name: Some("p-gpus".into()),
+            }]);
+        tracker.pod_changed(&mut s, key.clone(), Some(&Arc::new(claimed)), None);
+        assert!(
+            tracker.pending_is_dirty(&key),
+            "the claim's name must be read again"
+        );
     }
 
     #[test]
