@@ -434,7 +434,17 @@ fn compact_within_bounds_deletes_nothing() {
 }
 
 fn open_err(path: &std::path::Path) -> String {
-    Store::open(StoreConfig::new(path)).unwrap_err().to_string()
+    // sled releases its directory lock from its flusher thread, shortly after the last handle
+    // drops: a refused open followed at once by another can meet the lock still held. Wait
+    // that out (briefly), so the text compared is the refusal itself.
+    let deadline = std::time::Instant::now() + std::time::Duration::from_secs(10);
+    loop {
+        let err = Store::open(StoreConfig::new(path)).unwrap_err().to_string();
+        if !err.contains("could not acquire lock") || std::time::Instant::now() > deadline {
+            return err;
+        }
+        std::thread::sleep(std::time::Duration::from_millis(50));
+    }
 }
 
 #[test]
