@@ -171,49 +171,45 @@ mkdir -p "$work/gantry-data"
 run gantry gantry upstream "$gantry" serve --kubeconfig @KUBECONFIG@ --listen 127.0.0.1:0 \
     --data-dir "$work/gantry-data"
 
-# kube-scheduler NAME BINARY CONFIG FLAGS...: a wrapper that writes CONFIG with the run's
+# kube_scheduler NAME BINARY FLAGS... <PROFILE: a KubeSchedulerConfiguration for BINARY, whose
+# profile (the `profiles:` list) comes on stdin, and a wrapper that writes it with the run's
 # kubeconfig (bench-watch substitutes @KUBECONFIG@ in arguments only) and execs BINARY, so the
-# process bench-watch samples is the scheduler itself.
+# process bench-watch samples is the scheduler itself. Both contenders get the same client
+# limits and no leader election.
 kube_scheduler() {
-    local name="$1" binary="$2" config="$3"
-    shift 3
+    local name="$1" binary="$2"
+    shift 2
+    {
+        cat <<CFG
+apiVersion: kubescheduler.config.k8s.io/v1
+kind: KubeSchedulerConfiguration
+leaderElection:
+  leaderElect: false
+clientConnection:
+  kubeconfig: @KUBECONFIG@
+  qps: 5000
+  burst: 5000
+profiles:
+CFG
+        cat
+    } >"$work/$name.yaml"
     cat >"$work/$name.sh" <<WRAP
 #!/usr/bin/env bash
-sed "s|@KUBECONFIG@|\$1|" "$config" >"$work/$name-run.yaml"
+sed "s|@KUBECONFIG@|\$1|" "$work/$name.yaml" >"$work/$name-run.yaml"
 exec "$binary" --config "$work/$name-run.yaml" --secure-port 0 --v=1 $* \
     >"$work/$name.log" 2>&1
 WRAP
     chmod +x "$work/$name.sh"
 }
 
-cat >"$work/native.yaml" <<CFG
-apiVersion: kubescheduler.config.k8s.io/v1
-kind: KubeSchedulerConfiguration
-leaderElection:
-  leaderElect: false
-clientConnection:
-  kubeconfig: @KUBECONFIG@
-  qps: 5000
-  burst: 5000
-profiles:
-- schedulerName: native
-CFG
 # GenericWorkload turns on the Workload API's informers and the GangScheduling plugin in the
 # default profile (pkg/scheduler/apis/config/v1/default_plugins.go).
-kube_scheduler native "$bin/kube-scheduler-native" "$work/native.yaml" \
-    --feature-gates=GenericWorkload=true
+kube_scheduler native "$bin/kube-scheduler-native" --feature-gates=GenericWorkload=true <<PROFILE
+- schedulerName: native
+PROFILE
 run native native upstream "$work/native.sh" @KUBECONFIG@
 
-cat >"$work/coscheduling.yaml" <<CFG
-apiVersion: kubescheduler.config.k8s.io/v1
-kind: KubeSchedulerConfiguration
-leaderElection:
-  leaderElect: false
-clientConnection:
-  kubeconfig: @KUBECONFIG@
-  qps: 5000
-  burst: 5000
-profiles:
+kube_scheduler coscheduling "$bin/kube-scheduler" <<PROFILE
 - schedulerName: coscheduling
   plugins:
     multiPoint:
@@ -228,8 +224,7 @@ profiles:
   - name: Coscheduling
     args:
       permitWaitingTimeSeconds: 60
-CFG
-kube_scheduler coscheduling "$bin/kube-scheduler" "$work/coscheduling.yaml"
+PROFILE
 run coscheduling coscheduling plugins "$work/coscheduling.sh" @KUBECONFIG@
 
 run raw-binder nobody plugins "$gantry" kube bench-bind --kubeconfig @KUBECONFIG@

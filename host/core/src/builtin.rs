@@ -80,11 +80,6 @@ pub fn gpu_fit_chunk(
     }
 }
 
-/// The reason code of one node.
-pub fn gpu_fit_one(pod: &PodShape, t: &NodeTable, i: usize) -> u16 {
-    Fit::new(pod, t).code(i, pod.node_allowed(t, i))
-}
-
 /// One pod's built-in filter over one table, with its extra resources' columns looked up once
 /// rather than per node.
 struct Fit<'a> {
