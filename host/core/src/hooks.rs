@@ -25,21 +25,28 @@ pub trait PolicyHooks {
     fn set_version(&self) -> u64;
     /// Per filter policy, in order: its name and a reason code per node of `nodes` (0 fits).
     /// `nodes` is a chunk of the table: a multiple of `CHUNK` to the next one, or the end.
+    /// `in_play` says, per node of `nodes`, whether the built-in filter let it through (some
+    /// node did): the answers for the others are ignored, so an implementation may skip
+    /// asking about them, and a pinned pod or a busy cluster costs the policies only the
+    /// nodes still in play.
     fn filter(
         &mut self,
         state: &ClusterState,
         pod: &PodShape,
         nodes: Range<usize>,
+        in_play: &[bool],
     ) -> Vec<(String, Verdict<Vec<u16>>)>;
     /// The text of filter policy `index`'s reason `code`.
     fn reason_text(&self, index: usize, code: u16) -> String;
     /// Per score policy, in order: its name, weight and a score per node of `nodes`
-    /// (0..=100).
+    /// (0..=100). `in_play` says which nodes every filter let through (some node did); the
+    /// scores of the others are ignored, as for [`PolicyHooks::filter`].
     fn score(
         &mut self,
         state: &ClusterState,
         pod: &PodShape,
         nodes: Range<usize>,
+        in_play: &[bool],
     ) -> Vec<(String, u32, Verdict<Vec<u32>>)>;
     /// Per quota policy, in order: its name and verdict.
     fn admit(
@@ -72,6 +79,7 @@ impl PolicyHooks for BuiltinOnly {
         _: &ClusterState,
         _: &PodShape,
         _: Range<usize>,
+        _: &[bool],
     ) -> Vec<(String, Verdict<Vec<u16>>)> {
         Vec::new()
     }
@@ -83,6 +91,7 @@ impl PolicyHooks for BuiltinOnly {
         _: &ClusterState,
         _: &PodShape,
         _: Range<usize>,
+        _: &[bool],
     ) -> Vec<(String, u32, Verdict<Vec<u32>>)> {
         Vec::new()
     }

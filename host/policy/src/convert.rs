@@ -55,6 +55,41 @@ impl WasmNodes {
         }
     }
 
+    /// Makes this the nodes of `chunk` at `offsets` (ascending), reusing this value's
+    /// allocations: what a call is asked about when only a few nodes of a chunk are still in
+    /// play. Domain totals and taint sets are the chunk's, which are cluster-wide.
+    pub fn gather_from(&mut self, chunk: &WasmNodes, offsets: &[usize]) {
+        fn pick<T: Copy>(into: &mut Vec<T>, column: &[T], offsets: &[usize]) {
+            into.clear();
+            into.extend(offsets.iter().map(|&i| column[i]));
+        }
+        let (to, from) = (&mut self.raw, &chunk.raw);
+        pick(&mut to.name, &from.name, offsets);
+        pick(&mut to.gpu_total, &from.gpu_total, offsets);
+        pick(&mut to.gpu_free, &from.gpu_free, offsets);
+        pick(
+            &mut to.gpu_milli_free_max,
+            &from.gpu_milli_free_max,
+            offsets,
+        );
+        pick(&mut to.gpu_type, &from.gpu_type, offsets);
+        pick(&mut to.cpu_free_milli, &from.cpu_free_milli, offsets);
+        pick(&mut to.memory_free_mib, &from.memory_free_mib, offsets);
+        pick(&mut to.health, &from.health, offsets);
+        pick(&mut to.taint_set, &from.taint_set, offsets);
+        to.taint_sets.clone_from(&from.taint_sets);
+        to.levels.truncate(from.levels.len());
+        while to.levels.len() < from.levels.len() {
+            to.levels.push(from.levels[to.levels.len()].clone());
+        }
+        for (to, from) in to.levels.iter_mut().zip(&from.levels) {
+            to.name = from.name;
+            pick(&mut to.node_domain, &from.node_domain, offsets);
+            to.domain_gpu_free.clone_from(&from.domain_gpu_free);
+            to.domain_gpu_total.clone_from(&from.domain_gpu_total);
+        }
+    }
+
     /// Nodes held.
     pub fn len(&self) -> usize {
         self.raw.name.len()

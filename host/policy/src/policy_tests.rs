@@ -375,7 +375,7 @@ fn a_shadow_call_pauses_in_the_guest_while_the_loop_cycles_and_the_pause_is_not_
             let mut cache = crate::NodeCache::default();
             let mut bound = set.bind(&mut cache).waiting_on(gate.clone());
             let started = std::time::Instant::now();
-            let mut verdicts = bound.filter(&state, &pod(&symbols, 1), 0..16);
+            let mut verdicts = bound.filter(&state, &pod(&symbols, 1), 0..16, &[true; 16]);
             (verdicts.remove(0).1, started.elapsed())
         });
         // Let the call get into its loop, then cycle for three deadlines' time.

@@ -4,7 +4,6 @@
 //! end, so no cycle ever sees a mix. The node columns in Wasm shape live in a [`NodeCache`]
 //! that outlives sets, refreshed only where the cluster changed.
 
-use std::borrow::Cow;
 use std::ops::Range;
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::{Arc, Condvar, Mutex};
@@ -195,11 +194,48 @@ pub struct NodeCache {
     built_for: Option<usize>,
     /// Position in `ClusterState`'s change log up to which the chunks are current.
     cursor: u64,
+    /// The nodes of a call that asks about a few nodes of a chunk, gathered into allocations
+    /// kept from call to call (or, for a range that is not a chunk, built for the call).
+    gathered: Option<WasmNodes>,
+}
+
+/// How a call sees the nodes it is asked about.
+enum View<'a> {
+    /// Every node of the range: asking a policy about a few nodes out of play costs less
+    /// than gathering the rest, and their answers are ignored.
+    Whole(&'a WasmNodes),
+    /// Only the nodes in play, at these offsets into the range.
+    InPlay(&'a WasmNodes, Vec<usize>),
+}
+
+impl View<'_> {
+    fn nodes(&self) -> &WasmNodes {
+        match self {
+            View::Whole(nodes) => nodes,
+            View::InPlay(nodes, _) => nodes,
+        }
+    }
+
+    /// An answer per node of a range of `len` nodes from the answers for the view's nodes
+    /// (as many, in order: the policy host checks the count); out of play, the default.
+    fn spread<T: Copy + Default>(&self, len: usize, answers: Vec<T>) -> Vec<T> {
+        match self {
+            View::Whole(_) => answers,
+            View::InPlay(_, offsets) => {
+                let mut all = vec![T::default(); len];
+                for (&offset, answer) in offsets.iter().zip(answers) {
+                    all[offset] = answer;
+                }
+                all
+            }
+        }
+    }
 }
 
 impl NodeCache {
-    /// The chunk holding `nodes`, current with `state`.
-    fn sync(&mut self, state: &ClusterState, nodes: Range<usize>) -> Cow<'_, WasmNodes> {
+    /// The nodes of `nodes` in Wasm shape, current with `state`: the cached chunk when
+    /// `in_play` keeps at least half of it, else just the nodes in play, gathered.
+    fn view(&mut self, state: &ClusterState, nodes: Range<usize>, in_play: &[bool]) -> View<'_> {
         let (changed, cursor) = state.changes_since(self.cursor);
         let n = state.len();
         match (changed, self.built_for == Some(n)) {
@@ -225,11 +261,22 @@ impl NodeCache {
         let chunk = nodes.start / CHUNK;
         let aligned =
             nodes.start.is_multiple_of(CHUNK) && nodes.end == ((chunk + 1) * CHUNK).min(n);
-        if aligned && chunk < self.chunks.len() {
-            Cow::Borrowed(&self.chunks[chunk])
-        } else {
-            Cow::Owned(WasmNodes::new_range(&state.nodes, nodes))
+        let Some(cached) = self.chunks.get(chunk).filter(|_| aligned) else {
+            // Not a chunk of the cache (the core asks by chunk): built for this call.
+            let built = self
+                .gathered
+                .insert(WasmNodes::new_range(&state.nodes, nodes));
+            return View::Whole(built);
+        };
+        // A node the core said nothing about is in play.
+        let in_play = |i: usize| in_play.get(i).copied().unwrap_or(true);
+        if (0..cached.len()).filter(|&i| in_play(i)).count() * 2 >= cached.len() {
+            return View::Whole(cached);
         }
+        let offsets: Vec<usize> = (0..cached.len()).filter(|&i| in_play(i)).collect();
+        let gathered = self.gathered.get_or_insert_with(|| cached.clone());
+        gathered.gather_from(cached, &offsets);
+        View::InPlay(gathered, offsets)
     }
 }
 
@@ -312,6 +359,7 @@ impl PolicyHooks for BoundSet<'_> {
         state: &ClusterState,
         pod: &PodShape,
         nodes: Range<usize>,
+        in_play: &[bool],
     ) -> Vec<(String, Verdict<Vec<u16>>)> {
         let _pausing = self.yield_to_the_loop();
         if self.set.of_role(Role::Filter).next().is_none() {
@@ -323,14 +371,14 @@ impl PolicyHooks for BoundSet<'_> {
             .map(|e| e.policy.clone())
             .collect();
         let started = Instant::now();
-        let nodes = self.cache.sync(state, nodes);
+        let len = nodes.len();
+        let view = self.cache.view(state, nodes, in_play);
         let verdicts = filters
             .iter()
             .map(|policy| {
-                (
-                    policy.info().name.clone(),
-                    verdict(policy.guard(policy.filter(pod, &nodes))),
-                )
+                let codes = policy.filter(pod, view.nodes());
+                let codes = codes.map(|codes| view.spread(len, codes));
+                (policy.info().name.clone(), verdict(policy.guard(codes)))
             })
             .collect();
         self.spent += started.elapsed();
@@ -350,6 +398,7 @@ impl PolicyHooks for BoundSet<'_> {
         state: &ClusterState,
         pod: &PodShape,
         nodes: Range<usize>,
+        in_play: &[bool],
     ) -> Vec<(String, u32, Verdict<Vec<u32>>)> {
         let _pausing = self.yield_to_the_loop();
         if self.set.of_role(Role::Score).next().is_none() {
@@ -357,15 +406,18 @@ impl PolicyHooks for BoundSet<'_> {
         }
         let scores: Vec<SetEntry> = self.set.of_role(Role::Score).cloned().collect();
         let started = Instant::now();
-        let nodes = self.cache.sync(state, nodes);
+        let len = nodes.len();
+        let view = self.cache.view(state, nodes, in_play);
         let verdicts = scores
             .iter()
             .map(|e| {
                 let policy = &e.policy;
+                let scores = policy.score(pod, view.nodes());
+                let scores = scores.map(|scores| view.spread(len, scores));
                 (
                     policy.info().name.clone(),
                     e.weight,
-                    verdict(policy.guard(policy.score(pod, &nodes))),
+                    verdict(policy.guard(scores)),
                 )
             })
             .collect();

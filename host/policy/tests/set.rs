@@ -28,25 +28,33 @@ fn chunks_follow_the_cluster_through_changes() {
     let n = 2 * CHUNK + 300;
     let mut state = ClusterState::new(nodes(&symbols, n));
     let pod = pod(&symbols, 4);
+    // Every node in play (the cached chunk is lent as is), then one in five (those are
+    // gathered): the nodes in play get the answers the built-ins give, the rest none.
     let check = |set: &mut gantry_policy::BoundSet<'_>, state: &ClusterState| {
         for start in (0..n).step_by(CHUNK) {
             let range = start..(start + CHUNK).min(n);
-            let filters = set.filter(state, &pod, range.clone());
-            let Verdict::Answer(codes) = &filters[0].1 else {
-                panic!("gpu-fit faulted")
-            };
-            assert_eq!(
-                codes,
-                &builtin::gpu_fit_range(&pod, &state.nodes, range.clone())
-            );
-            let scores = set.score(state, &pod, range.clone());
-            let Verdict::Answer(scores) = &scores[0].2 else {
-                panic!("gpu-binpack faulted")
-            };
-            assert_eq!(
-                scores,
-                &builtin::gpu_binpack_range(&pod, &state.nodes, range)
-            );
+            let fit = builtin::gpu_fit_range(&pod, &state.nodes, range.clone());
+            let binpack = builtin::gpu_binpack_range(&pod, &state.nodes, range.clone());
+            let all = vec![true; range.len()];
+            let some: Vec<bool> = range.clone().map(|node| node % 5 == 0).collect();
+            for in_play in [&all, &some] {
+                let filters = set.filter(state, &pod, range.clone(), in_play);
+                let Verdict::Answer(codes) = &filters[0].1 else {
+                    panic!("gpu-fit faulted")
+                };
+                let scores = set.score(state, &pod, range.clone(), in_play);
+                let Verdict::Answer(scores) = &scores[0].2 else {
+                    panic!("gpu-binpack faulted")
+                };
+                for (i, &playing) in in_play.iter().enumerate() {
+                    let (code, score) = if playing {
+                        (fit[i], binpack[i])
+                    } else {
+                        (0, 0)
+                    };
+                    assert_eq!((codes[i], scores[i]), (code, score), "node {}", start + i);
+                }
+            }
         }
     };
     check(&mut set, &state);

@@ -115,11 +115,14 @@ impl Scheduler {
             .map(|&code| (code != 0).then_some((0, code)))
             .collect();
         let mut closed: Option<(usize, String)> = None;
-        for (index, (policy, verdict)) in hooks
-            .filter(&self.state, &spec.shape, range.clone())
-            .into_iter()
-            .enumerate()
-        {
+        // The policies are asked only when the built-in let some node through.
+        let in_play: Vec<bool> = builtin_codes.iter().map(|&code| code == 0).collect();
+        let verdicts = if in_play.contains(&true) {
+            hooks.filter(&self.state, &spec.shape, range.clone(), &in_play)
+        } else {
+            Vec::new()
+        };
+        for (index, (policy, verdict)) in verdicts.into_iter().enumerate() {
             if tally.filter_names.len() <= index + 1 {
                 tally.filter_names.push(policy.clone());
             }
@@ -160,7 +163,7 @@ impl Scheduler {
     }
 
     /// Every score policy's answer on one chunk times its weight; the built-in binpack when
-    /// none answered.
+    /// none answered. Nothing is scored in a chunk without a feasible node.
     fn score_chunk(
         &self,
         spec: &JobSpec,
@@ -171,7 +174,18 @@ impl Scheduler {
         explanation: &mut Explanation,
     ) {
         let mut parts: Vec<(String, Vec<u64>)> = Vec::new();
-        for (policy, weight, verdict) in hooks.score(&self.state, &spec.shape, range.clone()) {
+        let in_play: Vec<bool> = tally.capacity[range.clone()]
+            .iter()
+            .map(|&pods| pods > 0)
+            .collect();
+        if !in_play.contains(&true) {
+            // No node here to rank.
+            tally.chunk_parts.push((range, parts));
+            return;
+        }
+        for (policy, weight, verdict) in
+            hooks.score(&self.state, &spec.shape, range.clone(), &in_play)
+        {
             match verdict {
                 Verdict::Answer(scores) => {
                     let weighted: Vec<u64> = scores
