@@ -120,12 +120,13 @@ scrape() {
         | grep -E '^apiserver_(request_total|longrunning_requests)\{' || true
 }
 
-# run NAME SCHEDULER_NAME GANG_API COMMAND...: one contender on a fresh control plane; its JSON
+# run NAME SCHEDULER_NAME GANG_API METRICS_URL COMMAND...: one contender on a fresh control plane
+# (METRICS_URL: its Prometheus endpoint for cycle figures, or ""); its JSON
 # goes to $work/NAME.json and its metric scrapes to $work/NAME.*. In COMMAND, @KUBECONFIG@
 # stands for the cluster's kubeconfig.
 run() {
-    local name="$1" scheduler="$2" gang_api="$3"
-    shift 3
+    local name="$1" scheduler="$2" gang_api="$3" metrics_url="$4"
+    shift 4
     if [[ -n "$only" && "$only" != "$name" ]]; then
         echo '{"skipped": true}' >"$work/$name.json"
         return
@@ -156,6 +157,7 @@ run() {
     local t1 t2
     t1="$(date +%s.%N)"
     "$gantry" kube bench-watch --kubeconfig "$kubeconfig" --pods "$count" --name "$name" \
+        ${metrics_url:+--metrics-url "$metrics_url"} \
         --timeout-s "$timeout_s" -- "${command[@]}" >"$work/$name.json"
     t2="$(date +%s.%N)"
     scrape >"$work/$name.m2"
@@ -168,7 +170,10 @@ run() {
 }
 
 mkdir -p "$work/gantry-data"
-run gantry gantry upstream "$gantry" serve --kubeconfig @KUBECONFIG@ --listen 127.0.0.1:0 \
+# A free port for Gantry's API, so bench-watch can read its cycle figures from /metrics.
+port="$(python3 -c 'import socket; s = socket.socket(); s.bind(("127.0.0.1", 0)); print(s.getsockname()[1])')"
+run gantry gantry upstream "http://127.0.0.1:$port/metrics" \
+    "$gantry" serve --kubeconfig @KUBECONFIG@ --listen "127.0.0.1:$port" \
     --data-dir "$work/gantry-data"
 
 # kube_scheduler NAME BINARY FLAGS... <PROFILE: a KubeSchedulerConfiguration for BINARY, whose
@@ -207,7 +212,7 @@ WRAP
 kube_scheduler native "$bin/kube-scheduler-native" --feature-gates=GenericWorkload=true <<PROFILE
 - schedulerName: native
 PROFILE
-run native native upstream "$work/native.sh" @KUBECONFIG@
+run native native upstream "" "$work/native.sh" @KUBECONFIG@
 
 kube_scheduler coscheduling "$bin/kube-scheduler" <<PROFILE
 - schedulerName: coscheduling
@@ -225,9 +230,9 @@ kube_scheduler coscheduling "$bin/kube-scheduler" <<PROFILE
     args:
       permitWaitingTimeSeconds: 60
 PROFILE
-run coscheduling coscheduling plugins "$work/coscheduling.sh" @KUBECONFIG@
+run coscheduling coscheduling plugins "" "$work/coscheduling.sh" @KUBECONFIG@
 
-run raw-binder nobody plugins "$gantry" kube bench-bind --kubeconfig @KUBECONFIG@
+run raw-binder nobody plugins "" "$gantry" kube bench-bind --kubeconfig @KUBECONFIG@
 
 python3 - "$work" "$workload" "$nodes" "$json" <<'PY'
 import json, re, sys
@@ -335,6 +340,8 @@ for name, o in runs.items():
     if not o.get("skipped"):
         verbs = ", ".join(f"{k} {v}" for k, v in o["api_requests_per_bound_pod_by_verb"].items())
         print(f"{name} requests per bound pod by verb: {verbs}")
+    if o.get("cycles"):
+        print(f"{name} cycles: {json.dumps(o['cycles'])}")
 for k, v in out["ratios"].items():
     print(f"{k}: {v}")
 PY

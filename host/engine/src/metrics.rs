@@ -8,8 +8,8 @@ use std::time::Duration;
 use gantry_core::CycleOutput;
 use gantry_policy::Policy;
 use prometheus::{
-    Encoder, HistogramOpts, HistogramVec, IntCounter, IntCounterVec, IntGauge, IntGaugeVec, Opts,
-    Registry, TextEncoder,
+    Encoder, Histogram, HistogramOpts, HistogramVec, IntCounter, IntCounterVec, IntGauge,
+    IntGaugeVec, Opts, Registry, TextEncoder,
 };
 
 /// kube-scheduler's label for the scheduler profile; Gantry has one.
@@ -33,6 +33,10 @@ pub struct Metrics {
     pub cycle_failures: IntCounter,
     /// `gantry_cycles_total`: scheduling cycles run, counted once per cycle.
     pub cycles: IntCounter,
+    /// `gantry_scheduling_cycle_duration_seconds`: the time of each cycle that decided at least
+    /// one job (idle cycles would only pull it down), so a bench can follow cycle time as the
+    /// cluster grows.
+    pub cycle_duration: Histogram,
     /// `scheduler_preemption_victims_total`: jobs evicted to make room for others.
     pub preemptions: IntCounter,
     /// `gantry_policy_set_active_version`: the policy-set version new cycles run on, set at start
@@ -103,6 +107,14 @@ impl Metrics {
         .expect("valid metric");
         let cycles =
             IntCounter::new("gantry_cycles_total", "Scheduling cycles run.").expect("valid metric");
+        let cycle_duration = Histogram::with_opts(
+            HistogramOpts::new(
+                "gantry_scheduling_cycle_duration_seconds",
+                "Time of each scheduling cycle that decided at least one job.",
+            )
+            .buckets(prometheus::exponential_buckets(0.000_1, 2.0, 20).expect("buckets")),
+        )
+        .expect("valid metric");
         let preemptions = IntCounter::new(
             "scheduler_preemption_victims_total",
             "Jobs evicted to make room for others.",
@@ -146,6 +158,7 @@ impl Metrics {
             Box::new(incoming_pods_vec),
             Box::new(cycle_failures.clone()),
             Box::new(cycles.clone()),
+            Box::new(cycle_duration.clone()),
             Box::new(preemptions.clone()),
             Box::new(active_set.clone()),
             Box::new(activations.clone()),
@@ -163,6 +176,7 @@ impl Metrics {
             incoming_pods,
             cycle_failures,
             cycles,
+            cycle_duration,
             preemptions,
             active_set,
             activations,
@@ -187,6 +201,7 @@ impl Metrics {
         if output.decisions.is_empty() {
             return;
         }
+        self.cycle_duration.observe(elapsed.as_secs_f64());
         let per_attempt = elapsed.as_secs_f64() / output.decisions.len() as f64;
         for d in &output.decisions {
             let result = if d.placed {

@@ -49,6 +49,11 @@ pub struct BenchWatchArgs {
     /// The contender's name in the JSON.
     #[arg(long)]
     name: String,
+    /// The contender's Prometheus endpoint, read once every pod is bound and before the
+    /// contender stops, for its cycle figures (Gantry's: `gantry_scheduling_cycle_duration_seconds`
+    /// and `scheduler_scheduling_attempt_duration_seconds`).
+    #[arg(long)]
+    metrics_url: Option<String>,
     /// The contender: started once every pod exists, stopped when all are bound.
     #[arg(last = true, required = true)]
     command: Vec<String>,
@@ -208,18 +213,111 @@ pub fn watch(args: BenchWatchArgs) -> anyhow::Result<()> {
     let _ = sampler.join();
     let outcome = outcome?;
     bar.finish_and_clear();
+    let cycles = args.metrics_url.as_deref().map(|url| {
+        let agent: ureq::Agent = ureq::Agent::config_builder()
+            .timeout_global(Some(Duration::from_secs(10)))
+            .build()
+            .into();
+        agent
+            .get(url)
+            .call()
+            .and_then(|mut answer| answer.body_mut().read_to_string())
+            .map_err(|e| format!("cannot read {url}: {e}"))
+            .map(|text| CycleFigures::of(&text))
+    });
     drop(contender);
     let usage = *usage.lock().unwrap_or_else(|e| e.into_inner());
     let mut json = serde_json::to_value(&outcome)?;
     json["name"] = serde_json::Value::String(args.name);
     json["peak_rss_mib"] = json!(usage.map(|u| (u.peak_rss_mib * 10.0).round() / 10.0));
     json["cpu_s"] = json!(usage.map(|u| (u.cpu_s * 100.0).round() / 100.0));
+    match cycles {
+        Some(Ok(cycles)) => json["cycles"] = serde_json::to_value(cycles)?,
+        Some(Err(e)) => json["cycles"] = json!({ "error": e }),
+        None => {}
+    }
     println!("{json}");
     Ok(())
+}
+
+/// A scheduler's cycle figures from its Prometheus text: how many cycles decided something,
+/// their mean time, and the mean time per scheduling attempt.
+#[derive(Debug, Clone, Copy, PartialEq, serde::Serialize)]
+struct CycleFigures {
+    cycles: u64,
+    cycle_ms_mean: Option<f64>,
+    attempts: u64,
+    attempt_us_mean: Option<f64>,
+}
+
+impl CycleFigures {
+    fn of(text: &str) -> Self {
+        let (cycle_s, cycles) = sum_and_count(text, "gantry_scheduling_cycle_duration_seconds");
+        let (attempt_s, attempts) =
+            sum_and_count(text, "scheduler_scheduling_attempt_duration_seconds");
+        let mean = |sum: f64, count: f64, unit: f64| {
+            (count > 0.0).then(|| (sum / count * unit * 1000.0).round() / 1000.0)
+        };
+        Self {
+            cycles: cycles as u64,
+            cycle_ms_mean: mean(cycle_s, cycles, 1e3),
+            attempts: attempts as u64,
+            attempt_us_mean: mean(attempt_s, attempts, 1e6),
+        }
+    }
+}
+
+/// The `_sum` and `_count` of histogram `name` in Prometheus text, over all its label sets.
+fn sum_and_count(text: &str, name: &str) -> (f64, f64) {
+    let value = |suffix: &str| -> f64 {
+        let series = format!("{name}{suffix}");
+        text.lines()
+            .filter_map(|line| {
+                let rest = line.strip_prefix(&series)?;
+                let rest = match rest.strip_prefix('{') {
+                    Some(labelled) => &labelled[labelled.find('}')? + 1..],
+                    None => rest,
+                };
+                rest.split_whitespace().next()?.parse::<f64>().ok()
+            })
+            .sum()
+    };
+    (value("_sum"), value("_count"))
 }
 
 pub fn bind(args: BenchBindArgs) -> anyhow::Result<()> {
     let bound = gantry_kube::bench::raw_bind(&args.target.kubeconfig, &args.target.namespace)?;
     eprintln!("bench-bind: {bound} pods bound");
     Ok(())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn cycle_figures_sum_every_label_set_and_skip_other_series() {
+        let text = "\
+# TYPE gantry_scheduling_cycle_duration_seconds histogram
+gantry_scheduling_cycle_duration_seconds_bucket{le=\"0.001\"} 3
+gantry_scheduling_cycle_duration_seconds_sum 0.012
+gantry_scheduling_cycle_duration_seconds_count 4
+scheduler_scheduling_attempt_duration_seconds_sum{profile=\"gantry\",result=\"scheduled\"} 0.009
+scheduler_scheduling_attempt_duration_seconds_count{profile=\"gantry\",result=\"scheduled\"} 90
+scheduler_scheduling_attempt_duration_seconds_sum{profile=\"gantry\",result=\"unschedulable\"} 0.001
+scheduler_scheduling_attempt_duration_seconds_count{profile=\"gantry\",result=\"unschedulable\"} 10
+gantry_scheduling_cycle_duration_seconds_sum_other 99
+";
+        assert_eq!(
+            CycleFigures::of(text),
+            CycleFigures {
+                cycles: 4,
+                cycle_ms_mean: Some(3.0),
+                attempts: 100,
+                attempt_us_mean: Some(100.0),
+            }
+        );
+        let none = CycleFigures::of("");
+        assert_eq!((none.cycles, none.cycle_ms_mean), (0, None));
+    }
 }
