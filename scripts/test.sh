@@ -35,12 +35,12 @@ cargo test --release --workspace --quiet 2>&1 | tee "$CARGO_TARGET_DIR/test.log"
 
 step "cluster bench, small (tests/cluster/bench.sh: Gantry, native kube-scheduler, Coscheduling, raw binder)"
 # Bad sizes and workloads are refused with exit 2 before anything starts.
-bench_refuses() { # expected-text, arguments...
-    local expected="$1" out code=0
-    shift
-    out="$(tests/cluster/bench.sh "$@" 2>&1)" || code=$?
+bench_refuses() { # script (bench or scale), expected-text, arguments...
+    local script="tests/cluster/$1.sh" expected="$2" out code=0
+    shift 2
+    out="$("$script" "$@" 2>&1)" || code=$?
     [[ "$code" == 2 && "$out" == *"$expected"* ]] \
-        || { echo "bench.sh $*: exit $code, '$out' (wanted exit 2 naming '$expected')"; return 1; }
+        || { echo "$script $*: exit $code, '$out' (wanted exit 2 naming '$expected')"; return 1; }
 }
 # Both workloads, small: all four contenders bind every pod and no gang binds partly; the
 # figures are printed, never thresholds (the acceptance runs are bench.sh --nodes 1000 --pods
@@ -63,9 +63,11 @@ if bad:
     sys.exit("bench: " + "; ".join(bad))
 PY
 }
-if bench_refuses "unknown workload 'slurm'" --workload slurm \
-    && bench_refuses "defined for 32 to 7500 nodes, not 7501" --workload openai --nodes 7501 \
-    && bench_refuses "sizes itself from --nodes" --workload openai --nodes 64 --pods 10 \
+if bench_refuses bench "unknown workload 'slurm'" --workload slurm \
+    && bench_refuses bench "defined for 32 to 7500 nodes, not 7501" --workload openai --nodes 7501 \
+    && bench_refuses bench "sizes itself from --nodes" --workload openai --nodes 64 --pods 10 \
+    && bench_refuses scale "a curve needs two sizes or more" --nodes 1000 \
+    && bench_refuses scale "'1k' is not a node count" --nodes 1000,1k \
     && bench_small mixed --nodes 64 --pods 300 \
     && bench_small openai --workload openai --nodes 64
 then
