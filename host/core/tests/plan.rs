@@ -141,3 +141,211 @@ fn what_if_answers_from_the_plan_without_submitting() {
         Some(t0 + 600.0)
     );
 }
+
+/// One small job of the stream: GPUs (of one 8-GPU node), declared runtime, and the share of
+/// it that it truly runs (the planner sees only the declaration).
+#[derive(Debug, Clone, Copy)]
+struct Small {
+    gpus: u32,
+    declared_s: u32,
+    true_share: f64,
+}
+
+fn small() -> impl proptest::strategy::Strategy<Value = Small> {
+    use proptest::prelude::*;
+    (
+        prop::sample::select(vec![1u32, 2, 4, 8]),
+        60u32..=900,
+        0.5f64..=1.0,
+    )
+        .prop_map(|(gpus, declared_s, true_share)| Small {
+            gpus,
+            declared_s,
+            true_share,
+        })
+}
+
+/// What a stream run saw: when the gang started (if it did) and when it arrived.
+struct StreamRun {
+    gang_arrived_s: f64,
+    /// Small jobs pending when the gang arrived: ahead of it in its queue.
+    ahead: usize,
+    gang_started_s: Option<f64>,
+    /// Small jobs placed after the gang arrived: the stream kept flowing around it.
+    placed_after_arrival: usize,
+}
+
+/// `nodes` 8-GPU nodes; a stream of small jobs (up to `nodes / 2` of `arrivals[i]` submitted
+/// before cycle `i`, one cycle a minute: about 70% of the GPUs on average), and at cycle
+/// `gang_at` a gang of `gang_pods` × 8 GPUs declared to run an
+/// hour. Jobs end at their true runtime; the planner knows only what they declare.
+fn run_stream(
+    nodes: u32,
+    gang_pods: u32,
+    gang_at: usize,
+    arrivals: &[Vec<Small>],
+    reservations: bool,
+) -> StreamRun {
+    // Quota well above the cluster: what blocks the gang is room, not its queue.
+    let mut fx = Fixture::single_queue(&[Pool::h100(nodes, 4, None)], u64::from(nodes) * 16);
+    fx.sched
+        .set_plan_config(gantry_core::scheduler::plan::PlanConfig {
+            enabled: true,
+            reservations,
+            ..Default::default()
+        });
+    // Job id → (true runtime, started at).
+    let mut true_runtime = std::collections::BTreeMap::new();
+    let mut started = std::collections::BTreeMap::<gantry_core::JobId, f64>::new();
+    let mut gang = None;
+    let mut gang_arrived_s = 0.0;
+    let mut ahead = 0;
+    let mut placed_after_arrival = 0;
+    for (cycle, batch) in arrivals.iter().enumerate() {
+        // Jobs end, in order of their true ends, up to this cycle.
+        let mut ending: Vec<(f64, gantry_core::JobId)> = started
+            .iter()
+            .map(|(&id, &at)| (at + true_runtime[&id], id))
+            .filter(|&(end, _)| end <= fx.now_s)
+            .collect();
+        ending.sort_by(|a, b| a.0.total_cmp(&b.0));
+        for (end, id) in ending {
+            fx.sched.advance_clock(end);
+            fx.finish(id);
+            started.remove(&id);
+        }
+        if cycle == gang_at {
+            let spec = gantry_core::JobSpec {
+                expected_runtime_s: Some(3600.0),
+                ..fx.job("gang", "default", 0, gang_pods, 8)
+            };
+            gang_arrived_s = fx.now_s;
+            ahead = fx.sched.pending().len();
+            let id = fx.submit(spec);
+            true_runtime.insert(id, 3600.0);
+            gang = Some(id);
+        }
+        for (i, s) in batch.iter().take(nodes as usize / 2).enumerate() {
+            let spec = gantry_core::JobSpec {
+                expected_runtime_s: Some(f64::from(s.declared_s)),
+                ..fx.job(&format!("small-{cycle}-{i}"), "default", 0, 1, s.gpus)
+            };
+            let id = fx.submit(spec);
+            true_runtime.insert(id, f64::from(s.declared_s) * s.true_share);
+        }
+        let at = fx.now_s;
+        fx.sched.advance_clock(at);
+        fx.checked_cycle();
+        for id in fx.sched.running().collect::<Vec<_>>() {
+            if let std::collections::btree_map::Entry::Vacant(e) = started.entry(id) {
+                e.insert(at);
+                if gang.is_some() && Some(id) != gang {
+                    placed_after_arrival += 1;
+                }
+            }
+        }
+        if let Some(id) = gang
+            && started.contains_key(&id)
+        {
+            return StreamRun {
+                gang_arrived_s,
+                ahead,
+                gang_started_s: Some(started[&id]),
+                placed_after_arrival,
+            };
+        }
+    }
+    StreamRun {
+        gang_arrived_s,
+        ahead,
+        gang_started_s: None,
+        placed_after_arrival,
+    }
+}
+
+/// Arrivals for `cycles` minutes: up to 5 small jobs a minute (`run_stream` takes as many as
+/// the cluster's size calls for).
+fn stream(cycles: usize) -> impl proptest::strategy::Strategy<Value = Vec<Vec<Small>>> {
+    use proptest::prelude::*;
+    prop::collection::vec(prop::collection::vec(small(), 0..=5), cycles)
+}
+
+/// The latest start the reservations promise a gang that arrived behind `ahead` jobs of its
+/// queue: each job becomes its queue's head, holds a reservation that starts once the jobs
+/// running then end (within the stream's `longest` declared runtime, since no job placed
+/// later may run on its nodes past it) and starts in the next cycle (a minute); then the next.
+fn promised_start(run: &StreamRun, longest: f64) -> f64 {
+    run.gang_arrived_s + (run.ahead as f64 + 1.0) * (longest + 60.0)
+}
+
+proptest::proptest! {
+    #![proptest_config(proptest::test_runner::Config {
+        cases: std::env::var("PROPTEST_CASES").ok().and_then(|c| c.parse().ok()).unwrap_or(24),
+        ..proptest::test_runner::Config::default()
+    })]
+
+    /// Liveness: a gang that fits the cluster, arriving into a steady stream of small jobs
+    /// that declare their runtimes (and end at or before them), starts by the time
+    /// [`promised_start`] derives from those runtimes and the jobs ahead of it.
+    #[test]
+    fn a_gang_in_a_stream_of_small_jobs_starts_within_a_bound_from_the_runtimes(
+        nodes in 4u32..=10,
+        gang_share in 0.5f64..=1.0,
+        gang_at in 20usize..40,
+        arrivals in stream(150),
+    ) {
+        let gang_pods = ((f64::from(nodes) * gang_share).ceil() as u32).clamp(1, nodes);
+        let longest = arrivals
+            .iter()
+            .flatten()
+            .map(|s| f64::from(s.declared_s))
+            .fold(0.0, f64::max);
+        let run = run_stream(nodes, gang_pods, gang_at, &arrivals, true);
+        let bound = promised_start(&run, longest);
+        let started = run.gang_started_s;
+        proptest::prop_assert!(
+            started.is_some_and(|s| s <= bound),
+            "a gang of {gang_pods} × 8 GPUs on {nodes} nodes arrived at {} s behind {} jobs \
+             and started at {started:?}, past the bound {bound} s",
+            run.gang_arrived_s,
+            run.ahead,
+        );
+    }
+}
+
+#[test]
+fn without_reservations_the_same_stream_starves_the_gang() {
+    // The check above can fail: with reservations off, a whole-cluster gang in a stream that
+    // keeps every node partly busy waits far past the bound (here, to the end of the run).
+    use proptest::strategy::{Strategy, ValueTree};
+    let mut runner = proptest::test_runner::TestRunner::deterministic();
+    let arrivals = stream(150)
+        .new_tree(&mut runner)
+        .expect("a stream")
+        .current();
+    let longest = arrivals
+        .iter()
+        .flatten()
+        .map(|s| f64::from(s.declared_s))
+        .fold(0.0, f64::max);
+    let starved = run_stream(6, 6, 20, &arrivals, false);
+    let bound = promised_start(&starved, longest);
+    assert!(
+        starved.gang_started_s.is_none_or(|s| s > bound),
+        "without reservations the gang started at {:?}, within {bound} s",
+        starved.gang_started_s
+    );
+    assert!(starved.placed_after_arrival > 50, "the stream kept flowing");
+    let reserved = run_stream(6, 6, 20, &arrivals, true);
+    assert!(
+        reserved
+            .gang_started_s
+            .is_some_and(|s| s <= promised_start(&reserved, longest)),
+        "with reservations the gang started at {:?}",
+        reserved.gang_started_s
+    );
+    assert!(
+        reserved.placed_after_arrival > 0,
+        "small jobs backfilled around the reservation"
+    );
+}

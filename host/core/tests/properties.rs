@@ -180,20 +180,31 @@ impl std::ops::AddAssign for Coverage {
     }
 }
 
-/// The nodes the planner's reservations keep `id` off now (the backfill rule): the idle
-/// capacity it may use is the rest.
-fn reserved_for_others(fx: &Fixture, id: JobId) -> Vec<bool> {
+/// Per node, the pods of `id` the built-in filter and the planner's reservations (the
+/// backfill rule) leave room for now.
+fn room_for(fx: &Fixture, id: JobId) -> Vec<u32> {
     let spec = fx.sched.job(id);
-    let mut capacity = vec![1u32; fx.sched.state.len()];
+    let state = &fx.sched.state;
+    let codes = gantry_core::builtin::gpu_fit(&spec.shape, &state.nodes);
+    let mut capacity: Vec<u32> = (0..state.len())
+        .map(|node| {
+            if codes[node] == 0 {
+                state.capacity_for(node, &spec.shape)
+            } else {
+                0
+            }
+        })
+        .collect();
     fx.sched.mask_reserved(id, spec, fx.now_s, &mut capacity);
-    capacity.into_iter().map(|c| c == 0).collect()
+    capacity
 }
 
-/// Whether `spec` fits its queue's quota and the idle capacity now (outside the nodes
-/// `reserved` for other jobs), as the built-in filter sees nodes: what the liveness property
-/// promises placement within one cycle for. Jobs that require a topology level are left out
-/// (`None`): whether one domain holds them is the placement's own question.
-fn fits_now(fx: &Fixture, spec: &JobSpec, reserved: &[bool]) -> Option<bool> {
+/// Whether `spec` fits its queue's quota and the room `room_for` left it, as the built-in
+/// filter sees nodes: what the liveness property promises placement within one cycle for.
+/// Jobs that require a topology level are left out (`None`): whether one domain holds them is
+/// the placement's own question.
+fn fits_now(fx: &Fixture, id: JobId) -> Option<bool> {
+    let spec = fx.sched.get(id)?;
     if spec.topology.required {
         return None;
     }
@@ -202,12 +213,7 @@ fn fits_now(fx: &Fixture, spec: &JobSpec, reserved: &[bool]) -> Option<bool> {
             fx.sched.queues.admission(spec.queue, spec.total().gpus),
             Admission::Denied { .. }
         );
-    let state = &fx.sched.state;
-    let codes = gantry_core::builtin::gpu_fit(&spec.shape, &state.nodes);
-    let room: u64 = (0..state.len())
-        .filter(|&node| codes[node] == 0 && !reserved[node])
-        .map(|node| u64::from(state.capacity_for(node, &spec.shape)))
-        .sum();
+    let room: u64 = room_for(fx, id).into_iter().map(u64::from).sum();
     Some(admitted && room >= u64::from(spec.pods))
 }
 
@@ -221,24 +227,18 @@ fn cycle_checked(
     // unless the cycle placed others in the room it saw. (Evictions free room mid-cycle that
     // an earlier decision could not see, so a cycle that evicted is not judged.)
     // The reservations the cycle's attempts see are the ones planned before it.
-    let fitting: Vec<(JobId, Vec<bool>)> = new_jobs
+    let fitting: Vec<JobId> = new_jobs
         .drain(..)
-        .map(|id| (id, reserved_for_others(fx, id)))
-        .filter(|(id, reserved)| {
-            fx.sched
-                .get(*id)
-                .and_then(|spec| fits_now(fx, spec, reserved))
-                == Some(true)
-        })
+        .filter(|&id| fits_now(fx, id) == Some(true))
         .collect();
     let out = fx.cycle();
     check_cycle(fx, &out).map_err(|e| TestCaseError::fail(format!("cycle at {at} s: {e}")))?;
     check_state(fx).map_err(|e| TestCaseError::fail(format!("after the cycle at {at} s: {e}")))?;
     if out.evicted.is_empty() {
-        for (id, reserved) in fitting {
+        for id in fitting {
             let spec = fx.sched.job(id);
             prop_assert!(
-                fx.sched.is_running(id) || fits_now(fx, spec, &reserved) == Some(false),
+                fx.sched.is_running(id) || fits_now(fx, id) == Some(false),
                 "cycle at {at} s: job {} fitted its quota and the idle capacity, and still does, \
                  but was not placed",
                 spec.name

@@ -46,17 +46,19 @@ pub struct PlanConfig {
     /// behind the jobs ahead. A replan walks one timeline of the running jobs' ends, at most
     /// every `replan_every_s` (`gantry bench schedule` prints its cost at 7,500 nodes).
     pub enabled: bool,
-    /// Whether its reservations hold nodes (the backfill rule applies). Off by default: on the
-    /// gang-burst trace, holding nodes for queue heads cost more than it gained (see the
-    /// README's planner section); the estimates still plan as if they held.
+    /// Whether its reservations hold nodes (the backfill rule applies). Without them a big
+    /// gang can wait for ever behind a stream of small jobs that take each node as it frees;
+    /// the estimates still plan as if they held.
     pub reservations: bool,
     /// Replan at most this often (seconds on the scheduler's clock), besides after a job was
     /// parked for room: a busy cluster changes every cycle.
     pub replan_every_s: f64,
-    /// A job waiting for room longer than this gets a reservation even when it is not its
-    /// queue's head.
+    /// A job waiting (since it was submitted) longer than this gets a reservation even when
+    /// it is not its queue's head.
     pub reserve_after_s: f64,
-    /// Most reservations held at once.
+    /// Most reservations held at once, given in the order cycles try jobs in: each one holds
+    /// capacity idle until it starts, so a few (Slurm's EASY backfill holds one) keep the
+    /// cluster busier than many. The README's planner section shows what other values gave.
     pub max_reservations: usize,
 }
 
@@ -64,10 +66,10 @@ impl Default for PlanConfig {
     fn default() -> Self {
         Self {
             enabled: true,
-            reservations: false,
+            reservations: true,
             replan_every_s: 1.0,
-            reserve_after_s: 1800.0,
-            max_reservations: 16,
+            reserve_after_s: 3600.0,
+            max_reservations: 4,
         }
     }
 }
@@ -226,6 +228,91 @@ pub(super) struct Reservation {
     pub(super) start_s: f64,
 }
 
+/// What a planned job takes of one node, and when: from its planned start to its expected end
+/// (start plus its p50 runtime). Later jobs plan around it, and may run there before it
+/// starts or beside it, never in its way: conservative backfill, per node and per resource
+/// rather than whole nodes held forever.
+#[derive(Debug, Clone, Copy, PartialEq)]
+pub(super) struct Claim {
+    node: u32,
+    owner: JobId,
+    /// The owner's place in the order cycles try jobs in: only jobs behind it plan around
+    /// it, and only they are held off its nodes.
+    rank: Rank,
+    start_s: f64,
+    end_s: f64,
+    /// `[gpus, cpu, memory]` its pods take there.
+    takes: [u32; 3],
+    /// What the node has left beyond this claim (and the claims planned before it) at its
+    /// start, by the plan: the most a job running across the start may hold there.
+    spare: [u32; 3],
+}
+
+/// Where and when a job would start: its pods per node, its start (p10, p50, p90) and, per
+/// chosen node, what is left there beyond it at that start.
+struct Planned {
+    node_pods: Vec<(usize, u32)>,
+    start: (f64, f64, f64),
+    spare: Vec<[u32; 3]>,
+}
+
+impl Planned {
+    fn nodes(&self) -> Vec<usize> {
+        self.node_pods.iter().map(|&(node, _)| node).collect()
+    }
+
+    /// Its claims, for a job of `needs` per pod expected to run `runtime_s` from the start.
+    fn claims(&self, rank: Rank, needs: [u32; 3], runtime_s: f64) -> Vec<Claim> {
+        self.node_pods
+            .iter()
+            .zip(&self.spare)
+            .map(|(&(node, pods), &spare)| Claim {
+                node: node as u32,
+                owner: rank.id,
+                rank,
+                start_s: self.start.1,
+                end_s: self.start.1 + runtime_s,
+                takes: needs.map(|need| need.saturating_mul(pods)),
+                spare,
+            })
+            .collect()
+    }
+}
+
+/// A job's place in the order cycles try jobs in: higher priority first, then earlier
+/// submission, then id.
+#[derive(Debug, Clone, Copy, PartialEq)]
+pub(super) struct Rank {
+    priority: i32,
+    submit_s: f64,
+    id: JobId,
+}
+
+impl Rank {
+    fn of(id: JobId, spec: &JobSpec) -> Self {
+        Self {
+            priority: spec.priority,
+            submit_s: spec.submit_s,
+            id,
+        }
+    }
+
+    /// Whether a job of this rank is tried before one of `other`.
+    fn ahead_of(&self, other: &Rank) -> bool {
+        other
+            .priority
+            .cmp(&self.priority)
+            .then(self.submit_s.total_cmp(&other.submit_s))
+            .then(self.id.cmp(&other.id))
+            .is_lt()
+    }
+}
+
+/// `a − b`, per resource, floored at zero.
+fn minus(a: [u32; 3], b: [u32; 3]) -> [u32; 3] {
+    [0, 1, 2].map(|k| a[k].saturating_sub(b[k]))
+}
+
 /// Samples of actual wait over first estimated wait needed before estimates are calibrated.
 const CALIBRATE_AFTER: usize = 20;
 
@@ -332,12 +419,12 @@ fn pods_in(free: [u32; 3], needs: [u32; 3]) -> u32 {
 pub(super) struct Plan {
     pub(super) runtimes: RuntimeModel,
     pub(super) job_to_reservation: BTreeMap<JobId, Reservation>,
-    /// Per node: the earliest start of a reservation holding it (`INFINITY` when none), and
-    /// whose it is. What the backfill rule reads, per node, per attempt.
-    pub(super) node_to_reserved: Vec<(f64, JobId)>,
-    /// Per node: the earliest planned start of a job the last replan estimated on it (held or
-    /// not), so a what-if keeps off the nodes of the jobs ahead of it.
-    pub(super) node_to_planned: Vec<(f64, JobId)>,
+    /// The reservations' claims, per node they hold: what the backfill rule reads per attempt
+    /// (a handful of reservations, so a list beats a per-node table).
+    pub(super) reserved_claims: Vec<Claim>,
+    /// The claims of every job the last replan estimated (held or not), so a what-if plans
+    /// around the jobs ahead of it.
+    pub(super) planned_claims: Vec<Claim>,
     /// The start estimates of the jobs the last replan covered.
     pub(super) job_to_estimate: BTreeMap<JobId, StartEstimate>,
     /// Each planned job's first estimated wait (when it was made, and how long), until the
@@ -401,32 +488,13 @@ impl Scheduler {
         let now_s = self.clock_s;
         let timeline = self.timeline(now_s);
         let view = self.shape_view(&spec.shape);
-        let found = self
-            .earliest_start(spec, &timeline, &view, &self.plan.node_to_planned, now_s)
-            .or_else(|| {
-                // Every node it could use is planned for a job ahead: it goes once those
-                // jobs have run there (their planned start plus their runtime).
-                let (nodes, mut start) = self.earliest_start(spec, &timeline, &view, &[], now_s)?;
-                for &node in &nodes {
-                    let Some(&(planned_s, owner)) = self.plan.node_to_planned.get(node) else {
-                        continue;
-                    };
-                    if planned_s.is_finite()
-                        && let Some(entry) = self.job_to_entry.get(&owner)
-                    {
-                        let runtime = self.plan.runtimes.estimate(&entry.spec);
-                        start.0 = start.0.max(planned_s + runtime.p10_s);
-                        start.1 = start.1.max(planned_s + runtime.p50_s);
-                        start.2 = start.2.max(planned_s + runtime.p90_s);
-                    }
-                }
-                Some((nodes, start))
-            });
+        let found = self.earliest_start(spec, &timeline, &view, &self.plan.planned_claims, now_s);
         let jobs_ahead = self.plan.job_to_estimate.len();
         let runtime = self.plan.runtimes.estimate(spec);
         match found {
-            Some((nodes, start)) => {
-                let (p10_s, p50_s, p90_s) = self.plan.calibration.apply(now_s, start);
+            Some(planned) => {
+                let nodes = planned.nodes();
+                let (p10_s, p50_s, p90_s) = self.plan.calibration.apply(now_s, planned.start);
                 WhatIf {
                     runtime,
                     start: Some(StartEstimate {
@@ -449,9 +517,13 @@ impl Scheduler {
         }
     }
 
-    /// Zeroes `capacity` on the nodes reserved for other jobs whose reservations start before
-    /// `spec` is expected to end (its p90 from `now_s`): the backfill rule. Returns whether any
-    /// reserved node is left to it (so a placement there is a backfill).
+    /// The backfill rule: on a node reserved for a job ahead of `id` whose reservation starts
+    /// before `spec` is expected to end (its p50 from `now_s`), `capacity` keeps only the pods
+    /// that fit in what the node has free now and will still have beside the reservation. A
+    /// job expected to end before a reservation starts may use its node freely; a job ahead of
+    /// the reservation's owner is not held by it (the owner was planned around it). Returns
+    /// whether any node it may use holds a reservation (so a placement there may be a
+    /// backfill).
     pub fn mask_reserved(
         &self,
         id: JobId,
@@ -459,20 +531,29 @@ impl Scheduler {
         now_s: f64,
         capacity: &mut [u32],
     ) -> bool {
-        if spec.balloon || self.plan.job_to_reservation.is_empty() {
+        if spec.balloon || self.plan.reserved_claims.is_empty() {
             return false;
         }
         let ends = now_s + self.plan.runtimes.estimate(spec).p50_s;
+        let needs = pod_needs(&spec.shape);
+        let rank = Rank::of(id, spec);
+        let t = &self.state.nodes;
         let mut backfill = false;
-        for (node, &(start_s, owner)) in self.plan.node_to_reserved.iter().enumerate() {
-            if owner == id || start_s.is_infinite() || node >= capacity.len() {
+        for claim in &self.plan.reserved_claims {
+            let node = claim.node as usize;
+            if !claim.rank.ahead_of(&rank) || node >= capacity.len() {
                 continue;
             }
-            if start_s < ends {
-                capacity[node] = 0;
-            } else if capacity[node] > 0 {
-                backfill = true;
+            if claim.start_s < ends {
+                let free = [
+                    t.gpu_free[node],
+                    t.cpu_free_milli[node],
+                    t.memory_free_mib[node],
+                ];
+                let usable = [0, 1, 2].map(|k| free[k].min(claim.spare[k]));
+                capacity[node] = capacity[node].min(pods_in(usable, needs));
             }
+            backfill |= capacity[node] > 0;
         }
         backfill
     }
@@ -485,13 +566,19 @@ impl Scheduler {
                 .observe(self.clock_s - planned_at_s, estimated);
         }
         self.drop_reservation(id);
-        let owner = placement.iter().find_map(|&(node, _)| {
-            self.plan
-                .node_to_reserved
-                .get(node)
-                .filter(|(start, owner)| start.is_finite() && *owner != id)
-                .map(|&(_, owner)| owner)
-        });
+        let now_s = self.clock_s;
+        let owner = self
+            .plan
+            .reserved_claims
+            .iter()
+            .find(|claim| {
+                claim.owner != id
+                    && claim.start_s > now_s
+                    && placement
+                        .iter()
+                        .any(|&(node, _)| node == claim.node as usize)
+            })
+            .map(|claim| claim.owner);
         if let Some(owner) = owner {
             self.plan.stats.backfilled += 1;
             self.plan.backfill_to_owner.insert(id, owner);
@@ -535,20 +622,20 @@ impl Scheduler {
 
         // The jobs waiting for room, in the order cycles try them (priority, then age): the
         // first `MAX_PLANNED`, chosen without sorting them all.
-        let mut waiting: Vec<(i32, f64, JobId, f64)> = self
+        let mut waiting: Vec<(i32, f64, JobId)> = self
             .queue
             .all()
             .into_iter()
             .filter_map(|id| match self.queue.parked(id) {
                 // A balloon only fills what is idle: it is never planned for.
-                Some((crate::Blocked::Room, since_s)) if !self.job_to_entry[&id].spec.balloon => {
+                Some((crate::Blocked::Room, _)) if !self.job_to_entry[&id].spec.balloon => {
                     let spec = &self.job_to_entry[&id].spec;
-                    Some((spec.priority, spec.submit_s, id, since_s))
+                    Some((spec.priority, spec.submit_s, id))
                 }
                 _ => None,
             })
             .collect();
-        let order = |a: &(i32, f64, JobId, f64), b: &(i32, f64, JobId, f64)| {
+        let order = |a: &(i32, f64, JobId), b: &(i32, f64, JobId)| {
             b.0.cmp(&a.0).then(a.1.total_cmp(&b.1)).then(a.2.cmp(&b.2))
         };
         if waiting.len() > MAX_PLANNED {
@@ -556,26 +643,23 @@ impl Scheduler {
             waiting.truncate(MAX_PLANNED);
         }
         waiting.sort_by(order);
-        let waiting: Vec<(JobId, f64)> = waiting
-            .into_iter()
-            .map(|(_, _, id, since_s)| (id, since_s))
-            .collect();
 
         let timeline = self.timeline(now_s);
         // Most waiting jobs share a few shapes.
         let mut shapes: Vec<ShapeView> = Vec::new();
 
         let previous = std::mem::take(&mut self.plan.job_to_reservation);
-        let n = self.state.len();
-        let mut node_to_reserved = vec![(f64::INFINITY, JobId::MAX); n];
-        let mut node_to_planned = vec![(f64::INFINITY, JobId::MAX); n];
+        // Every planned job's claims: later jobs plan around the earlier ones, the order
+        // cycles try them in.
+        let mut planned_claims: Vec<Claim> = Vec::new();
+        let mut reserved_claims: Vec<Claim> = Vec::new();
         let mut queues_reserved: Vec<QueueId> = Vec::new();
         self.plan.job_to_estimate.clear();
-        for (id, since_s) in waiting {
+        for (_, submit_s, id) in waiting {
             let spec = self.job_to_entry[&id].spec.clone();
             let reserve = self.plan.job_to_reservation.len() < self.plan_config.max_reservations
                 && (!queues_reserved.contains(&spec.queue)
-                    || now_s - since_s >= self.plan_config.reserve_after_s);
+                    || now_s - submit_s >= self.plan_config.reserve_after_s);
             let key = shape_key(&spec.shape);
             let view = match shapes.iter().position(|view| view.key == key) {
                 Some(at) => at,
@@ -584,26 +668,19 @@ impl Scheduler {
                     shapes.len() - 1
                 }
             };
-            let Some((nodes, start)) =
-                self.earliest_start(&spec, &timeline, &shapes[view], &node_to_reserved, now_s)
+            let Some(planned) =
+                self.earliest_start(&spec, &timeline, &shapes[view], &planned_claims, now_s)
             else {
                 continue;
             };
-            for &node in &nodes {
-                if start.1 < node_to_planned[node].0 {
-                    node_to_planned[node] = (start.1, id);
-                }
-            }
+            let (nodes, start) = (planned.nodes(), planned.start);
+            let claims = planned.claims(
+                Rank::of(id, &spec),
+                pod_needs(&spec.shape),
+                self.plan.runtimes.estimate(&spec).p50_s,
+            );
+            planned_claims.extend_from_slice(&claims);
             let holds = reserve && self.plan_config.reservations;
-            // Without reservations, later estimates still keep off the nodes earlier jobs will
-            // take: the order cycles try them in.
-            if !self.plan_config.reservations {
-                for &node in &nodes {
-                    if start.1 < node_to_reserved[node].0 {
-                        node_to_reserved[node] = (start.1, id);
-                    }
-                }
-            }
             let reservation = holds.then(|| {
                 let domain = self.domain_text(&nodes);
                 if let Some(before) = previous.get(&id)
@@ -614,11 +691,7 @@ impl Scheduler {
                 if previous.get(&id).is_none_or(|before| before.nodes != nodes) {
                     self.plan.stats.reservations += 1;
                 }
-                for &node in &nodes {
-                    if start.1 < node_to_reserved[node].0 {
-                        node_to_reserved[node] = (start.1, id);
-                    }
-                }
+                reserved_claims.extend_from_slice(&claims);
                 queues_reserved.push(spec.queue);
                 self.plan.job_to_reservation.insert(
                     id,
@@ -646,10 +719,8 @@ impl Scheduler {
                 },
             );
         }
-        if self.plan_config.reservations {
-            self.plan.node_to_reserved = node_to_reserved;
-        }
-        self.plan.node_to_planned = node_to_planned;
+        self.plan.reserved_claims = reserved_claims;
+        self.plan.planned_claims = planned_claims;
     }
 
     /// Free resources from now on, as the running jobs end by their estimates (a job past its
@@ -723,62 +794,124 @@ impl Scheduler {
         }
     }
 
-    /// The nodes `spec` would take, and when (p10, p50, p90), as running jobs end in
-    /// estimated order, keeping off nodes in `keep_off`. Walks `timeline` updating only the
-    /// nodes each end frees; places (the same smallest-domain rule as a cycle) only once
-    /// enough pods fit in total. `None` when it would not fit even once every job ended.
+    /// Where `spec` would start and when (p10, p50, p90), as running jobs end in estimated
+    /// order, planning around `claims` (a node's claimed resources are kept from `spec` from
+    /// `spec`'s expected runtime before the claim starts until the claim ends). Walks
+    /// `timeline` and the claims' edges, updating only the nodes each changes; places (the
+    /// same smallest-domain rule as a cycle) only once enough pods fit in total. `None` when
+    /// it would not fit even once every job ended.
     fn earliest_start(
         &self,
         spec: &JobSpec,
         timeline: &Timeline,
         view: &ShapeView,
-        keep_off: &[(f64, JobId)],
+        claims: &[Claim],
         now_s: f64,
-    ) -> Option<(Vec<usize>, (f64, f64, f64))> {
+    ) -> Option<Planned> {
         let eligible = &view.eligible;
         let n = timeline.free_now.len();
         let needs = pod_needs(&spec.shape);
         let need = u64::from(spec.pods);
-        let open = |i: usize| eligible[i] && !keep_off.get(i).is_some_and(|r| r.0.is_finite());
+        let runtime_s = self.plan.runtimes.estimate(spec).p50_s;
         let mut free = timeline.free_now.clone();
-        let mut capacity: Vec<u32> = (0..n)
-            .map(|i| if open(i) { pods_in(free[i], needs) } else { 0 })
-            .collect();
+        // Per node: what claims keep from `spec` if it started now.
+        let mut claimed = vec![[0u32; 3]; n];
+        // Claims' edges after now: (when, claim, whether it starts keeping resources).
+        let mut edges: Vec<(f64, usize, bool)> = Vec::new();
+        for (index, claim) in claims.iter().enumerate() {
+            let (from, until) = (claim.start_s - runtime_s, claim.end_s);
+            if until <= now_s || claim.node as usize >= n {
+                continue;
+            }
+            if from <= now_s {
+                let c = &mut claimed[claim.node as usize];
+                (0..3).for_each(|k| c[k] = c[k].saturating_add(claim.takes[k]));
+            } else {
+                edges.push((from, index, true));
+            }
+            edges.push((until, index, false));
+        }
+        edges.sort_by(|a, b| a.0.total_cmp(&b.0));
+        let pods_at = |free: &[[u32; 3]], claimed: &[[u32; 3]], i: usize| {
+            if eligible[i] {
+                pods_in(minus(free[i], claimed[i]), needs)
+            } else {
+                0
+            }
+        };
+        let mut capacity: Vec<u32> = (0..n).map(|i| pods_at(&free, &claimed, i)).collect();
         let mut total: u64 = capacity.iter().map(|&c| u64::from(c)).sum();
-        let try_place = |capacity: &[u32], total: u64| -> Option<Vec<usize>> {
+        let try_place = |capacity: &[u32], total: u64| -> Option<Vec<(usize, u32)>> {
             if total < need {
                 return None;
             }
             let scores = view
                 .scores
                 .get_or_init(|| super::place::builtin_view(spec, &self.state).1);
-            self.place(spec, capacity, scores)
-                .map(|p| p.node_pods.iter().map(|&(node, _)| node).collect())
+            self.place(spec, capacity, scores).map(|p| p.node_pods)
         };
-        if let Some(nodes) = try_place(&capacity, total) {
-            return Some((nodes, (now_s, now_s, now_s)));
+        let planned = |node_pods: Vec<(usize, u32)>,
+                       start: (f64, f64, f64),
+                       free: &[[u32; 3]],
+                       claimed: &[[u32; 3]]| {
+            let spare = node_pods
+                .iter()
+                .map(|&(node, pods)| {
+                    minus(
+                        minus(free[node], claimed[node]),
+                        needs.map(|need| need.saturating_mul(pods)),
+                    )
+                })
+                .collect();
+            Planned {
+                node_pods,
+                start,
+                spare,
+            }
+        };
+        if let Some(node_pods) = try_place(&capacity, total) {
+            return Some(planned(node_pods, (now_s, now_s, now_s), &free, &claimed));
         }
         let steps = &timeline.steps;
-        let mut i = 0;
-        while i < steps.len() {
-            // Every job ending at the same time frees its nodes together.
-            let at = steps[i].p50_s;
+        let (mut i, mut e) = (0, 0);
+        while i < steps.len() || e < edges.len() {
+            // Every job ending (and every claim edge) at the same time changes nodes together.
+            let at = steps
+                .get(i)
+                .map_or(f64::INFINITY, |s| s.p50_s)
+                .min(edges.get(e).map_or(f64::INFINITY, |edge| edge.0));
+            let mut touched: Vec<usize> = Vec::new();
             while i < steps.len() && steps[i].p50_s <= at {
                 for &(node, gives) in &steps[i].frees {
                     let node = node as usize;
                     (0..3).for_each(|k| free[node][k] += gives[k]);
-                    if open(node) {
-                        let pods = pods_in(free[node], needs);
-                        total = total - u64::from(capacity[node]) + u64::from(pods);
-                        capacity[node] = pods;
-                    }
+                    touched.push(node);
                 }
                 i += 1;
             }
-            if let Some(nodes) = try_place(&capacity, total) {
+            while e < edges.len() && edges[e].0 <= at {
+                let (_, index, keeps) = edges[e];
+                let claim = &claims[index];
+                let c = &mut claimed[claim.node as usize];
+                (0..3).for_each(|k| {
+                    c[k] = if keeps {
+                        c[k].saturating_add(claim.takes[k])
+                    } else {
+                        c[k].saturating_sub(claim.takes[k])
+                    }
+                });
+                touched.push(claim.node as usize);
+                e += 1;
+            }
+            for node in touched {
+                let pods = pods_at(&free, &claimed, node);
+                total = total - u64::from(capacity[node]) + u64::from(pods);
+                capacity[node] = pods;
+            }
+            if let Some(node_pods) = try_place(&capacity, total) {
                 // The interval: the jobs that had to end are those that held a chosen node.
                 let mut chosen = vec![false; n];
-                nodes.iter().for_each(|&node| chosen[node] = true);
+                node_pods.iter().for_each(|&(node, _)| chosen[node] = true);
                 let mut start = (now_s, at, at);
                 for step in &steps[..i] {
                     if step.frees.iter().any(|&(node, _)| chosen[node as usize]) {
@@ -788,7 +921,7 @@ impl Scheduler {
                 }
                 start.0 = start.0.min(start.1);
                 start.2 = start.2.max(start.1);
-                return Some((nodes, start));
+                return Some(planned(node_pods, start, &free, &claimed));
             }
         }
         None
@@ -859,15 +992,10 @@ impl Scheduler {
     pub(super) fn drop_reservation(&mut self, id: JobId) {
         self.plan.job_to_estimate.remove(&id);
         self.plan.job_to_first_wait.remove(&id);
-        if let Some(reservation) = self.plan.job_to_reservation.remove(&id) {
-            for node in reservation.nodes {
-                if let Some(entry) = self.plan.node_to_reserved.get_mut(node)
-                    && entry.1 == id
-                {
-                    *entry = (f64::INFINITY, JobId::MAX);
-                }
-            }
+        if self.plan.job_to_reservation.remove(&id).is_some() {
+            self.plan.reserved_claims.retain(|claim| claim.owner != id);
         }
+        self.plan.planned_claims.retain(|claim| claim.owner != id);
     }
 
     /// Counts backfilled jobs evicted for a reservation that came due.
