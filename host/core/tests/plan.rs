@@ -88,12 +88,23 @@ fn a_blocked_gang_holds_a_reservation_and_only_short_jobs_backfill_it() {
         expected_runtime_s: Some(100.0),
         ..fx.job("short", "default", 0, 1, 8)
     });
-    fx.checked_cycle();
+    let out = fx.checked_cycle();
     assert!(fx.sched.is_running(short), "the short job backfills");
     assert!(
         !fx.sched.is_running(long),
         "the long job would delay the gang"
     );
+    // And its explanation says so.
+    match &fx.decision(&out, long).explanation.outcome {
+        gantry_core::Outcome::Pending { waiting_for } => assert!(
+            waiting_for.ends_with(
+                "; 1 node is held for the reservation of gang, which starts before this job \
+                 is expected to end"
+            ),
+            "{waiting_for}"
+        ),
+        other => panic!("long: {other:?}"),
+    }
     assert_eq!(fx.sched.plan_stats().backfilled, 1);
     // When the rest end, the gang starts first.
     fx.sched.advance_clock(t0 + 600.0);

@@ -1105,3 +1105,133 @@ fn dra_gpus_are_allocated_at_bind_and_released_when_the_pod_goes() {
 
     });
 }
+
+/// `pod(name, gpus, labels)` declaring how long it runs (`gantry.dev/expected-runtime`).
+fn pod_declaring(name: &str, gpus: u32, labels: serde_json::Value, runtime: &str) -> Pod {
+    let mut pod = with_priority(pod(name, gpus, labels), None, 0);
+    pod.metadata.annotations = Some(BTreeMap::from([(
+        "gantry.dev/expected-runtime".to_string(),
+        runtime.to_string(),
+    )]));
+    pod
+}
+
+/// The planner on a live cluster: a PodGroup blocked for room gets a reservation, and says so
+/// with its estimate in its pods' FailedScheduling message; a pod declared to end before the
+/// reservation starts backfills a node freed early, one declared to run past it waits; the
+/// gang starts when the jobs on its nodes end.
+#[test]
+fn a_blocked_pod_group_holds_a_reservation_and_short_pods_backfill_around_it() {
+    let bin = cluster_bin("kube reservation e2e");
+    let plane = ControlPlane::start(&bin);
+    let kubeconfig = plane.kubeconfig();
+    create_gpu_nodes(&kubeconfig, "res", 4, 8);
+    let runtime = test_runtime();
+    runtime.block_on(async {
+        let client = client(&kubeconfig).await;
+        let crds: Api<CustomResourceDefinition> = Api::all(client.clone());
+        crds.create(&PostParams::default(), &pod_group_crd())
+            .await
+            .unwrap();
+        let groups: Api<DynamicObject> =
+            Api::namespaced_with(client.clone(), "default", &pod_group_resource());
+        until("the PodGroup API to serve", || async {
+            let mut object = DynamicObject::new("big", &pod_group_resource());
+            object.data = json!({"spec": {"minMember": 4}});
+            groups.create(&PostParams::default(), &object).await.ok()
+        })
+        .await;
+        let data = tempfile::tempdir().unwrap();
+        let _serve = serve_kube(&kubeconfig, data.path());
+        let pods: Api<Pod> = Api::namespaced(client.clone(), "default");
+        let pp = PostParams::default();
+        let team = json!({"kueue.x-k8s.io/queue-name": "team-a"});
+
+        // Four 8-GPU pods fill the four nodes, each declared to run 2 minutes.
+        for i in 0..4 {
+            pods.create(
+                &pp,
+                &pod_declaring(&format!("run-{i}"), 8, team.clone(), "2m"),
+            )
+            .await
+            .unwrap();
+        }
+        let run_nodes = until("the four running pods to bind", || async {
+            let nodes = nodes_by_pod(&pods).await;
+            let bound: BTreeMap<String, String> = nodes
+                .into_iter()
+                .filter_map(|(name, node)| Some((name, node?)))
+                .collect();
+            (bound.len() == 4).then_some(bound)
+        })
+        .await;
+
+        // The PodGroup's four 8-GPU pods wait for room, holding a reservation on every node.
+        for i in 0..4 {
+            let labels = json!({"scheduling.x-k8s.io/pod-group": "big"});
+            pods.create(&pp, &pod_declaring(&format!("big-{i}"), 8, labels, "10m"))
+                .await
+                .unwrap();
+        }
+        let events: Api<Event> = Api::namespaced(client.clone(), "default");
+        let waiting = until("big-0's FailedScheduling with its estimate", || async {
+            let list = events.list(&ListParams::default()).await.ok()?;
+            notes(&list.items, "big-0", "FailedScheduling")
+                .into_iter()
+                .find(|note| note.contains("holds a reservation"))
+        })
+        .await;
+        assert!(
+            waiting.contains("Expected to start in about 10 min")
+                && waiting.contains("it holds a reservation on 4 nodes in rack"),
+            "{waiting}"
+        );
+
+        // run-0 ends early. A pod declared to end before the reservation starts takes its
+        // node; one declared to run an hour would delay the gang, and waits.
+        let delete = kube::api::DeleteParams::default().grace_period(0);
+        pods.delete("run-0", &delete).await.unwrap();
+        pods.create(&pp, &pod_declaring("short", 8, team.clone(), "20s"))
+            .await
+            .unwrap();
+        pods.create(&pp, &pod_declaring("long", 8, team.clone(), "1h"))
+            .await
+            .unwrap();
+        let short_node = until("short to backfill", || async {
+            let pod = pods.get("short").await.ok()?;
+            node_of(&pod)
+        })
+        .await;
+        assert_eq!(short_node, run_nodes["run-0"]);
+        let refused = until("long's FailedScheduling", || async {
+            let list = events.list(&ListParams::default()).await.ok()?;
+            notes(&list.items, "long", "FailedScheduling").pop()
+        })
+        .await;
+        assert_eq!(node_of(&pods.get("long").await.unwrap()), None, "{refused}");
+        assert!(
+            refused.contains("1 node is held for the reservation of default/big"),
+            "{refused}"
+        );
+
+        // The rest end: the gang starts on its reserved nodes, ahead of the long pod.
+        for name in ["run-1", "run-2", "run-3", "short"] {
+            pods.delete(name, &delete).await.unwrap();
+        }
+        let gang = until("the PodGroup to bind", || async {
+            let nodes = nodes_by_pod(&pods).await;
+            let gang: BTreeSet<String> = (0..4)
+                .filter_map(|i| nodes.get(&format!("big-{i}")).cloned().flatten())
+                .collect();
+            (gang.len() == 4).then_some(gang)
+        })
+        .await;
+        assert_eq!(
+            gang,
+            run_nodes.values().cloned().collect::<BTreeSet<_>>(),
+            "the gang took the four nodes"
+        );
+        assert_eq!(node_of(&pods.get("long").await.unwrap()), None);
+        eprintln!("reservation e2e: {waiting} / backfilled on {short_node} / long: {refused}");
+    });
+}

@@ -685,7 +685,7 @@ impl Scheduler {
 
         // Filter and score, keep off other jobs' reservations unless done in time, then place.
         let (mut capacity, scores, searched) = self.evaluate(spec, hooks, &mut explanation);
-        self.mask_reserved(id, spec, now_s, &mut capacity);
+        let held = self.mask_reserved(id, spec, now_s, &mut capacity);
         if let Some(placement) = self.place_in(spec, &capacity, &scores, &searched) {
             return self.commit(id, spec, placement, explanation, Vec::new());
         }
@@ -745,9 +745,23 @@ impl Scheduler {
                 ..decision(explanation)
             };
         }
-        explanation.outcome = Outcome::Pending {
-            waiting_for: self.waiting_for_room(spec, &capacity, &explanation),
-        };
+        let mut waiting_for = self.waiting_for_room(spec, &capacity, &explanation);
+        if let Some((nodes, owner)) = held {
+            // The backfill rule held it back: say whose reservation, and why.
+            waiting_for.push_str(&format!(
+                "; {} held for the reservation of {}, which starts before this job is \
+                 expected to end",
+                if nodes == 1 {
+                    "1 node is".to_string()
+                } else {
+                    format!("{nodes} nodes are")
+                },
+                self.job_to_entry
+                    .get(&owner)
+                    .map_or("a job ahead", |entry| entry.spec.name.as_str()),
+            ));
+        }
+        explanation.outcome = Outcome::Pending { waiting_for };
         self.queue.park(id, Blocked::Room, now_s, self.epochs());
         decision(explanation)
     }

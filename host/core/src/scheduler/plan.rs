@@ -5,13 +5,15 @@
 //!   and shape took (a distribution: p10, p50, p90), else a wide prior. The planner never sees
 //!   a job's true duration; the simulator feeds it only what a live cluster would.
 //! - Reservations: after a cycle that changed something, the head of each queue that waits for
-//!   room, and any job that has waited for room longer than
-//!   [`PlanConfig::reserve_after_s`], gets the nodes it would take once enough running jobs
-//!   end (by their estimated ends, in order; the same smallest-domain rule as placement) and a
-//!   planned start. Later reservations keep off earlier ones' nodes (Slurm's conservative
-//!   backfill).
-//! - Backfill: a job may take a reserved node only if it is expected (its p90) to end before
-//!   that reservation starts. Balloons ignore reservations: they give way when one comes due.
+//!   room, and any job that has waited longer than [`PlanConfig::reserve_after_s`], gets the
+//!   nodes it would take once enough running jobs end (by their estimated ends, in order; the
+//!   same smallest-domain rule as placement) and a planned start, up to
+//!   [`PlanConfig::max_reservations`]. Every planned job claims what it takes of each node
+//!   from its start to its expected end (a `Claim`); later jobs plan around earlier claims
+//!   (Slurm's conservative backfill, per resource).
+//! - Backfill: a job behind a reservation's owner may use a reserved node only for what the
+//!   node keeps beside the reservation, unless it is expected (its p50) to end before the
+//!   reservation starts. Balloons ignore reservations: they give way when one comes due.
 //! - Overruns: a job that took a reserved node and runs past its estimate is evicted when the
 //!   reservation comes due, if it is preemptible by the reserved job (not of higher priority);
 //!   otherwise the reservation slips, and is planned again.
@@ -522,40 +524,41 @@ impl Scheduler {
     /// that fit in what the node has free now and will still have beside the reservation. A
     /// job expected to end before a reservation starts may use its node freely; a job ahead of
     /// the reservation's owner is not held by it (the owner was planned around it). Returns
-    /// whether any node it may use holds a reservation (so a placement there may be a
-    /// backfill).
+    /// how many nodes it lowered and whose reservation one of them holds, for the
+    /// explanation.
     pub fn mask_reserved(
         &self,
         id: JobId,
         spec: &JobSpec,
         now_s: f64,
         capacity: &mut [u32],
-    ) -> bool {
+    ) -> Option<(u32, JobId)> {
         if spec.balloon || self.plan.reserved_claims.is_empty() {
-            return false;
+            return None;
         }
         let ends = now_s + self.plan.runtimes.estimate(spec).p50_s;
         let needs = pod_needs(&spec.shape);
         let rank = Rank::of(id, spec);
         let t = &self.state.nodes;
-        let mut backfill = false;
+        let mut held: Option<(u32, JobId)> = None;
         for claim in &self.plan.reserved_claims {
             let node = claim.node as usize;
-            if !claim.rank.ahead_of(&rank) || node >= capacity.len() {
+            if !claim.rank.ahead_of(&rank) || node >= capacity.len() || claim.start_s >= ends {
                 continue;
             }
-            if claim.start_s < ends {
-                let free = [
-                    t.gpu_free[node],
-                    t.cpu_free_milli[node],
-                    t.memory_free_mib[node],
-                ];
-                let usable = [0, 1, 2].map(|k| free[k].min(claim.spare[k]));
-                capacity[node] = capacity[node].min(pods_in(usable, needs));
+            let free = [
+                t.gpu_free[node],
+                t.cpu_free_milli[node],
+                t.memory_free_mib[node],
+            ];
+            let usable = [0, 1, 2].map(|k| free[k].min(claim.spare[k]));
+            let left = capacity[node].min(pods_in(usable, needs));
+            if left < capacity[node] {
+                capacity[node] = left;
+                held.get_or_insert((0, claim.owner)).0 += 1;
             }
-            backfill |= capacity[node] > 0;
         }
-        backfill
+        held
     }
 
     /// Records that `id` was placed: a placement on reserved nodes counts as backfill.
