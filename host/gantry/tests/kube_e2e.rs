@@ -17,7 +17,6 @@ use gantry_core::Outcome;
 use k8s_openapi::api::core::v1::{ConfigMap, Node, Pod};
 use k8s_openapi::api::events::v1::Event;
 use k8s_openapi::api::resource::v1::{DeviceClass, ResourceClaim, ResourceSlice};
-use k8s_openapi::apiextensions_apiserver::pkg::apis::apiextensions::v1::CustomResourceDefinition;
 use kube::Api;
 use kube::api::{ApiResource, DynamicObject, GroupVersionKind, ListParams, PostParams};
 use serde_json::json;
@@ -53,24 +52,7 @@ fn pods_and_gangs_bind_on_a_real_control_plane() {
     runtime.block_on(async {
         let client = client(&kubeconfig).await;
         // The PodGroup CRD first: gantry discovers it once, at start.
-        let crds: Api<CustomResourceDefinition> = Api::all(client.clone());
-        crds.create(&PostParams::default(), &pod_group_crd())
-            .await
-            .unwrap();
-        let groups: Api<DynamicObject> =
-            Api::namespaced_with(client.clone(), "default", &pod_group_resource());
-        let group = |name: &str, min: u32| {
-            let mut object = DynamicObject::new(name, &pod_group_resource());
-            object.data = json!({"spec": {"minMember": min}});
-            object
-        };
-        until("the PodGroup API to serve", || async {
-            groups
-                .create(&PostParams::default(), &group("train", 4))
-                .await
-                .ok()
-        })
-        .await;
+        create_first_pod_group(&client, "train", 4).await;
 
         let data = tempfile::tempdir().unwrap();
         let _serve = serve_kube(&kubeconfig, data.path());
@@ -1129,18 +1111,7 @@ fn a_blocked_pod_group_holds_a_reservation_and_short_pods_backfill_around_it() {
     let runtime = test_runtime();
     runtime.block_on(async {
         let client = client(&kubeconfig).await;
-        let crds: Api<CustomResourceDefinition> = Api::all(client.clone());
-        crds.create(&PostParams::default(), &pod_group_crd())
-            .await
-            .unwrap();
-        let groups: Api<DynamicObject> =
-            Api::namespaced_with(client.clone(), "default", &pod_group_resource());
-        until("the PodGroup API to serve", || async {
-            let mut object = DynamicObject::new("big", &pod_group_resource());
-            object.data = json!({"spec": {"minMember": 4}});
-            groups.create(&PostParams::default(), &object).await.ok()
-        })
-        .await;
+        create_first_pod_group(&client, "big", 4).await;
         let data = tempfile::tempdir().unwrap();
         let _serve = serve_kube(&kubeconfig, data.path());
         let pods: Api<Pod> = Api::namespaced(client.clone(), "default");

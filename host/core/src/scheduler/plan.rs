@@ -251,11 +251,14 @@ pub(super) struct Claim {
 }
 
 /// Where and when a job would start: its pods per node, its start (p10, p50, p90) and, per
-/// chosen node, what is left there beyond it at that start.
+/// chosen node, what is left there beyond it at that start; and what each pod takes and for
+/// how long (p50), which its claims last.
 struct Planned {
     node_pods: Vec<(usize, u32)>,
     start: (f64, f64, f64),
     spare: Vec<[u32; 3]>,
+    needs: [u32; 3],
+    runtime_s: f64,
 }
 
 impl Planned {
@@ -263,8 +266,8 @@ impl Planned {
         self.node_pods.iter().map(|&(node, _)| node).collect()
     }
 
-    /// Its claims, for a job of `needs` per pod expected to run `runtime_s` from the start.
-    fn claims(&self, rank: Rank, needs: [u32; 3], runtime_s: f64) -> Vec<Claim> {
+    /// Its claims, as the job of `rank`.
+    fn claims(&self, rank: Rank) -> Vec<Claim> {
         self.node_pods
             .iter()
             .zip(&self.spare)
@@ -273,8 +276,8 @@ impl Planned {
                 owner: rank.id,
                 rank,
                 start_s: self.start.1,
-                end_s: self.start.1 + runtime_s,
-                takes: needs.map(|need| need.saturating_mul(pods)),
+                end_s: self.start.1 + self.runtime_s,
+                takes: self.needs.map(|need| need.saturating_mul(pods)),
                 spare,
             })
             .collect()
@@ -299,14 +302,18 @@ impl Rank {
         }
     }
 
-    /// Whether a job of this rank is tried before one of `other`.
-    fn ahead_of(&self, other: &Rank) -> bool {
+    /// The order cycles try jobs in: `Less` when this one goes first.
+    fn order(&self, other: &Rank) -> std::cmp::Ordering {
         other
             .priority
             .cmp(&self.priority)
             .then(self.submit_s.total_cmp(&other.submit_s))
             .then(self.id.cmp(&other.id))
-            .is_lt()
+    }
+
+    /// Whether a job of this rank is tried before one of `other`.
+    fn ahead_of(&self, other: &Rank) -> bool {
+        self.order(other).is_lt()
     }
 }
 
@@ -625,27 +632,23 @@ impl Scheduler {
 
         // The jobs waiting for room, in the order cycles try them (priority, then age): the
         // first `MAX_PLANNED`, chosen without sorting them all.
-        let mut waiting: Vec<(i32, f64, JobId)> = self
+        let mut waiting: Vec<Rank> = self
             .queue
             .all()
             .into_iter()
             .filter_map(|id| match self.queue.parked(id) {
                 // A balloon only fills what is idle: it is never planned for.
                 Some((crate::Blocked::Room, _)) if !self.job_to_entry[&id].spec.balloon => {
-                    let spec = &self.job_to_entry[&id].spec;
-                    Some((spec.priority, spec.submit_s, id))
+                    Some(Rank::of(id, &self.job_to_entry[&id].spec))
                 }
                 _ => None,
             })
             .collect();
-        let order = |a: &(i32, f64, JobId), b: &(i32, f64, JobId)| {
-            b.0.cmp(&a.0).then(a.1.total_cmp(&b.1)).then(a.2.cmp(&b.2))
-        };
         if waiting.len() > MAX_PLANNED {
-            waiting.select_nth_unstable_by(MAX_PLANNED, order);
+            waiting.select_nth_unstable_by(MAX_PLANNED, Rank::order);
             waiting.truncate(MAX_PLANNED);
         }
-        waiting.sort_by(order);
+        waiting.sort_by(Rank::order);
 
         let timeline = self.timeline(now_s);
         // Most waiting jobs share a few shapes.
@@ -658,11 +661,12 @@ impl Scheduler {
         let mut reserved_claims: Vec<Claim> = Vec::new();
         let mut queues_reserved: Vec<QueueId> = Vec::new();
         self.plan.job_to_estimate.clear();
-        for (_, submit_s, id) in waiting {
+        for rank in waiting {
+            let id = rank.id;
             let spec = self.job_to_entry[&id].spec.clone();
             let reserve = self.plan.job_to_reservation.len() < self.plan_config.max_reservations
                 && (!queues_reserved.contains(&spec.queue)
-                    || now_s - submit_s >= self.plan_config.reserve_after_s);
+                    || now_s - spec.submit_s >= self.plan_config.reserve_after_s);
             let key = shape_key(&spec.shape);
             let view = match shapes.iter().position(|view| view.key == key) {
                 Some(at) => at,
@@ -677,11 +681,7 @@ impl Scheduler {
                 continue;
             };
             let (nodes, start) = (planned.nodes(), planned.start);
-            let claims = planned.claims(
-                Rank::of(id, &spec),
-                pod_needs(&spec.shape),
-                self.plan.runtimes.estimate(&spec).p50_s,
-            );
+            let claims = planned.claims(rank);
             planned_claims.extend_from_slice(&claims);
             let holds = reserve && self.plan_config.reservations;
             let reservation = holds.then(|| {
@@ -870,6 +870,8 @@ impl Scheduler {
                 node_pods,
                 start,
                 spare,
+                needs,
+                runtime_s,
             }
         };
         if let Some(node_pods) = try_place(&capacity, total) {

@@ -136,6 +136,24 @@ pub fn pod_group_resource() -> ApiResource {
 }
 
 /// scheduler-plugins' PodGroup CRD, reduced to what the test uses.
+/// Installs the PodGroup CRD and creates `name` (minMember `min`) once the API serves it.
+/// Call it before starting Gantry, which discovers the API once, at start.
+pub async fn create_first_pod_group(client: &Client, name: &str, min: u32) {
+    use kube::api::{DynamicObject, PostParams};
+    kube::Api::<CustomResourceDefinition>::all(client.clone())
+        .create(&PostParams::default(), &pod_group_crd())
+        .await
+        .expect("create the PodGroup CRD");
+    let groups: kube::Api<DynamicObject> =
+        kube::Api::namespaced_with(client.clone(), "default", &pod_group_resource());
+    until("the PodGroup API to serve", || async {
+        let mut object = DynamicObject::new(name, &pod_group_resource());
+        object.data = json!({"spec": {"minMember": min}});
+        groups.create(&PostParams::default(), &object).await.ok()
+    })
+    .await;
+}
+
 pub fn pod_group_crd() -> CustomResourceDefinition {
     serde_json::from_value(json!({
         "metadata": {"name": "podgroups.scheduling.x-k8s.io"},
