@@ -237,9 +237,8 @@ pub(super) struct Reservation {
 #[derive(Debug, Clone, Copy, PartialEq)]
 pub(super) struct Claim {
     node: u32,
-    owner: JobId,
-    /// The owner's place in the order cycles try jobs in: only jobs behind it plan around
-    /// it, and only they are held off its nodes.
+    /// Its owner (`rank.id`) and the owner's place in the order cycles try jobs in: only jobs
+    /// behind it plan around it, and only they are held off its nodes.
     rank: Rank,
     start_s: f64,
     end_s: f64,
@@ -273,7 +272,6 @@ impl Planned {
             .zip(&self.spare)
             .map(|(&(node, pods), &spare)| Claim {
                 node: node as u32,
-                owner: rank.id,
                 rank,
                 start_s: self.start.1,
                 end_s: self.start.1 + self.runtime_s,
@@ -562,7 +560,7 @@ impl Scheduler {
             let left = capacity[node].min(pods_in(usable, needs));
             if left < capacity[node] {
                 capacity[node] = left;
-                held.get_or_insert((0, claim.owner)).0 += 1;
+                held.get_or_insert((0, claim.rank.id)).0 += 1;
             }
         }
         held
@@ -582,13 +580,13 @@ impl Scheduler {
             .reserved_claims
             .iter()
             .find(|claim| {
-                claim.owner != id
+                claim.rank.id != id
                     && claim.start_s > now_s
                     && placement
                         .iter()
                         .any(|&(node, _)| node == claim.node as usize)
             })
-            .map(|claim| claim.owner);
+            .map(|claim| claim.rank.id);
         if let Some(owner) = owner {
             self.plan.stats.backfilled += 1;
             self.plan.backfill_to_owner.insert(id, owner);
@@ -998,9 +996,11 @@ impl Scheduler {
         self.plan.job_to_estimate.remove(&id);
         self.plan.job_to_first_wait.remove(&id);
         if self.plan.job_to_reservation.remove(&id).is_some() {
-            self.plan.reserved_claims.retain(|claim| claim.owner != id);
+            self.plan
+                .reserved_claims
+                .retain(|claim| claim.rank.id != id);
         }
-        self.plan.planned_claims.retain(|claim| claim.owner != id);
+        self.plan.planned_claims.retain(|claim| claim.rank.id != id);
     }
 
     /// Counts backfilled jobs evicted for a reservation that came due.
