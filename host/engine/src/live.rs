@@ -23,7 +23,7 @@ use gantry_policy::{
 use gantry_store::{
     Actor, FailurePolicy, NewDecision, NewPolicy, PolicyManifest, PolicyRole, Store,
 };
-use serde::Serialize;
+use serde::{Deserialize, Serialize};
 use tokio::sync::{broadcast, watch};
 
 use crate::error::{EngineError, Result};
@@ -59,7 +59,7 @@ pub struct LiveConfig {
 impl Default for LiveConfig {
     fn default() -> Self {
         Self {
-            max_upload_bytes: 16 << 20,
+            max_upload_bytes: 32 << 20,
             shadow_keep: 200,
             repeat_pending: Duration::from_secs(30),
             stale_after: Duration::from_secs(30),
@@ -198,7 +198,7 @@ pub struct ShadowDisagreement {
 }
 
 /// What validating an upload found: the policy's own description and its self-test.
-#[derive(Debug, Clone, Serialize)]
+#[derive(Debug, Clone, Serialize, Deserialize)]
 pub struct Validation {
     /// The name the policy declares.
     pub name: String,
@@ -218,7 +218,7 @@ pub struct Validation {
 }
 
 /// The answer to an upload.
-#[derive(Debug, Clone, Serialize)]
+#[derive(Debug, Clone, Serialize, Deserialize)]
 pub struct Upload {
     /// The stored policy's manifest.
     pub manifest: PolicyManifest,
@@ -389,9 +389,10 @@ fn split(total: u64, weights: &[u64]) -> Vec<u64> {
     shares
 }
 
-/// A loaded policy is keyed by its bytes, its config and its failure policy: the same triple in
-/// two set versions is one instance pool, so rolling back re-initialises nothing.
-type EntryKey = (String, String, FailurePolicy);
+/// A loaded policy is keyed by its bytes, its config, its failure policy and its call deadline
+/// (ms): the same entry in two set versions is one instance pool, so rolling back
+/// re-initialises nothing.
+type EntryKey = (String, String, FailurePolicy, Option<u64>);
 
 /// The state the scheduling loop and the API handlers share. See the module docs.
 pub struct Live {
@@ -950,17 +951,23 @@ impl Live {
 
     /// Compiles `bytes`, initialises it with `config` and runs it once against the current
     /// cluster snapshot. Nothing is stored.
-    pub fn validate(&self, bytes: &[u8], config: &str) -> Result<(Arc<Policy>, Validation)> {
+    pub fn validate(
+        &self,
+        bytes: &[u8],
+        config: &str,
+        deadline_ms: Option<u64>,
+    ) -> Result<(Arc<Policy>, Validation)> {
         if bytes.len() > self.config.max_upload_bytes {
             return Err(EngineError::TooLarge {
                 size: bytes.len(),
                 limit: self.config.max_upload_bytes,
             });
         }
-        let policy = Arc::new(
-            self.engine
-                .load(bytes, PolicyOptions::with_config(config))?,
-        );
+        let options = PolicyOptions {
+            deadline: deadline_ms.map(Duration::from_millis),
+            ..PolicyOptions::with_config(config)
+        };
+        let policy = Arc::new(self.engine.load(bytes, options)?);
         let self_test = self.self_test(&policy)?;
         let info = policy.info();
         let validation = Validation {
@@ -1041,8 +1048,16 @@ impl Live {
     }
 
     /// Validates and stores a policy (audited as `policy.upload`).
-    pub fn upload(&self, actor: &Actor, bytes: &[u8], config: &str) -> Result<Upload> {
-        let (policy, validation) = self.validate(bytes, config)?;
+    /// `deadline_ms`: the call deadline the self-test runs under (the engine's when `None`),
+    /// so a policy that needs more time can be stored to run in a set entry granting it.
+    pub fn upload(
+        &self,
+        actor: &Actor,
+        bytes: &[u8],
+        config: &str,
+        deadline_ms: Option<u64>,
+    ) -> Result<Upload> {
+        let (policy, validation) = self.validate(bytes, config, deadline_ms)?;
         let role = match policy.role() {
             Role::Filter => PolicyRole::Filter,
             Role::Score => PolicyRole::Score,
@@ -1066,6 +1081,7 @@ impl Live {
                 validation.sha256.clone(),
                 config.to_string(),
                 FailurePolicy::Default,
+                deadline_ms,
             ))
             .or_insert(policy);
         Ok(Upload {
@@ -1079,7 +1095,12 @@ impl Live {
     pub fn build_set(&self, stored: &gantry_store::PolicySet) -> Result<PolicySet> {
         let mut entries = Vec::with_capacity(stored.entries.len());
         for entry in &stored.entries {
-            let key = (entry.sha256.clone(), entry.config.clone(), entry.failure);
+            let key = (
+                entry.sha256.clone(),
+                entry.config.clone(),
+                entry.failure,
+                entry.deadline_ms,
+            );
             let cached = self
                 .entry_to_policy
                 .lock()
@@ -1102,6 +1123,7 @@ impl Live {
                     };
                     let options = PolicyOptions {
                         failure,
+                        deadline: entry.deadline_ms.map(Duration::from_millis),
                         ..PolicyOptions::with_config(entry.config.clone())
                     };
                     let policy = Arc::new(self.engine.load(&bytes, options)?);

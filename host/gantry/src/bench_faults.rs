@@ -162,6 +162,7 @@ fn faulty(
             ..Capabilities::default()
         },
         failure,
+        deadline: None,
     };
     Ok(Arc::new(engine.load(&bytes, options)?))
 }

@@ -6,6 +6,7 @@ use std::path::PathBuf;
 use std::process::ExitCode;
 
 use clap::{Args, Subcommand};
+use gantry_store::{FailurePolicy, PolicyManifest, PolicySet};
 use serde_json::Value;
 
 /// Where the server is and who is asking.
@@ -157,24 +158,121 @@ impl Client {
     }
 }
 
+impl Client {
+    /// A call whose answer is read as the server's own type `T`: a refusal is printed and
+    /// becomes the exit code, an answer of another shape is an error naming the route.
+    fn typed<T: serde::de::DeserializeOwned>(
+        &self,
+        method: &str,
+        path: &str,
+        body: Option<Body>,
+    ) -> anyhow::Result<Result<T, ExitCode>> {
+        let answer = self.call(method, path, &[], body)?;
+        Ok(match self.expect_ok(answer) {
+            Ok(value) => Ok(serde_json::from_value(value).map_err(|e| {
+                anyhow::anyhow!(
+                    "the server's answer to {method} {path} is not what this CLI reads: {e}"
+                )
+            })?),
+            Err(code) => Err(code),
+        })
+    }
+}
+
 enum Body {
     Wasm(Vec<u8>),
     Json(Value),
+}
+
+/// A config argument: JSON as given, or `@PATH` for a file's contents.
+fn config_arg(given: &str) -> anyhow::Result<String> {
+    match given.strip_prefix('@') {
+        Some(path) => std::fs::read_to_string(path)
+            .map(|text| text.trim().to_string())
+            .map_err(|e| anyhow::anyhow!("cannot read the config file {path}: {e}")),
+        None => Ok(given.to_string()),
+    }
+}
+
+/// `ms` since the epoch as `YYYY-MM-DD HH:MM UTC`.
+fn utc(ms: u64) -> String {
+    let secs = ms / 1000;
+    let (days, rest) = ((secs / 86_400) as i64, secs % 86_400);
+    // Howard Hinnant's civil_from_days.
+    let z = days + 719_468;
+    let era = z.div_euclid(146_097);
+    let doe = z.rem_euclid(146_097);
+    let yoe = (doe - doe / 1460 + doe / 36_524 - doe / 146_096) / 365;
+    let doy = doe - (365 * yoe + yoe / 4 - yoe / 100);
+    let mp = (5 * doy + 2) / 153;
+    let day = doy - (153 * mp + 2) / 5 + 1;
+    let month = if mp < 10 { mp + 3 } else { mp - 9 };
+    let year = yoe + era * 400 + i64::from(month <= 2);
+    format!(
+        "{year:04}-{month:02}-{day:02} {:02}:{:02} UTC",
+        rest / 3600,
+        rest % 3600 / 60
+    )
 }
 
 #[derive(Args, Debug)]
 pub struct PushArgs {
     /// The policy component (`.wasm`).
     file: PathBuf,
-    /// JSON config for the policy's init.
+    /// JSON config for the policy's init, or `@FILE` to read it from a file.
     #[arg(long, default_value = "{}")]
     config: String,
     /// Weight of the policy in the new set (scores add up weighted).
     #[arg(long, default_value_t = 1)]
     weight: u32,
+    /// What its faults mean in the new set: default, fail-open or fail-closed.
+    #[arg(long, default_value = "default")]
+    failure: String,
+    /// Its own call deadline in ms (1 to 10000), for the upload's self-test and in the new
+    /// set; the server's default (50 ms) when absent.
+    #[arg(long)]
+    deadline_ms: Option<u64>,
     /// Only upload; create no set version.
     #[arg(long)]
     no_set: bool,
+    #[command(flatten)]
+    conn: ServerConn,
+}
+
+#[derive(Args, Debug)]
+pub struct ComposeArgs {
+    /// The version to start from; the active one when absent.
+    #[arg(long)]
+    from: Option<u64>,
+    /// Drop an entry, named by its policy's name or a sha256 prefix.
+    #[arg(long, value_name = "ENTRY")]
+    remove: Vec<String>,
+    /// Swap an entry's policy for another: POLICY is a sha256 prefix (8 or more characters),
+    /// a name (its newest upload) or name@version. Weight, failure policy and deadline are
+    /// kept; the config becomes `{}` unless --config sets it.
+    #[arg(long, value_name = "ENTRY=POLICY")]
+    replace: Vec<String>,
+    /// Add a policy at the end, with weight 1 and config `{}`.
+    #[arg(long, value_name = "POLICY")]
+    add: Vec<String>,
+    /// Set an entry's weight.
+    #[arg(long, value_name = "ENTRY=WEIGHT")]
+    weight: Vec<String>,
+    /// Set an entry's config: JSON, or @FILE to read it from a file.
+    #[arg(long, value_name = "ENTRY=JSON|@FILE")]
+    config: Vec<String>,
+    /// Set what an entry's faults mean: default, fail-open or fail-closed.
+    #[arg(long, value_name = "ENTRY=KIND")]
+    failure: Vec<String>,
+    /// Give an entry its own call deadline in ms (1 to 10000), or `default`.
+    #[arg(long, value_name = "ENTRY=MS")]
+    deadline_ms: Vec<String>,
+    /// Why this version exists, kept with it; a summary of the edits when absent.
+    #[arg(long)]
+    note: Option<String>,
+    /// Activate the new version at once.
+    #[arg(long)]
+    activate: bool,
     #[command(flatten)]
     conn: ServerConn,
 }
@@ -338,96 +436,94 @@ pub fn push(args: PushArgs) -> anyhow::Result<ExitCode> {
         let client = args.conn.client()?;
         let bytes = std::fs::read(&args.file)
             .map_err(|e| anyhow::anyhow!("cannot read {}: {e}", args.file.display()))?;
-        let answer = client.call(
-            "POST",
-            "/api/policies",
-            &[("config", &args.config)],
-            Some(Body::Wasm(bytes)),
-        )?;
-        let upload = match client.expect_ok(answer) {
-            Ok(v) => v,
+        let config = config_arg(&args.config)?;
+        let deadline = args.deadline_ms.map(|ms| ms.to_string());
+        let mut query = vec![("config", config.as_str())];
+        if let Some(ms) = &deadline {
+            query.push(("deadline_ms", ms));
+        }
+        let answer = client.call("POST", "/api/policies", &query, Some(Body::Wasm(bytes)))?;
+        let upload: gantry_engine::Upload = match client.expect_ok(answer) {
+            Ok(v) => serde_json::from_value(v)?,
             Err(code) => return Ok(Err(code)),
         };
-        let manifest = &upload["manifest"];
-        let validation = &upload["validation"];
+        let manifest = &upload.manifest;
         println!(
             "{} {} ({} policy) {} as sha256 {}",
-            manifest["name"].as_str().unwrap_or("?"),
-            manifest["version"].as_str().unwrap_or("?"),
-            manifest["role"].as_str().unwrap_or("?"),
-            if upload["already_stored"] == true {
+            manifest.name,
+            manifest.version,
+            manifest.role,
+            if upload.already_stored {
                 "already stored"
             } else {
                 "stored"
             },
-            manifest["sha256"].as_str().unwrap_or("?"),
+            manifest.sha256,
         );
-        println!(
-            "self-test: {}",
-            validation["self_test"].as_str().unwrap_or("?")
-        );
+        println!("self-test: {}", upload.validation.self_test);
         if args.no_set {
             return Ok(Ok(()));
         }
-        let sets = match client.expect_ok(client.call("GET", "/api/sets", &[], None)?) {
+        let sets: gantry_server::SetList = match client.typed("GET", "/api/sets", None)? {
             Ok(v) => v,
             Err(code) => return Ok(Err(code)),
         };
-        let active = sets["active"].as_u64().unwrap_or(0);
-        let active_entries: Vec<Value> = sets["sets"]
-            .as_array()
-            .and_then(|sets| sets.iter().find(|s| s["version"].as_u64() == Some(active)))
-            .and_then(|s| s["entries"].as_array().cloned())
+        let manifests: Vec<PolicyManifest> = match client.typed("GET", "/api/policies", None)? {
+            Ok(v) => v,
+            Err(code) => return Ok(Err(code)),
+        };
+        let active = sets.active;
+        let entries = sets
+            .sets
+            .iter()
+            .find(|s| s.version == active)
+            .map(|s| s.entries.clone())
             .unwrap_or_default();
-        let policies = match client.expect_ok(client.call("GET", "/api/policies", &[], None)?) {
-            Ok(v) => v,
-            Err(code) => return Ok(Err(code)),
-        };
-        let name_role_of = |sha: &str| {
-            policies.as_array().and_then(|all| {
-                all.iter()
-                    .find(|m| m["sha256"] == sha)
-                    .map(|m| (m["name"].clone(), m["role"].clone()))
-            })
-        };
-        let new_key = (manifest["name"].clone(), manifest["role"].clone());
-        let unchanged = active_entries.iter().any(|e| {
-            e["sha256"] == manifest["sha256"]
-                && e["weight"].as_u64() == Some(u64::from(args.weight))
-                && e["config"].as_str() == Some(args.config.as_str())
+        let same_kind = entries.iter().find(|e| {
+            manifests
+                .iter()
+                .any(|m| m.sha256 == e.sha256 && m.name == manifest.name && m.role == manifest.role)
         });
-        if unchanged {
+        let me = manifest.sha256.clone();
+        let mut edits = crate::compose::Edits {
+            weight: vec![format!("{me}={}", args.weight)],
+            config: vec![(me.clone(), config.clone())],
+            failure: vec![format!("{me}={}", args.failure)],
+            deadline_ms: vec![format!("{me}={}", deadline.as_deref().unwrap_or("default"))],
+            ..Default::default()
+        };
+        match same_kind {
+            Some(old) => edits.replace.push(format!("{}={me}", old.sha256)),
+            None => edits.add.push(me.clone()),
+        }
+        if same_kind.is_some_and(|old| old.sha256 == me) {
+            edits.replace.clear();
+        }
+        let composed = match edits.apply(entries.clone(), &manifests) {
+            Ok(v) => v,
+            Err(e) => {
+                eprintln!("error: {e}");
+                return Ok(Err(ExitCode::from(REFUSED)));
+            }
+        };
+        if composed == entries {
             println!(
                 "the active set (version {active}) already runs it as given: no new set version"
             );
             return Ok(Ok(()));
         }
-        let mut entries: Vec<Value> = active_entries
-            .into_iter()
-            .filter(|e| name_role_of(e["sha256"].as_str().unwrap_or("")) != Some(new_key.clone()))
-            .collect();
-        entries.push(serde_json::json!({
-            "sha256": manifest["sha256"],
-            "weight": args.weight,
-            "config": args.config,
-        }));
-        let note = format!(
-            "push {} {}",
-            manifest["name"].as_str().unwrap_or("?"),
-            manifest["version"].as_str().unwrap_or("?")
-        );
-        let set = match client.expect_ok(client.call(
+        let note = format!("push {} {}", manifest.name, manifest.version);
+        let set: PolicySet = match client.typed(
             "POST",
             "/api/sets",
-            &[],
             Some(Body::Json(
-                serde_json::json!({"entries": entries, "note": note}),
+                serde_json::json!({"entries": composed, "note": note}),
             )),
-        )?) {
+        )? {
             Ok(v) => v,
             Err(code) => return Ok(Err(code)),
         };
-        let version = set["version"].as_u64().unwrap_or(0);
+        let version = set.version;
         println!(
             "created set version {version} (version {active} with this policy); it is not active yet:\n  gantry policy shadow start {version}   # compare it with the active set\n  gantry policy activate {version}"
         );
@@ -435,61 +531,181 @@ pub fn push(args: PushArgs) -> anyhow::Result<ExitCode> {
     })
 }
 
+/// Creates a set version from an earlier one (the active one by default) with entries
+/// removed, replaced, added or re-set, and activates it if asked.
+pub fn compose(args: ComposeArgs) -> anyhow::Result<ExitCode> {
+    run(|| {
+        let client = args.conn.client()?;
+        let mut config = Vec::new();
+        for given in &args.config {
+            let Some((entry, value)) = given.split_once('=').filter(|(e, _)| !e.is_empty()) else {
+                eprintln!("error: --config {given}: expected ENTRY=JSON or ENTRY=@FILE");
+                return Ok(Err(ExitCode::from(REFUSED)));
+            };
+            config.push((entry.to_string(), config_arg(value)?));
+        }
+        let edits = crate::compose::Edits {
+            remove: args.remove.clone(),
+            replace: args.replace.clone(),
+            add: args.add.clone(),
+            weight: args.weight.clone(),
+            config,
+            failure: args.failure.clone(),
+            deadline_ms: args.deadline_ms.clone(),
+        };
+        if edits.is_empty() {
+            eprintln!(
+                "error: nothing to change: give --add, --replace, --remove, --weight, --config, --failure or --deadline-ms"
+            );
+            return Ok(Err(ExitCode::from(REFUSED)));
+        }
+        let sets: gantry_server::SetList = match client.typed("GET", "/api/sets", None)? {
+            Ok(v) => v,
+            Err(code) => return Ok(Err(code)),
+        };
+        let manifests: Vec<PolicyManifest> = match client.typed("GET", "/api/policies", None)? {
+            Ok(v) => v,
+            Err(code) => return Ok(Err(code)),
+        };
+        let from = args.from.unwrap_or(sets.active);
+        let entries = match sets.sets.iter().find(|s| s.version == from) {
+            Some(set) => set.entries.clone(),
+            None if from == 0 => Vec::new(),
+            None => {
+                eprintln!("error: no policy set version {from} exists");
+                return Ok(Err(ExitCode::from(REFUSED)));
+            }
+        };
+        let composed = match edits.apply(entries, &manifests) {
+            Ok(v) => v,
+            Err(e) => {
+                eprintln!("error: {e}");
+                return Ok(Err(ExitCode::from(REFUSED)));
+            }
+        };
+        let note = args.note.clone().unwrap_or_else(|| {
+            let mut parts = vec![format!("from v{from}")];
+            for (verb, list) in [
+                ("remove", &args.remove),
+                ("replace", &args.replace),
+                ("add", &args.add),
+            ] {
+                parts.extend(list.iter().map(|x| format!("{verb} {x}")));
+            }
+            parts.join(", ")
+        });
+        let set: PolicySet = match client.typed(
+            "POST",
+            "/api/sets",
+            Some(Body::Json(
+                serde_json::json!({"entries": composed, "note": note}),
+            )),
+        )? {
+            Ok(v) => v,
+            Err(code) => return Ok(Err(code)),
+        };
+        println!("created set version {} from version {from}:", set.version);
+        print_set(&set, &manifests);
+        if !args.activate {
+            println!(
+                "it is not active yet:\n  gantry policy shadow start {0}   # compare it with the active set\n  gantry policy activate {0}",
+                set.version
+            );
+            return Ok(Ok(()));
+        }
+        let path = format!("/api/sets/{}/activate", set.version);
+        match client.typed::<PolicySet>("POST", &path, None)? {
+            Ok(set) => {
+                println!(
+                    "set version {} is active: the next cycle runs on it",
+                    set.version
+                );
+                Ok(Ok(()))
+            }
+            Err(code) => Ok(Err(code)),
+        }
+    })
+}
+
+/// A set's entries, one line each, as an admin checks them before activating.
+fn print_set(set: &PolicySet, manifests: &[PolicyManifest]) {
+    for e in &set.entries {
+        let (name, role) = manifests
+            .iter()
+            .find(|m| m.sha256 == e.sha256)
+            .map(|m| (format!("{} {}", m.name, m.version), m.role.to_string()))
+            .unwrap_or_else(|| ("?".into(), "?".into()));
+        let failure = match e.failure {
+            FailurePolicy::Default => "default",
+            FailurePolicy::FailOpen => "fail-open",
+            FailurePolicy::FailClosed => "fail-closed",
+        };
+        let deadline = e
+            .deadline_ms
+            .map(|ms| format!("{ms} ms"))
+            .unwrap_or_else(|| "default".into());
+        println!(
+            "  {:<24} {:<6} {}  weight {}  failure {failure}  deadline {deadline}  config {}",
+            name,
+            role,
+            &e.sha256[..12.min(e.sha256.len())],
+            e.weight,
+            e.config
+        );
+    }
+}
+
 /// Lists stored policies and set versions, marking the active one.
 pub fn list(args: ConnArgs) -> anyhow::Result<ExitCode> {
     run(|| {
         let client = args.conn.client()?;
-        let policies = match client.expect_ok(client.call("GET", "/api/policies", &[], None)?) {
+        let mut manifests: Vec<PolicyManifest> = match client.typed("GET", "/api/policies", None)? {
             Ok(v) => v,
             Err(code) => return Ok(Err(code)),
         };
-        let sets = match client.expect_ok(client.call("GET", "/api/sets", &[], None)?) {
+        let sets: gantry_server::SetList = match client.typed("GET", "/api/sets", None)? {
             Ok(v) => v,
             Err(code) => return Ok(Err(code)),
         };
-        let mut sha_to_name = std::collections::HashMap::new();
-        println!("policies:");
-        for m in policies.as_array().into_iter().flatten() {
-            let sha = m["sha256"].as_str().unwrap_or("?");
-            let name = format!(
-                "{} {}",
-                m["name"].as_str().unwrap_or("?"),
-                m["version"].as_str().unwrap_or("?")
-            );
+        manifests.sort_by_key(|m| m.uploaded_at_ms);
+        println!("policies (oldest upload first):");
+        for m in &manifests {
             println!(
-                "  {}  {:<24} {:<6} {:>8} bytes  by {}",
-                &sha[..12.min(sha.len())],
-                name,
-                m["role"].as_str().unwrap_or("?"),
-                m["size"],
-                m["uploaded_by"].as_str().unwrap_or("?")
+                "  {}  {:<24} {:<6} {:>8} bytes  uploaded {} by {}",
+                &m.sha256[..12.min(m.sha256.len())],
+                format!("{} {}", m.name, m.version),
+                m.role.to_string(),
+                m.size,
+                utc(m.uploaded_at_ms),
+                m.uploaded_by
             );
-            sha_to_name.insert(sha.to_string(), name);
         }
-        let active = sets["active"].as_u64().unwrap_or(0);
         println!("sets:");
-        for s in sets["sets"].as_array().into_iter().flatten() {
-            let version = s["version"].as_u64().unwrap_or(0);
-            let entries: Vec<String> = s["entries"]
-                .as_array()
-                .into_iter()
-                .flatten()
+        for s in &sets.sets {
+            let entries: Vec<String> = s
+                .entries
+                .iter()
                 .map(|e| {
-                    let sha = e["sha256"].as_str().unwrap_or("?");
-                    format!(
-                        "{}×{}",
-                        sha_to_name.get(sha).cloned().unwrap_or_else(|| sha.into()),
-                        e["weight"]
-                    )
+                    let name = manifests
+                        .iter()
+                        .find(|m| m.sha256 == e.sha256)
+                        .map(|m| format!("{} {}", m.name, m.version))
+                        .unwrap_or_else(|| e.sha256.clone());
+                    let deadline = e
+                        .deadline_ms
+                        .map(|ms| format!(" ({ms} ms)"))
+                        .unwrap_or_default();
+                    format!("{name}×{}{deadline}", e.weight)
                 })
                 .collect();
             println!(
-                "{} v{version:<4} {}  ({}{})",
-                if version == active { "*" } else { " " },
+                "{} v{:<4} {}  ({}, {}{})",
+                if s.version == sets.active { "*" } else { " " },
+                s.version,
                 entries.join(", "),
-                s["created_by"].as_str().unwrap_or("?"),
-                s["note"]
-                    .as_str()
+                s.created_by,
+                utc(s.created_at_ms),
+                Some(&s.note)
                     .filter(|n| !n.is_empty())
                     .map(|n| format!(": {n}"))
                     .unwrap_or_default()

@@ -6,6 +6,7 @@ mod bench_activate;
 mod bench_cluster;
 mod bench_faults;
 mod client;
+mod compose;
 mod kube;
 mod policy_test;
 mod sample;
@@ -76,6 +77,9 @@ enum PolicyCommand {
     Push(client::PushArgs),
     /// List the server's policies and set versions (`*` marks the active one).
     List(client::ConnArgs),
+    /// Create a set version from an earlier one: add, replace or remove policies, and set
+    /// their weights, configs, failure policies and deadlines.
+    Compose(client::ComposeArgs),
     /// Make a set version active: the next cycle runs on it.
     Activate(client::VersionArgs),
     /// Roll back to an earlier set version.
@@ -140,6 +144,7 @@ fn main() -> ExitCode {
         Command::Policy(PolicyCommand::Test(args)) => policy_test::run(args),
         Command::Policy(PolicyCommand::Push(args)) => client::push(args),
         Command::Policy(PolicyCommand::List(args)) => client::list(args),
+        Command::Policy(PolicyCommand::Compose(args)) => client::compose(args),
         Command::Policy(PolicyCommand::Activate(args)) => client::switch(args, false),
         Command::Policy(PolicyCommand::Rollback(args)) => client::switch(args, true),
         Command::Policy(PolicyCommand::Shadow(command)) => client::shadow(command),

@@ -92,8 +92,8 @@ pub struct ServerArgs {
     /// with a fresh admin and viewer token on first start.
     #[arg(long, env = "GANTRY_TOKENS")]
     pub tokens: Option<PathBuf>,
-    /// Largest accepted policy upload, in MiB.
-    #[arg(long, default_value_t = 16)]
+    /// Largest accepted policy upload, in MiB: room for a componentize-py policy (18 MB).
+    #[arg(long, default_value_t = 32)]
     pub max_upload_mib: usize,
     /// Decision history kept: at most this many days…
     #[arg(long, default_value_t = 30)]
@@ -219,12 +219,13 @@ pub fn start_live(
             let mut entries = Vec::new();
             for file in EXAMPLE_POLICIES {
                 let bytes = std::fs::read(plugins.resolve(file)?)?;
-                let upload = live.upload(&system, &bytes, "{}")?;
+                let upload = live.upload(&system, &bytes, "{}", None)?;
                 entries.push(gantry_store::SetEntry {
                     sha256: upload.manifest.sha256,
                     weight: 1,
                     failure: gantry_store::FailurePolicy::Default,
                     config: "{}".into(),
+                    deadline_ms: None,
                 });
             }
             let set = store.put_set(

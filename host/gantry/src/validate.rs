@@ -63,6 +63,7 @@ pub fn run(args: ValidateArgs) -> anyhow::Result<ExitCode> {
             read_dir: args.allow_read.clone(),
             network: args.allow_network.clone(),
         },
+        deadline: None,
     };
     let policy = match engine.load_file(&args.file, options) {
         Ok(policy) => policy,

@@ -567,3 +567,124 @@ fn anonymous_uploads_are_refused_before_their_bodies_and_cost_no_memory() {
         .count();
     assert_eq!(refused, CLIENTS);
 }
+
+/// The admin's path, all from the CLI: a Python score policy uploads to the 7,500-node demo
+/// under a deadline of its own; a set replaces gpu-binpack with it, its config from a file and
+/// a 500 ms deadline; the set is activated and its decisions appear; it is rolled back; a
+/// rollback to the active version is refused.
+#[test]
+fn an_admin_composes_activates_and_rolls_back_a_set_from_the_cli() {
+    let server = Server::start(&["--jobs-per-s", "20"]);
+    let python = plugin("gpu_binpack_py.wasm");
+    let python = python.to_str().expect("utf-8 path");
+
+    // The deadline given governs the self-test: 1 ms is too short on 7,500 nodes.
+    let out = server.cli(&["policy", "push", python, "--no-set", "--deadline-ms", "1"]);
+    assert_eq!(out.status.code(), Some(2), "{}", text(&out.stdout));
+    assert_eq!(
+        text(&out.stderr).trim(),
+        "error: the self-test against the current cluster snapshot faulted: timed out after 1 ms (422)"
+    );
+    let out = server.cli(&["policy", "push", python, "--no-set", "--deadline-ms", "500"]);
+    let stdout = text(&out.stdout);
+    assert!(out.status.success(), "{stdout}{}", text(&out.stderr));
+    assert!(
+        stdout.contains("self-test: an 8-GPU pod on the 7500 current nodes: best score"),
+        "{stdout}"
+    );
+    let sha = stdout
+        .split("as sha256 ")
+        .nth(1)
+        .and_then(|rest| rest.split_whitespace().next())
+        .expect("the pushed sha256")
+        .to_string();
+
+    // `policy list` tells the two gpu-binpacks apart: hash, size, when and by whom.
+    let out = server.cli(&["policy", "list"]);
+    let listing = text(&out.stdout);
+    let line = listing
+        .lines()
+        .find(|l| l.contains(&sha[..12]))
+        .unwrap_or_else(|| panic!("{listing}"));
+    assert!(line.contains("gpu-binpack 0.1.0"), "{line}");
+    assert!(line.contains(" bytes  uploaded 20"), "{line}");
+    assert!(line.ends_with("by alice"), "{line}");
+    // The 12 characters it prints (and any unique 8) name the policy.
+    for prefix in [&sha[..12], &sha[..8]] {
+        let (status, manifest) = server.get(&format!("/api/policies/{prefix}"));
+        assert_eq!(
+            (status, manifest["sha256"].as_str()),
+            (200, Some(sha.as_str()))
+        );
+    }
+    let (status, body) = server.get("/api/policies/abc");
+    assert_eq!(status, 400, "{body}");
+
+    let v1 = server.get("/api/sets/1").1;
+    let config = tempfile::NamedTempFile::new().expect("temp file");
+    std::fs::write(
+        config.path(),
+        "{\"node_weight\": 1, \"domain_weight\": 60}\n",
+    )
+    .expect("write");
+    let out = server.cli(&[
+        "policy",
+        "compose",
+        "--replace",
+        &format!("gpu-binpack={}", &sha[..8]),
+        "--config",
+        &format!("gpu-binpack=@{}", config.path().display()),
+        "--deadline-ms",
+        "gpu-binpack=500",
+    ]);
+    let stdout = text(&out.stdout);
+    assert!(out.status.success(), "{stdout}{}", text(&out.stderr));
+    assert!(
+        stdout.starts_with("created set version 2 from version 1:"),
+        "{stdout}"
+    );
+    let v2 = server.get("/api/sets/2").1;
+    let entries = v2["entries"].as_array().expect("entries");
+    assert_eq!(entries.len(), 3, "{v2}");
+    assert_eq!(entries[0], v1["entries"][0]);
+    assert_eq!(entries[2], v1["entries"][2]);
+    assert_eq!(entries[1]["sha256"], sha.as_str());
+    assert_eq!(
+        entries[1]["config"],
+        "{\"node_weight\": 1, \"domain_weight\": 60}"
+    );
+    assert_eq!(entries[1]["deadline_ms"], 500);
+    assert_eq!(entries[1]["weight"], v1["entries"][1]["weight"]);
+
+    let out = server.cli(&["policy", "activate", "2"]);
+    assert!(out.status.success(), "{}", text(&out.stderr));
+    let since = server_now_ms();
+    eventually(60, || {
+        let (_, recent) = server.get(&format!("/api/decisions?from_ms={since}&limit=50"));
+        recent
+            .as_array()?
+            .iter()
+            .any(|r| r["explanation"]["policy_set"] == 2)
+            .then_some(())
+    });
+    // The Python policy is the one scoring, under its own deadline.
+    let (_, sets) = server.get("/api/sets");
+    let running = sets["running"]
+        .as_array()
+        .and_then(|r| r.iter().find(|p| p["sha256"] == sha.as_str()))
+        .unwrap_or_else(|| panic!("{sets}"))
+        .clone();
+    assert!(running["calls"].as_u64() > Some(0), "{running}");
+    assert_eq!(running["quarantined"], false, "{running}");
+
+    let out = server.cli(&["policy", "rollback", "1"]);
+    assert!(out.status.success(), "{}", text(&out.stderr));
+    assert_eq!(server.get("/api/sets").1["active"], 1);
+    let out = server.cli(&["policy", "rollback", "1"]);
+    assert_eq!(out.status.code(), Some(2));
+    assert_eq!(
+        text(&out.stderr).trim(),
+        "error: version 1 is already the active policy set: roll back to an earlier version, or activate a new one (409)"
+    );
+    assert_eq!(server.get("/api/sets").1["active"], 1);
+}

@@ -393,6 +393,14 @@ impl PolicyEngine {
         if let Err(e) = serde_json::from_str::<serde_json::Value>(&options.config) {
             return Err(PolicyError::ConfigNotJson(e.to_string()));
         }
+        if let Some(deadline) = options.deadline
+            && (deadline.is_zero() || deadline > crate::MAX_CALL_DEADLINE)
+        {
+            return Err(PolicyError::BadDeadline {
+                deadline_ms: u64::try_from(deadline.as_millis()).unwrap_or(u64::MAX),
+                max_ms: crate::MAX_CALL_DEADLINE.as_millis() as u64,
+            });
+        }
         let compiled = self.compile(bytes, &options.capabilities)?;
         Policy::new(self.shared.clone(), compiled, options)
     }
@@ -456,18 +464,14 @@ impl EngineShared {
             .cloned()
     }
 
-    /// Epoch ticks that cover the call deadline, plus one for the tick already under way.
-    pub(crate) fn deadline_ticks(&self) -> u64 {
-        ticks_for(self.limits.deadline)
-    }
-
     /// Epoch ticks that cover the init deadline.
     pub(crate) fn init_deadline_ticks(&self) -> u64 {
         ticks_for(self.limits.init_deadline)
     }
 }
 
-fn ticks_for(deadline: Duration) -> u64 {
+/// Epoch ticks that cover `deadline`, plus one for the tick already under way.
+pub(crate) fn ticks_for(deadline: Duration) -> u64 {
     let ticks = deadline.as_nanos().div_ceil(EPOCH_TICK.as_nanos());
     u64::try_from(ticks).unwrap_or(u64::MAX / 2) + 1
 }

@@ -64,6 +64,14 @@ pub enum PolicyError {
     /// The config given at load is not JSON; the policy never sees it.
     #[error("config is not valid JSON: {0}")]
     ConfigNotJson(String),
+    /// The call deadline asked for the policy is zero or over [`crate::MAX_CALL_DEADLINE`].
+    #[error("a policy's call deadline must be 1 to {max_ms} ms; {deadline_ms} ms was asked for")]
+    BadDeadline {
+        /// The deadline asked for.
+        deadline_ms: u64,
+        /// The longest allowed.
+        max_ms: u64,
+    },
     /// The policy's init refused its config, with its own message.
     #[error("the policy refused its config: {0}")]
     BadConfig(String),

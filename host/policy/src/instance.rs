@@ -565,7 +565,14 @@ mod tests {
             Err(error) => error,
         };
         let refused = store.data().limiter.refused;
-        let fault = crate::policy::classify(&shared.limits, refused, None, &error, true);
+        let fault = crate::policy::classify(
+            &shared.limits,
+            shared.limits.deadline,
+            refused,
+            None,
+            &error,
+            true,
+        );
         (fault, store.data().limiter.used())
     }
 

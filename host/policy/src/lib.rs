@@ -28,8 +28,9 @@ pub use engine::{COMPILE_SLOTS, Capabilities, CompiledPolicy, Limits, PolicyEngi
 pub use error::{FaultKind, PolicyError, PolicyFault, Result};
 pub use network::{NetworkRule, NetworkRuleError};
 pub use policy::{
-    DENY_REASON_MAX_BYTES, FailurePolicy, Guarded, NAME_MAX_BYTES, Policy, PolicyHealth,
-    PolicyInfo, PolicyOptions, PolicyStats, REASON_TEXT_MAX_BYTES, REASONS_MAX, VERSION_MAX_BYTES,
+    DENY_REASON_MAX_BYTES, FailurePolicy, Guarded, MAX_CALL_DEADLINE, NAME_MAX_BYTES, Policy,
+    PolicyHealth, PolicyInfo, PolicyOptions, PolicyStats, REASON_TEXT_MAX_BYTES, REASONS_MAX,
+    VERSION_MAX_BYTES,
 };
 pub use set::{ActiveSet, BoundSet, CycleGate, InCycle, NodeCache, PolicySet, SetEntry};
 

@@ -43,7 +43,16 @@ pub struct PolicyOptions {
     pub failure: Option<FailurePolicy>,
     /// WASI capabilities granted (none by default).
     pub capabilities: Capabilities,
+    /// This policy's own call deadline, in place of the engine's (`Limits::deadline`): an
+    /// interpreted policy (Python, JavaScript) on a large cluster needs more than the default,
+    /// and an admin grants it per set entry rather than slowing every policy. At most
+    /// [`MAX_CALL_DEADLINE`].
+    pub deadline: Option<Duration>,
 }
+
+/// The longest call deadline a policy may be given: a policy call holds up the scheduling
+/// cycle, so a longer one would stall scheduling rather than bound it.
+pub const MAX_CALL_DEADLINE: Duration = Duration::from_secs(10);
 
 impl Default for PolicyOptions {
     fn default() -> Self {
@@ -51,6 +60,7 @@ impl Default for PolicyOptions {
             config: "{}".into(),
             failure: None,
             capabilities: Capabilities::default(),
+            deadline: None,
         }
     }
 }
@@ -661,7 +671,7 @@ impl Inner {
         f: impl FnOnce(&mut Instance) -> Option<wasmtime::Result<T>>,
     ) -> std::result::Result<T, PolicyFault> {
         let mut instance = self.acquire()?;
-        instance.arm(self.shared.deadline_ticks());
+        instance.arm(crate::engine::ticks_for(self.call_deadline()));
         let outcome = f(&mut instance).unwrap_or_else(|| {
             Err(wasmtime::Error::msg(format!(
                 "policy is not a {} policy",
@@ -685,7 +695,7 @@ impl Inner {
     /// An idle instance, or wait at most the call deadline for one to be returned or made by
     /// the refill thread. Never instantiates on the caller's thread.
     fn acquire(&self) -> std::result::Result<Instance, PolicyFault> {
-        let deadline_after = self.shared.limits.deadline;
+        let deadline_after = self.call_deadline();
         let deadline = Instant::now() + deadline_after;
         let mut state = self.pool.lock();
         if let Some(instance) = state.idle.pop() {
@@ -906,7 +916,19 @@ impl Inner {
         error: &wasmtime::Error,
         in_init: bool,
     ) -> PolicyFault {
-        classify(&self.shared.limits, refused, console, error, in_init)
+        classify(
+            &self.shared.limits,
+            self.call_deadline(),
+            refused,
+            console,
+            error,
+            in_init,
+        )
+    }
+
+    /// The wall time one call may take: the policy's own deadline, or the engine's.
+    fn call_deadline(&self) -> Duration {
+        self.options.deadline.unwrap_or(self.shared.limits.deadline)
     }
 }
 
@@ -914,6 +936,7 @@ impl Inner {
 /// grow during the call; `console`: the guest's last console line (a Rust panic message).
 pub(crate) fn classify(
     limits: &crate::engine::Limits,
+    call_deadline: Duration,
     refused: Option<Refusal>,
     console: Option<String>,
     error: &wasmtime::Error,
@@ -924,7 +947,7 @@ pub(crate) fn classify(
         let deadline = if in_init {
             limits.init_deadline
         } else {
-            limits.deadline
+            call_deadline
         };
         return PolicyFault::Timeout {
             deadline_ms: u64::try_from(deadline.as_millis()).unwrap_or(u64::MAX),

@@ -51,6 +51,32 @@ fn an_infinite_loop_times_out_within_twice_the_deadline() {
     );
 }
 
+#[test]
+fn a_policy_given_its_own_deadline_is_stopped_at_it_not_the_engines() {
+    let engine = engine_with(Limits::default());
+    let symbols = symbols_of(&engine);
+    let with_deadline = |ms: u64| PolicyOptions {
+        deadline: Some(Duration::from_millis(ms)),
+        ..PolicyOptions::default()
+    };
+    let policy = engine
+        .load(&plugin("hostile-loop"), with_deadline(120))
+        .unwrap();
+    let table = WasmNodes::new(&nodes(&symbols, 16));
+    let fault = policy.filter(&pod(&symbols, 1), &table).unwrap_err();
+    assert_eq!(fault, PolicyFault::Timeout { deadline_ms: 120 });
+    for ms in [0, 10_001] {
+        let error = engine
+            .load(&plugin("hostile-loop"), with_deadline(ms))
+            .err()
+            .expect("a deadline out of range is refused");
+        assert_eq!(
+            error.to_string(),
+            format!("a policy's call deadline must be 1 to 10000 ms; {ms} ms was asked for")
+        );
+    }
+}
+
 /// Filling 64 MiB takes tens of milliseconds on a busy machine: give the bomb time to reach the
 /// cap, so the test sees the memory limit rather than the deadline.
 fn patient() -> Limits {

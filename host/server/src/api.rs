@@ -456,9 +456,9 @@ async fn get_policy(
     Extension(_who): Extension<Caller>,
     Path(sha256): Path<String>,
 ) -> Result<Json<gantry_store::PolicyManifest>> {
-    state
-        .live
-        .store
+    let store = &state.live.store;
+    let sha256 = store.resolve_policy(&sha256)?;
+    store
         .policy_manifest(&sha256)?
         .map(Json)
         .ok_or_else(|| ApiError::NotFound(format!("no policy with sha256 {sha256} is stored")))
@@ -468,6 +468,8 @@ async fn get_policy(
 struct ConfigQuery {
     /// JSON config for the policy's init; `{}` when absent.
     config: Option<String>,
+    /// The call deadline the self-test runs under, in ms; the engine's default when absent.
+    deadline_ms: Option<u64>,
 }
 
 /// The body of an upload, with an oversized one refused in our own words.
@@ -504,9 +506,11 @@ async fn upload_policy(
     let config = query.config.unwrap_or_else(|| "{}".into());
     let live = state.live.clone();
     let actor = Actor::new(&who.name, from);
-    let upload = tokio::task::spawn_blocking(move || live.upload(&actor, &bytes, &config))
-        .await
-        .map_err(|e| ApiError::Unavailable(format!("the upload task failed: {e}")))??;
+    let deadline_ms = query.deadline_ms;
+    let upload =
+        tokio::task::spawn_blocking(move || live.upload(&actor, &bytes, &config, deadline_ms))
+            .await
+            .map_err(|e| ApiError::Unavailable(format!("the upload task failed: {e}")))??;
     let status = if upload.already_stored {
         StatusCode::OK
     } else {
@@ -527,10 +531,12 @@ async fn validate_policy(
     let config = query.config.unwrap_or_else(|| "{}".into());
     let live = state.live.clone();
     let size = bytes.len();
-    let validated = tokio::task::spawn_blocking(move || live.validate(&bytes, &config))
-        .await
-        .map_err(|e| ApiError::Unavailable(format!("the validation task failed: {e}")))?
-        .map_err(ApiError::from);
+    let deadline_ms = query.deadline_ms;
+    let validated =
+        tokio::task::spawn_blocking(move || live.validate(&bytes, &config, deadline_ms))
+            .await
+            .map_err(|e| ApiError::Unavailable(format!("the validation task failed: {e}")))?
+            .map_err(ApiError::from);
     // Validations run admins' code in the sandbox, so they are in the audit log too.
     let detail = match &validated {
         Ok((_, v)) => format!(
@@ -549,34 +555,44 @@ async fn validate_policy(
     Ok(Json(validation))
 }
 
-#[derive(Debug, Serialize)]
-struct SetList {
+/// The answer of `GET /api/sets`: every stored version and how the active one is running.
+/// Public so the CLI reads the same type the server writes.
+#[derive(Debug, Serialize, Deserialize)]
+pub struct SetList {
     /// The version new cycles run on.
-    active: u64,
-    sets: Vec<gantry_store::PolicySet>,
+    pub active: u64,
+    /// Every stored version, oldest first.
+    pub sets: Vec<gantry_store::PolicySet>,
     /// How each policy of the active set is doing: calls, faults, quarantine.
-    running: Vec<RunningPolicy>,
+    pub running: Vec<RunningPolicy>,
 }
 
 /// One loaded policy of the active set, as its health says: what the UI's quarantine badge
 /// and an admin's first look at a misbehaving policy read.
-#[derive(Debug, Serialize)]
-struct RunningPolicy {
-    name: String,
-    version: String,
-    role: String,
-    sha256: String,
-    calls: u64,
-    faults: u64,
+#[derive(Debug, Serialize, Deserialize)]
+pub struct RunningPolicy {
+    /// The policy's declared name.
+    pub name: String,
+    /// Its declared version.
+    pub version: String,
+    /// filter, score or quota.
+    pub role: String,
+    /// The sha256 of its bytes.
+    pub sha256: String,
+    /// Calls since it was loaded.
+    pub calls: u64,
+    /// Calls that faulted.
+    pub faults: u64,
     /// Faults in a row since its last success.
-    consecutive_faults: u32,
+    pub consecutive_faults: u32,
     /// Calls are answered by its failure policy without running it, until a probe succeeds.
-    quarantined: bool,
+    pub quarantined: bool,
     /// While quarantined: milliseconds until the next probe call.
-    probe_in_ms: Option<u64>,
+    pub probe_in_ms: Option<u64>,
     /// Times it was quarantined since it was loaded.
-    quarantines: u64,
-    last_fault: Option<String>,
+    pub quarantines: u64,
+    /// The newest fault, as an admin reads it.
+    pub last_fault: Option<String>,
 }
 
 async fn list_sets(State(state): St, Extension(_who): Extension<Caller>) -> Result<Json<SetList>> {
@@ -645,7 +661,7 @@ async fn create_set(
     body: std::result::Result<Json<NewSet>, axum::extract::rejection::JsonRejection>,
 ) -> Result<Response> {
     who.require_admin("create a policy set")?;
-    let Json(new) = body.map_err(json_error)?;
+    let Json(mut new) = body.map_err(json_error)?;
     if new.entries.len() > 64 {
         return Err(ApiError::BadRequest(format!(
             "a policy set holds at most 64 entries; this one has {}",
@@ -654,6 +670,10 @@ async fn create_set(
     }
     let live = state.live.clone();
     let set = tokio::task::spawn_blocking(move || -> Result<gantry_store::PolicySet> {
+        // Entries may name policies by a unique sha256 prefix; the set stores the full hash.
+        for entry in &mut new.entries {
+            entry.sha256 = live.store.resolve_policy(&entry.sha256)?;
+        }
         // Load every entry first: a set that cannot run is refused before it is stored.
         for entry in &new.entries {
             if serde_json::from_str::<serde_json::Value>(&entry.config).is_err() {
@@ -670,14 +690,6 @@ async fn create_set(
             created_at_ms: 0,
             note: String::new(),
         };
-        for entry in &probe.entries {
-            if live.store.policy_manifest(&entry.sha256)?.is_none() {
-                return Err(ApiError::NotFound(format!(
-                    "no policy with sha256 {} is stored",
-                    entry.sha256
-                )));
-            }
-        }
         live.build_set(&probe)?;
         Ok(live.store.put_set(
             &gantry_store::Actor::new(&who.name, &from),

@@ -78,7 +78,10 @@ impl ApiError {
                 StoreError::UnknownPolicy(_) | StoreError::UnknownSetVersion(_) => {
                     StatusCode::NOT_FOUND
                 }
-                StoreError::EmptySet => StatusCode::BAD_REQUEST,
+                StoreError::EmptySet
+                | StoreError::BadPolicyRef(_)
+                | StoreError::AmbiguousPolicy { .. } => StatusCode::BAD_REQUEST,
+                StoreError::AlreadyActive(_) => StatusCode::CONFLICT,
                 _ => StatusCode::INTERNAL_SERVER_ERROR,
             },
         }

@@ -118,6 +118,19 @@ pub enum StoreError {
     UnknownSetVersion(u64),
     #[error("a policy set needs at least one entry")]
     EmptySet,
+    /// A policy reference that cannot be a sha256 or a prefix of one.
+    #[error(
+        "`{0}` does not name a policy: give its sha256, or at least its first 8 hex characters"
+    )]
+    BadPolicyRef(String),
+    /// A sha256 prefix that more than one stored policy shares.
+    #[error("{count} stored policies have a sha256 starting with {prefix}: give more characters")]
+    AmbiguousPolicy { prefix: String, count: usize },
+    /// A rollback to the version that is already active, which would change nothing.
+    #[error(
+        "version {0} is already the active policy set: roll back to an earlier version, or activate a new one"
+    )]
+    AlreadyActive(u64),
 }
 
 /// The crate's result type.

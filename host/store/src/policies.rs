@@ -86,6 +86,11 @@ pub struct SetEntry {
     pub failure: FailurePolicy,
     /// JSON config for this use of the policy, passed to its init.
     pub config: String,
+    /// This entry's own call deadline in milliseconds; `None` runs it under the engine's
+    /// default. Per entry, because an interpreted policy on a large cluster needs more time
+    /// than the default grants every other policy.
+    #[serde(default)]
+    pub deadline_ms: Option<u64>,
 }
 
 /// One version of the policy set: immutable once written.
@@ -171,6 +176,28 @@ impl Store {
             .get(sha256.as_bytes())?
             .map(|v| serde_json::from_slice(&v).map_err(StoreError::from))
             .transpose()
+    }
+
+    /// The full sha256 of the one stored policy whose sha256 starts with `prefix`: 8 to 64 hex
+    /// characters, so the 12 that `gantry policy list` prints (or any unique shorter run) name
+    /// a policy wherever a sha256 is asked for.
+    pub fn resolve_policy(&self, prefix: &str) -> Result<String> {
+        let prefix = prefix.to_ascii_lowercase();
+        if !(8..=64).contains(&prefix.len()) || !prefix.bytes().all(|b| b.is_ascii_hexdigit()) {
+            return Err(StoreError::BadPolicyRef(prefix));
+        }
+        let mut keys = self.manifests.scan_prefix(prefix.as_bytes()).keys();
+        let Some(first) = keys.next().transpose()? else {
+            return Err(StoreError::UnknownPolicy(prefix));
+        };
+        let others = keys.count();
+        if others > 0 {
+            return Err(StoreError::AmbiguousPolicy {
+                prefix,
+                count: others + 1,
+            });
+        }
+        String::from_utf8(first.to_vec()).map_err(|_| StoreError::Malformed { tree: "manifests" })
     }
 
     /// A policy's `.wasm` bytes by sha256.
@@ -265,6 +292,9 @@ impl Store {
         action: &str,
     ) -> Result<PolicySet> {
         let previous = self.meta_u64(KEY_ACTIVE_SET)?;
+        if action == "set.rollback" && previous == Some(version) {
+            return Err(StoreError::AlreadyActive(version));
+        }
         let detail = match previous {
             Some(p) => format!("version {p} -> {version}"),
             None => format!("none -> {version}"),

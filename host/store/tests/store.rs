@@ -279,6 +279,7 @@ fn policies_sets_activation_and_audit() {
         weight,
         failure: FailurePolicy::Default,
         config: "{}".into(),
+        deadline_ms: None,
     };
     let v1 = store
         .put_set(&alice, vec![entry(&a.manifest.sha256, 1)], "first", 4000)
@@ -302,6 +303,34 @@ fn policies_sets_activation_and_audit() {
     assert_eq!(store.active().unwrap().unwrap(), v2);
     store.rollback_to(&bob, 1, 7000).unwrap();
     assert_eq!(store.active().unwrap().unwrap(), v1);
+    // A rollback to the active version would change nothing, so it is refused and not audited.
+    let audited = store.audit_recent(1000).unwrap().len();
+    let err = store.rollback_to(&bob, 1, 7200).unwrap_err();
+    assert_eq!(
+        err.to_string(),
+        "version 1 is already the active policy set: roll back to an earlier version, or activate a new one"
+    );
+    assert_eq!(store.audit_recent(1000).unwrap().len(), audited);
+
+    // Any unique prefix of 8 or more hex characters names a policy.
+    let sha = &a.manifest.sha256;
+    assert_eq!(store.resolve_policy(&sha[..8]).unwrap(), *sha);
+    assert_eq!(
+        store.resolve_policy(&sha[..12].to_uppercase()).unwrap(),
+        *sha
+    );
+    assert_eq!(store.resolve_policy(sha).unwrap(), *sha);
+    assert_eq!(
+        store.resolve_policy(&sha[..7]).unwrap_err().to_string(),
+        format!(
+            "`{}` does not name a policy: give its sha256, or at least its first 8 hex characters",
+            &sha[..7]
+        )
+    );
+    assert!(matches!(
+        store.resolve_policy("00000000"),
+        Err(StoreError::UnknownPolicy(_))
+    ));
     let err = store.activate(&bob, 9, 7500).unwrap_err();
     assert_eq!(err.to_string(), "no policy set version 9 exists");
     assert_eq!(store.active().unwrap().unwrap().version, 1);
