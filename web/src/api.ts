@@ -103,7 +103,7 @@ export interface QueueSeries {
 export interface QueueHistory { interval_ms: number; keep_ms: number; queues: QueueSeries[] }
 export interface JobRow {
   name: string; queue: string; pods: number; gpus_per_pod: number; priority: number;
-  submitted_s: number; state: string; queue_position: number | null; estimate?: Estimate | null;
+  submitted_s: number; submitted_ms: number; state: string; queue_position: number | null; estimate?: Estimate | null;
 }
 /** When a pending job is expected to start (ms since the epoch), from the planner. */
 export interface Estimate { p10_ms: number; p50_ms: number; p90_ms: number; reservation: string | null; text: string }
@@ -127,8 +127,10 @@ export interface Explain {
   name: string; kind: string; job: string; state: string; queue_position: number | null;
   queue_name: string; pods: number; gpus_per_pod: number; priority: number;
   queue: Queue | null; why: string; waiting_for: string | null; latest: DecisionRecord | null; attempts: number;
-  estimate?: Estimate | null;
+  estimate?: Estimate | null; history: JobEvent[];
 }
+/** One step of a job's life: placed, preempted (by whom) or pending. */
+export interface JobEvent { time_ms: number; kind: "placed" | "preempted" | "pending"; text: string; by: string | null }
 export interface DecisionEvent {
   time_ms: number; job: string; queue: string; placed: boolean; pods: number; gpus_per_pod: number;
   nodes: string[]; domain: string | null; policy_set: number; summary: string;
@@ -137,7 +139,7 @@ export interface Manifest {
   sha256: string; name: string; role: string; version: string; config: string; size: number;
   uploaded_by: string; uploaded_at_ms: number;
 }
-export interface SetEntry { sha256: string; weight: number; failure?: string; config: string }
+export interface SetEntry { sha256: string; weight: number; failure?: string; config: string; deadline_ms?: number | null }
 export interface PolicySet { version: number; entries: SetEntry[]; created_by: string; created_at_ms: number; note: string }
 export interface Validation { name: string; version: string; role: string; sha256: string; size: number; reasons: [number, string][]; self_test: string }
 export interface ShadowReport {

@@ -256,6 +256,54 @@ await check("researcher sees when a pending job will start, and what would start
   await page.context().close();
 });
 
+await check("researcher opens Jobs on the pending jobs, clicks the first and gets its explanation", async () => {
+  const page = await signedIn(VIEWER);
+  const rows = page.locator("table[aria-label='Matching jobs'] tbody tr");
+  await go(page, "jobs", "table[aria-label='Matching jobs'] tbody tr");
+  const first = rows.first();
+  const state = await first.locator("td").nth(2).innerText();
+  assert(state === "pending", `first row: ${await first.innerText()}`);
+  const name = await first.locator("a").innerText();
+  await first.locator("a").click();
+  await page.locator("#detail-title").waitFor({ timeout: 10000 });
+  const heading = await page.locator("#detail-title").innerText();
+  assert(heading.startsWith(`job ${name}`), heading);
+  const why = await page.getByTestId("why").innerText();
+  assert(why.length > 10, `why: ${why}`);
+  const body = await page.locator("body").innerText();
+  assert(!/not found/i.test(body), `the page says not found: ${body.slice(0, 300)}`);
+  figures.first_pending_job = `${name}: ${why}`;
+  await page.context().close();
+});
+
+await check("a job placed and then preempted shows both, in order", async () => {
+  const page = await signedIn(VIEWER);
+  const api = async (path) => (await fetch(`${BASE}${path}`, { headers: { Authorization: `Bearer ${VIEWER}` } })).json();
+  // Queues reclaim quota lent to others, so under this load some jobs are preempted.
+  let job = null;
+  for (let attempt = 0; attempt < 30 && job === null; attempt++) {
+    const recent = await api("/api/decisions?limit=10000");
+    const victims = [...new Set(recent.flatMap((r) => r.explanation.preempted).filter((v) => !v.startsWith("balloon")))];
+    for (const victim of victims.slice(-5)) {
+      const e = await api(`/api/explain/${encodeURIComponent(victim)}`);
+      if (e.history?.some((h) => h.kind === "preempted")) { job = victim; break; }
+    }
+    if (job === null) await page.waitForTimeout(1000);
+  }
+  assert(job !== null, "no job was preempted in 30 s");
+  await go(page, `jobs?name=${encodeURIComponent(job)}`, "[data-testid=job-history] li");
+  const kinds = await page.locator("[data-testid=job-history] li").evaluateAll((items) => items.map((li) => li.dataset.kind));
+  const placed = kinds.indexOf("placed");
+  const preempted = kinds.indexOf("preempted");
+  assert(placed >= 0 && preempted > placed, `history of ${job}: ${kinds.join(", ")}`);
+  const text = await page.getByTestId("job-history").innerText();
+  assert(/preempted to make room for \S+/.test(text), text);
+  figures.preempted_history = `${job}: ${text.replace(/\n/g, " | ")}`;
+  await axe(page, "jobs-history");
+  await shot(page, "jobs-history");
+  await page.context().close();
+});
+
 await check("viewer sees no mutating control anywhere", async () => {
   const page = await signedIn(VIEWER);
   for (const [hash, ready] of [["policies", "text=Policy set versions"], ["cluster", "canvas"], ["queues", "td"], ["jobs", "#job-q"], ["feed", "text=decisions received"]]) {
@@ -393,6 +441,8 @@ console.log(`  frame time p95 while updating: ${figures.frame_p95_ms} ms (goal <
 console.log(`  heatmap keyboard: ${figures.keyboard}; one arrow press to the next frame ${figures.key_move_ms} ms`);
 console.log(`  queues: ${figures.lent}`);
 console.log(`  queue history: ${figures.history}`);
+console.log(`  first pending job: ${figures.first_pending_job}`);
+console.log(`  a preempted job's history: ${figures.preempted_history}`);
 console.log(`  keep-off config: ${figures.keep_off_config}; self-test: ${figures.keep_off_self_test}`);
 console.log(`  shadow report: ${figures.shadow}`);
 console.log(`  placements on kept-off nodes: under v1 before ${figures.v1_placements_on_kept_off}; after activation ${figures.v_placements_on_kept_off}; after rollback to v1 ${figures.v1_after_rollback_on_kept_off}`);

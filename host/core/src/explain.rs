@@ -39,6 +39,10 @@ pub struct Explanation {
     /// reservation it holds.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub estimate: Option<crate::scheduler::plan::StartEstimate>,
+    /// On the record of a preemption: the job whose placement evicted this one. Kept as data,
+    /// not only in `waiting_for`'s words, so a job's history can say who preempted it.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub preempted_by: Option<String>,
 }
 
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]

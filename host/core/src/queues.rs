@@ -244,10 +244,41 @@ impl Queues {
         let extra = borrow - self.borrowed(id);
         let available = self.available_to(id);
         if extra > available {
+            let free = nominal.saturating_sub(queue.used.gpus);
+            let own = if free == 0 {
+                format!(
+                    "queue {name} is at its quota of {nominal} GPUs, so the {gpus} it needs must be borrowed"
+                )
+            } else {
+                format!(
+                    "queue {name} has {free} of its {nominal} GPUs free and needs {gpus}, so {extra} must be borrowed"
+                )
+            };
+            // Name the level whose limit binds: the cohort's borrowing limit, or what the
+            // queues beside it lend.
+            let lenders = match queue.parent {
+                Some(parent) => {
+                    let cohort = &self.queues[parent].def;
+                    if let Some(limit) = cohort.borrowing_limit_gpus
+                        && self.borrowed(parent) >= limit
+                    {
+                        format!(
+                            "cohort {} is at its borrowing limit of {limit} GPUs, and its queues have only {available} idle GPUs to lend",
+                            cohort.name
+                        )
+                    } else {
+                        format!(
+                            "the other queues of cohort {} have only {available} idle GPUs to lend",
+                            cohort.name
+                        )
+                    }
+                }
+                None => {
+                    format!("the other top-level queues have only {available} idle GPUs to lend")
+                }
+            };
             return Admission::Denied {
-                reason: format!(
-                    "queue {name} is at its quota of {nominal} GPUs and only {available} idle GPUs can be borrowed; it needs {extra}"
-                ),
+                reason: format!("{own}; {lenders}"),
             };
         }
         Admission::Borrowing { gpus: borrow }
@@ -391,6 +422,33 @@ mod tests {
     }
 
     #[test]
+    fn a_cohort_at_its_borrowing_limit_is_named_as_the_limit() {
+        let mut cohort = def("cohort", None, 0);
+        cohort.borrowing_limit_gpus = Some(0);
+        let mut q = Queues::new(
+            &[
+                cohort,
+                def("x", Some("cohort"), 8),
+                def("y", Some("cohort"), 8),
+                def("z", None, 16),
+            ],
+            Resources::gpus(32),
+            3600.0,
+        )
+        .unwrap();
+        let (x, y) = (q.id("x").unwrap(), q.id("y").unwrap());
+        q.charge(x, Resources::gpus(8), true);
+        q.charge(y, Resources::gpus(8), true);
+        // z's 16 idle GPUs are there, but the cohort may not borrow them.
+        assert_eq!(
+            q.admission(x, 8),
+            Admission::Denied {
+                reason: "queue x is at its quota of 8 GPUs, so the 8 it needs must be borrowed; cohort cohort is at its borrowing limit of 0 GPUs, and its queues have only 0 idle GPUs to lend".into()
+            }
+        );
+    }
+
+    #[test]
     fn within_nominal_then_borrowing_then_refused() {
         let mut q = tree();
         let rl = q.id("rl").unwrap();
@@ -408,11 +466,20 @@ mod tests {
         // research can borrow from applied (its lending limit of 4).
         let pretraining = q.id("pretraining").unwrap();
         q.charge(pretraining, Resources::gpus(18), true);
+        q.charge(rl, Resources::gpus(8), false);
+        // With quota free, the text says how much of it, and that the cohort limits the rest.
+        assert_eq!(
+            q.admission(rl, 15),
+            Admission::Denied {
+                reason: "queue rl has 8 of its 16 GPUs free and needs 15, so 7 must be borrowed; the other queues of cohort research have only 6 idle GPUs to lend".into()
+            }
+        );
+        q.charge(rl, Resources::gpus(8), true);
         assert_eq!(q.admission(rl, 6), Admission::Borrowing { gpus: 6 });
         assert_eq!(
             q.admission(rl, 7),
             Admission::Denied {
-                reason: "queue rl is at its quota of 16 GPUs and only 6 idle GPUs can be borrowed; it needs 7".into()
+                reason: "queue rl is at its quota of 16 GPUs, so the 7 it needs must be borrowed; the other queues of cohort research have only 6 idle GPUs to lend".into()
             }
         );
         q.charge(pretraining, Resources::gpus(18), false);

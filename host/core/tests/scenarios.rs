@@ -553,8 +553,7 @@ fn quota_denial_when_nothing_idle_can_be_borrowed() {
     let out = fx.checked_cycle();
     let d = fx.decision(&out, more);
     assert!(!d.placed);
-    let reason =
-        "queue applied is at its quota of 16 GPUs and only 0 idle GPUs can be borrowed; it needs 8";
+    let reason = "queue applied is at its quota of 16 GPUs, so the 8 it needs must be borrowed; the other top-level queues have only 0 idle GPUs to lend";
     assert_eq!(
         d.explanation.quota.builtin,
         Admission::Denied {
@@ -726,9 +725,7 @@ fn regression_a_queue_borrows_the_same_idle_quota_twice() {
     let out = fx.checked_cycle();
     let d = fx.decision(&out, more);
     let refused = Admission::Denied {
-        reason:
-            "queue b is at its quota of 16 GPUs and only 0 idle GPUs can be borrowed; it needs 8"
-                .into(),
+        reason: "queue b is at its quota of 16 GPUs, so the 8 it needs must be borrowed; the other top-level queues have only 0 idle GPUs to lend".into(),
     };
     assert_eq!(d.explanation.quota.builtin, refused);
 }

@@ -139,6 +139,10 @@ pub struct JobView {
     /// When it was submitted, in seconds on the scheduler's clock: among equal priorities the
     /// oldest goes first.
     pub submitted_s: f64,
+    /// When it was submitted, in ms since the epoch: the scheduler's clock mapped onto the
+    /// wall clock when the view was published, so the UI can show and sort by how long it has
+    /// waited.
+    pub submitted_ms: u64,
     /// `pending` or `running`.
     pub state: &'static str,
     /// Place among its queue's pending jobs (1 = next), by priority then age.
@@ -784,18 +788,21 @@ impl Live {
         let mut pending_pods = 0u64;
         let mut running_pods = 0u64;
         let mut by_queue: HashMap<usize, Vec<(i32, f64, String)>> = HashMap::new();
+        let published_ms = now_ms();
+        let clock_s = scheduler.clock_s();
         let view_of = |spec: &gantry_core::JobSpec, state: &'static str| JobView {
             queue: queues.name(spec.queue).to_string(),
             pods: spec.pods,
             gpus_per_pod: spec.shape.gpus,
             priority: spec.priority,
             submitted_s: spec.submit_s,
+            submitted_ms: published_ms
+                .saturating_sub(((clock_s - spec.submit_s).max(0.0) * 1000.0) as u64),
             state,
             queue_position: None,
             balloon: spec.balloon,
             estimate: None,
         };
-        let published_ms = now_ms();
         for id in scheduler.pending() {
             let spec = scheduler.job(id);
             pending_pods += u64::from(spec.pods);

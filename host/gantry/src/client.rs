@@ -194,6 +194,13 @@ fn config_arg(given: &str) -> anyhow::Result<String> {
     }
 }
 
+/// `ms` since the epoch as `YYYY-MM-DD HH:MM:SS UTC`, for events seconds apart.
+fn utc_s(ms: u64) -> String {
+    let minute = utc(ms);
+    let seconds = ms / 1000 % 60;
+    minute.replace(" UTC", &format!(":{seconds:02} UTC"))
+}
+
 /// `ms` since the epoch as `YYYY-MM-DD HH:MM UTC`.
 fn utc(ms: u64) -> String {
     let secs = ms / 1000;
@@ -872,6 +879,20 @@ pub fn explain(args: ExplainArgs) -> anyhow::Result<ExitCode> {
                 q["fair_share"].as_f64().unwrap_or(0.0)
             );
         }
+        let history = e["history"]
+            .as_array()
+            .map(Vec::as_slice)
+            .unwrap_or_default();
+        if !history.is_empty() {
+            println!("  history:");
+            for event in history {
+                println!(
+                    "    {}  {}",
+                    utc_s(event["time_ms"].as_u64().unwrap_or(0)),
+                    event["text"].as_str().unwrap_or("?")
+                );
+            }
+        }
         if !attempted {
             return Ok(Ok(()));
         }
@@ -899,6 +920,24 @@ pub fn explain(args: ExplainArgs) -> anyhow::Result<ExitCode> {
                     r[1],
                     f["policy"].as_str().unwrap_or("?"),
                     r[0].as_str().unwrap_or("?")
+                );
+            }
+        }
+        let top: Vec<&Value> = x["top_nodes"].as_array().into_iter().flatten().collect();
+        if !top.is_empty() {
+            println!("  top nodes by score (each policy's weighted part):");
+            for n in top.iter().take(5) {
+                let parts: Vec<String> = n["parts"]
+                    .as_array()
+                    .into_iter()
+                    .flatten()
+                    .map(|p| format!("{} {}", p[0].as_str().unwrap_or("?"), p[1]))
+                    .collect();
+                println!(
+                    "    {}  {}  ({})",
+                    n["node"].as_str().unwrap_or("?"),
+                    n["total"],
+                    parts.join(", ")
                 );
             }
         }

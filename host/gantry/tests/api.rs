@@ -434,6 +434,8 @@ fn shadow_activate_rollback_explain_and_lookups() {
     assert!(out.status.success(), "{}", text(&out.stderr));
     let out = server.cli(&["policy", "shadow", "stop"]);
     assert!(text(&out.stdout).starts_with("shadow: candidate set version 3, "));
+    let out = server.cli(&["policy", "activate", "3"]);
+    assert!(out.status.success(), "{}", text(&out.stderr));
     let out = server.cli(&["policy", "rollback", "1"]);
     assert_eq!(
         text(&out.stdout),

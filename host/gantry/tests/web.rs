@@ -36,6 +36,26 @@ fn jobs_list_needs_a_token_filters_and_the_ui_is_served() {
     let rows: Vec<serde_json::Value> = serde_json::from_str(&body).expect("json");
     assert!(rows.iter().any(|r| r["name"] == name), "{body}");
     assert!(rows.iter().all(|r| r["queue"] == queue), "{body}");
+    // Longest waiting first, on request; an unknown order is a 400 naming the choices.
+    let (code, body) = get("/api/jobs?state=pending&sort=wait&limit=200", Some(VIEWER));
+    assert_eq!(code, 200, "{body}");
+    let rows: Vec<serde_json::Value> = serde_json::from_str(&body).expect("json");
+    let submitted: Vec<u64> = rows
+        .iter()
+        .map(|r| r["submitted_ms"].as_u64().expect("submitted_ms"))
+        .collect();
+    assert!(!submitted.is_empty() && submitted.is_sorted(), "{body}");
+    let (code, body) = get("/api/jobs?sort=age", Some(VIEWER));
+    assert_eq!(
+        (code, body.as_str()),
+        (
+            400,
+            r#"{"error":"sort must be position or wait, not \"age\""}"#
+        )
+    );
+    // The simulated jobs have no namespace: a namespace filter matches none of them.
+    let (_, body) = get("/api/jobs?namespace=team-a", Some(VIEWER));
+    assert_eq!(body, "[]");
     // Each node names the queues of its jobs, for the heatmap's queue filter.
     let (_, body) = get("/api/cluster/nodes", Some(VIEWER));
     let nodes: serde_json::Value = serde_json::from_str(&body).expect("json");

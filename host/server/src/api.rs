@@ -842,7 +842,8 @@ async fn decisions_by_job(
     Query(q): Query<Limit>,
 ) -> Result<Json<Vec<DecisionRecord>>> {
     let history = state.live.store.job_history(&job)?;
-    if history.is_empty() {
+    // A job pending now that no cycle has attempted yet has an empty history, not none.
+    if history.is_empty() && !state.live.view().job_to_state.contains_key(&job) {
         return Err(ApiError::NotFound(format!("no decisions about job {job}")));
     }
     Ok(Json(newest(history, limit_of(q.limit))))
@@ -921,6 +922,88 @@ struct Explain {
     /// The latest decision; none for a job that waits for its first attempt.
     latest: Option<DecisionRecord>,
     attempts: usize,
+    /// What happened to it, oldest first: placed, preempted (by whom), pending.
+    history: Vec<JobEvent>,
+}
+
+/// What happened to a job at one point of its life.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "kebab-case")]
+pub enum JobEventKind {
+    /// It got nodes.
+    Placed,
+    /// It was evicted to make room for another job.
+    Preempted,
+    /// It waited: attempted and not placed.
+    Pending,
+}
+
+/// One step of a job's history, from its decision records: a run of pending attempts is one
+/// step, from its first attempt, with what the latest of them waited for.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct JobEvent {
+    /// When it happened (ms since the epoch).
+    pub time_ms: u64,
+    /// What happened.
+    pub kind: JobEventKind,
+    /// In words: the nodes it got, who preempted it, or what it waited for.
+    pub text: String,
+    /// For a preemption: the job it made room for.
+    pub by: Option<String>,
+}
+
+/// `placed on node-1 ×2, node-7 in rack 3`, naming at most four nodes.
+fn placed_text(nodes: &[(String, u32)], e: &gantry_core::Explanation) -> String {
+    let mut names: Vec<String> = nodes
+        .iter()
+        .take(4)
+        .map(|(node, pods)| match pods {
+            1 => node.clone(),
+            n => format!("{node} ×{n}"),
+        })
+        .collect();
+    if nodes.len() > 4 {
+        names.push(format!("{} more nodes", nodes.len() - 4));
+    }
+    let domain = e
+        .domain
+        .as_ref()
+        .map(|d| format!(" in {d}"))
+        .unwrap_or_default();
+    format!("placed on {}{domain}", names.join(", "))
+}
+
+/// A job's decision records, oldest first, as the steps a researcher reads.
+fn job_events(records: &[DecisionRecord]) -> Vec<JobEvent> {
+    let mut events: Vec<JobEvent> = Vec::new();
+    for record in records {
+        let e = &record.explanation;
+        let (kind, text, by) = match (&e.outcome, &e.preempted_by) {
+            (Outcome::Placed { nodes }, _) => (JobEventKind::Placed, placed_text(nodes, e), None),
+            (Outcome::Pending { .. }, Some(by)) => (
+                JobEventKind::Preempted,
+                format!("preempted to make room for {by}"),
+                Some(by.clone()),
+            ),
+            (Outcome::Pending { waiting_for }, None) => (
+                JobEventKind::Pending,
+                format!("waiting for {waiting_for}"),
+                None,
+            ),
+        };
+        match events.last_mut() {
+            Some(last) if kind == JobEventKind::Pending && last.kind == JobEventKind::Pending => {
+                last.text = text;
+            }
+            _ => events.push(JobEvent {
+                time_ms: record.time_ms,
+                kind,
+                text,
+                by,
+            }),
+        }
+    }
+    events
 }
 
 /// When a job of this shape would start, without submitting it: the loop answers from its plan.
@@ -980,9 +1063,20 @@ async fn explain(
     };
     let queue = view.queues.iter().find(|q| q.name == queue_name).cloned();
     let queue_position = now.and_then(|j| j.queue_position);
+    let events = job_events(&history);
+    // A job preempted earlier reads so, even when its latest record waits for something else.
+    let earlier_preemption = events
+        .iter()
+        .rev()
+        .skip(1)
+        .find(|e| e.kind == JobEventKind::Preempted)
+        .filter(|_| state_name == "pending")
+        .and_then(|e| e.by.as_ref())
+        .map(|by| format!(" It ran earlier and was preempted to make room for {by}."))
+        .unwrap_or_default();
     let (why, waiting_for) = match &latest {
         Some(r) => (
-            r.explanation.summary(),
+            format!("{}{earlier_preemption}", r.explanation.summary()),
             match &r.explanation.outcome {
                 Outcome::Pending { waiting_for } if state_name == "pending" => {
                     Some(waiting_for.clone())
@@ -1018,6 +1112,7 @@ async fn explain(
         estimate: now.and_then(|j| j.estimate.clone()),
         attempts: history.len(),
         latest,
+        history: events,
     }))
 }
 
@@ -1249,8 +1344,13 @@ struct JobQuery {
     /// Part of the job's name, case-insensitive.
     q: Option<String>,
     queue: Option<String>,
+    /// The namespace: the part of a job's name before its `/`.
+    namespace: Option<String>,
     /// `pending` or `running`.
     state: Option<String>,
+    /// `position` (by default: pending first, by queue and place in it) or `wait` (longest
+    /// waiting first).
+    sort: Option<String>,
     limit: Option<usize>,
 }
 
@@ -1278,6 +1378,16 @@ async fn jobs(
             "state must be pending or running, not {s:?}"
         )));
     }
+    let by_wait = match q.sort.as_deref() {
+        None | Some("position") => false,
+        Some("wait") => true,
+        Some(other) => {
+            return Err(ApiError::BadRequest(format!(
+                "sort must be position or wait, not {other:?}"
+            )));
+        }
+    };
+    let namespace_of = |name: &str| name.split_once('/').map_or("", |(ns, _)| ns).to_string();
     let needle = q.q.as_deref().unwrap_or("").to_lowercase();
     let view = state.live.view();
     let mut rows: Vec<JobRow> = view
@@ -1287,6 +1397,9 @@ async fn jobs(
             !job.balloon
                 && q.queue.as_deref().is_none_or(|want| job.queue == want)
                 && q.state.as_deref().is_none_or(|want| job.state == want)
+                && q.namespace
+                    .as_deref()
+                    .is_none_or(|want| namespace_of(name) == want)
                 && (needle.is_empty() || name.to_lowercase().contains(&needle))
         })
         .map(|(name, job)| JobRow {
@@ -1295,14 +1408,17 @@ async fn jobs(
         })
         .collect();
     rows.sort_by(|a, b| {
+        let wait = |r: &JobRow| if by_wait { r.job.submitted_ms } else { 0 };
         (
             a.job.state != "pending",
+            wait(a),
             &a.job.queue,
             a.job.queue_position,
             &a.name,
         )
             .cmp(&(
                 b.job.state != "pending",
+                wait(b),
                 &b.job.queue,
                 b.job.queue_position,
                 &b.name,
@@ -1604,5 +1720,60 @@ mod tests {
             .await
             .expect("response");
         assert_eq!(response.status(), StatusCode::OK);
+    }
+
+    #[test]
+    fn a_jobs_history_reads_placed_preempted_then_one_pending_step() {
+        let record = |time_ms: u64, outcome: Outcome, by: Option<&str>| {
+            let mut explanation = gantry_store::sample_explanation(1);
+            explanation.outcome = outcome;
+            explanation.preempted_by = by.map(str::to_string);
+            DecisionRecord {
+                time_ms,
+                seq: time_ms,
+                explanation,
+            }
+        };
+        let pending = |why: &str| Outcome::Pending {
+            waiting_for: why.into(),
+        };
+        let placed = Outcome::Placed {
+            nodes: vec![("node-1".into(), 2)],
+        };
+        let events = job_events(&[
+            record(1_000, pending("room"), None),
+            record(2_000, placed, None),
+            record(3_000, pending("room again"), Some("big")),
+            record(4_000, pending("quota"), None),
+            record(5_000, pending("quota, still"), None),
+        ]);
+        let steps: Vec<(u64, JobEventKind, &str, Option<&str>)> = events
+            .iter()
+            .map(|e| (e.time_ms, e.kind, e.text.as_str(), e.by.as_deref()))
+            .collect();
+        assert_eq!(
+            steps,
+            vec![
+                (1_000, JobEventKind::Pending, "waiting for room", None),
+                (
+                    2_000,
+                    JobEventKind::Placed,
+                    "placed on node-1 ×2 in rack 1",
+                    None
+                ),
+                (
+                    3_000,
+                    JobEventKind::Preempted,
+                    "preempted to make room for big",
+                    Some("big")
+                ),
+                (
+                    4_000,
+                    JobEventKind::Pending,
+                    "waiting for quota, still",
+                    None
+                ),
+            ]
+        );
     }
 }

@@ -83,6 +83,7 @@ pub fn sample_explanation(i: u64) -> Explanation {
         preempted: vec![],
         faults: vec![],
         estimate: None,
+        preempted_by: None,
     }
 }
 

@@ -26,9 +26,12 @@ use gantry_core::{Admission, Explanation, Outcome, PolicyRef};
 use crate::{Result, StoreError};
 
 /// The first byte of every record encoding. A later encoding takes the next number and keeps
-/// decoding the earlier ones: 2 added the start estimate at the end; 1 had none.
-pub(crate) const FORMAT: u8 = 2;
-/// Records written before start estimates: decoded with `estimate: None`.
+/// decoding the earlier ones: 3 added who preempted the job at the end; 2 added the start
+/// estimate; 1 had neither.
+pub(crate) const FORMAT: u8 = 3;
+/// Records written before preemptors were kept: decoded with `preempted_by: None`.
+const FORMAT_WITHOUT_PREEMPTOR: u8 = 2;
+/// Records written before start estimates: decoded with `estimate: None` too.
 const FORMAT_WITHOUT_ESTIMATE: u8 = 1;
 /// The first byte of every chunk.
 const CHUNK_FORMAT: u8 = 1;
@@ -82,6 +85,7 @@ pub(crate) fn encode(e: &Explanation) -> Vec<u8> {
         preempted,
         faults,
         estimate,
+        preempted_by,
     } = e;
     let mut w = Writer(Vec::with_capacity(512));
     w.byte(FORMAT);
@@ -191,6 +195,13 @@ pub(crate) fn encode(e: &Explanation) -> Vec<u8> {
             }
         }
     }
+    match preempted_by {
+        None => w.byte(0),
+        Some(job) => {
+            w.byte(1);
+            w.str(job);
+        }
+    }
     w.0
 }
 
@@ -259,7 +270,7 @@ pub(crate) fn decode(value: &[u8]) -> Result<Explanation> {
     })?;
     let preempted = r.list(|r| r.string())?;
     let faults = r.list(|r| r.string())?;
-    let estimate = match (format, r.byte_if(format == FORMAT)?) {
+    let estimate = match (format, r.byte_if(format != FORMAT_WITHOUT_ESTIMATE)?) {
         (FORMAT_WITHOUT_ESTIMATE, _) | (_, Some(0)) => None,
         (_, Some(1)) => Some(StartEstimate {
             planned_at_s: r.f64()?,
@@ -272,6 +283,11 @@ pub(crate) fn decode(value: &[u8]) -> Result<Explanation> {
                 _ => return Err(MALFORMED),
             },
         }),
+        _ => return Err(MALFORMED),
+    };
+    let preempted_by = match r.byte_if(format == FORMAT)? {
+        None | Some(0) => None,
+        Some(1) => Some(r.string()?),
         _ => return Err(MALFORMED),
     };
     if !r.0.is_empty() {
@@ -297,6 +313,7 @@ pub(crate) fn decode(value: &[u8]) -> Result<Explanation> {
         preempted,
         faults,
         estimate,
+        preempted_by,
     })
 }
 
@@ -396,7 +413,7 @@ impl<'a> Reader<'a> {
     /// The record's format byte, if this code reads it.
     fn format(&mut self) -> Result<u8> {
         match self.byte()? {
-            format @ (FORMAT | FORMAT_WITHOUT_ESTIMATE) => Ok(format),
+            format @ (FORMAT | FORMAT_WITHOUT_PREEMPTOR | FORMAT_WITHOUT_ESTIMATE) => Ok(format),
             _ => Err(MALFORMED),
         }
     }
@@ -506,6 +523,7 @@ mod tests {
             p90_s: f64::INFINITY,
             reservation: Some("16 nodes in rack 3".into()),
         });
+        b.preempted_by = Some("team-2/job-77".into());
         let mut c = crate::sample_explanation(3);
         c.quota.builtin = Admission::Within;
         c.priority = i32::MAX;
@@ -588,7 +606,12 @@ mod tests {
     fn records_written_before_start_estimates_still_decode() {
         let e = crate::sample_explanation(2);
         assert_eq!(e.estimate, None);
+        assert_eq!(e.preempted_by, None);
         let mut value = encode(&e);
+        // Format 2 is format 3 without the trailing preemptor byte.
+        assert_eq!(value.pop(), Some(0));
+        value[0] = FORMAT_WITHOUT_PREEMPTOR;
+        assert_eq!(decode(&value).unwrap(), e);
         // Format 1 is format 2 without the trailing estimate byte.
         assert_eq!(value.pop(), Some(0));
         value[0] = FORMAT_WITHOUT_ESTIMATE;

@@ -3,39 +3,64 @@
 // for a pending job, when the planner expects it to start, and what would start it sooner.
 import { useEffect, useState } from "preact/hooks";
 import {
-  get, message, post, type DecisionRecord, type Estimate, type Explain, type Explanation, type JobRow, type WhatIfAnswer,
+  get, message, post, type DecisionRecord, type Estimate, type Explain, type Explanation, type JobRow, type Queue, type WhatIfAnswer,
 } from "../api";
 import { Status, time, short } from "../ui";
 
 export function JobsPage({ name }: { name: string }) {
   const [q, setQ] = useState(name);
+  const [queue, setQueue] = useState("");
+  const [namespace, setNamespace] = useState("");
+  const [sort, setSort] = useState<"position" | "wait">("position");
+  const [queues, setQueues] = useState<string[]>([]);
   const [rows, setRows] = useState<JobRow[] | null>(null);
   const [error, setError] = useState<string | null>(null);
-  const search = async (e?: Event) => {
+  // The page opens on the pending jobs: what a researcher came to see, without typing.
+  const load = async (e?: Event) => {
     e?.preventDefault();
     setError(null);
-    try {
-      setRows(await get<JobRow[]>(`/api/jobs?limit=50&q=${encodeURIComponent(q.trim())}`));
-    } catch (err) { setError(message(err)); }
+    const params = new URLSearchParams({ limit: "100", sort });
+    if (q.trim()) params.set("q", q.trim()); else params.set("state", "pending");
+    if (queue) params.set("queue", queue);
+    if (namespace.trim()) params.set("namespace", namespace.trim());
+    try { setRows(await get<JobRow[]>(`/api/jobs?${params}`)); } catch (err) { setError(message(err)); }
   };
   useEffect(() => { setQ(name); }, [name]);
+  useEffect(() => { void load(); }, [queue, sort]);
+  useEffect(() => {
+    get<Queue[]>("/api/queues").then((all) => setQueues(all.map((x) => x.name).sort())).catch(() => setQueues([]));
+  }, []);
+  const now = Date.now();
   return (
     <>
       <h1>Jobs and pods</h1>
-      <form class="row" role="search" onSubmit={search}>
+      <form class="row" role="search" onSubmit={load}>
         <label for="job-q">Job or pod name</label>
-        <input id="job-q" value={q} onInput={(e) => setQ((e.target as HTMLInputElement).value)} placeholder="job-000422" />
+        <input id="job-q" value={q} onInput={(e) => setQ((e.target as HTMLInputElement).value)} placeholder="empty: every pending job" />
+        <label for="job-queue">Queue</label>
+        <select id="job-queue" value={queue} onChange={(e) => setQueue((e.target as HTMLSelectElement).value)}>
+          <option value="">all</option>
+          {queues.map((x) => <option value={x}>{x}</option>)}
+        </select>
+        <label for="job-ns">Namespace</label>
+        <input id="job-ns" value={namespace} size={12} onInput={(e) => setNamespace((e.target as HTMLInputElement).value)} placeholder="all" />
+        <label for="job-sort">Sort by</label>
+        <select id="job-sort" value={sort} onChange={(e) => setSort((e.target as HTMLSelectElement).value as "position" | "wait")}>
+          <option value="position">queue position</option>
+          <option value="wait">longest wait</option>
+        </select>
         <button type="submit" class="primary">Search</button>
         <button type="button" onClick={() => { location.hash = `#/jobs?name=${encodeURIComponent(q.trim())}`; }}>Explain this name</button>
-        <button type="button" onClick={async () => { setQ(""); setError(null); try { setRows(await get<JobRow[]>("/api/jobs?state=pending&limit=50")); } catch (err) { setError(message(err)); } }}>Pending jobs</button>
       </form>
       <Status error={error} />
       {rows && (rows.length === 0 ? <p>No pending or running job matches. A finished job can still be explained by its exact name.</p> : (
         <table aria-label="Matching jobs">
-          <thead><tr><th>job</th><th>queue</th><th>state</th><th class="num">position</th><th class="num">pods × GPUs</th><th>expected start</th></tr></thead>
+          <thead><tr><th>job</th><th>queue</th><th>state</th><th class="num">position</th><th class="num">waiting</th><th class="num">pods × GPUs</th><th>expected start</th></tr></thead>
           <tbody>{rows.map((r) => (
             <tr><td><a href={`#/jobs?name=${encodeURIComponent(r.name)}`}>{r.name}</a></td><td>{r.queue}</td><td>{r.state}</td>
-              <td class="num">{r.queue_position ?? "—"}</td><td class="num">{r.pods} × {r.gpus_per_pod}</td>
+              <td class="num">{r.queue_position ?? "—"}</td>
+              <td class="num">{r.state === "pending" ? duration(now - r.submitted_ms) : "—"}</td>
+              <td class="num">{r.pods} × {r.gpus_per_pod}</td>
               <td>{r.estimate ? `${time(r.estimate.p50_ms)} (90% by ${time(r.estimate.p90_ms)})` : "—"}</td></tr>
           ))}</tbody>
         </table>
@@ -43,6 +68,15 @@ export function JobsPage({ name }: { name: string }) {
       {name && <Detail name={name} />}
     </>
   );
+}
+
+/** `ms` as `45 s`, `12 min` or `3 h 5 min`. */
+function duration(ms: number) {
+  const s = Math.max(0, Math.round(ms / 1000));
+  if (s < 60) return `${s} s`;
+  const min = Math.round(s / 60);
+  if (min < 60) return `${min} min`;
+  return `${Math.floor(min / 60)} h ${min % 60} min`;
 }
 
 function Detail({ name }: { name: string }) {
@@ -55,7 +89,7 @@ function Detail({ name }: { name: string }) {
       try {
         const e = await get<Explain>(`/api/explain/${encodeURIComponent(name)}`);
         setEx(e);
-        setHistory(await get<DecisionRecord[]>(`/api/decisions/job/${encodeURIComponent(e.job)}?limit=50`));
+        if (e.attempts > 0) setHistory(await get<DecisionRecord[]>(`/api/decisions/job/${encodeURIComponent(e.job)}?limit=50`));
       } catch (err) { setError(message(err)); }
     })();
   }, [name]);
@@ -75,6 +109,14 @@ function Detail({ name }: { name: string }) {
           {ex.queue && <> Queue {ex.queue.name}: {ex.queue.used_gpus} of {ex.queue.nominal_gpus} GPUs used ({ex.queue.borrowed_gpus} borrowed), fair share {ex.queue.fair_share.toFixed(3)}.</>}
         </p>
       </div>
+      {ex.history.length > 0 && (
+        <div class="card">
+          <h3>History</h3>
+          <ol class="history" aria-label="Job history" data-testid="job-history">
+            {ex.history.map((h) => <li data-kind={h.kind}><time>{time(h.time_ms)}</time> {h.text}</li>)}
+          </ol>
+        </div>
+      )}
       {ex.state === "pending" && <StartCard job={ex.job} estimate={ex.estimate ?? null} />}
       {x ? <Breakdown x={x} /> : <p>No attempt yet, so no nodes were evaluated.</p>}
       <h3>Attempts ({ex.attempts} on record)</h3>

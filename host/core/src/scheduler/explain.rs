@@ -42,6 +42,7 @@ impl Scheduler {
             preempted: Vec::new(),
             faults: Vec::new(),
             estimate: None,
+            preempted_by: None,
         }
     }
 
@@ -58,6 +59,7 @@ impl Scheduler {
         explanation.outcome = Outcome::Pending {
             waiting_for: format!("room again: it was preempted to make room for {preemptor}"),
         };
+        explanation.preempted_by = Some(preemptor.to_string());
         Some(explanation)
     }
 
