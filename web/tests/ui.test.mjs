@@ -431,6 +431,32 @@ await check("admin uploads keep-off, shadows it, activates it, sees placements l
   await page.context().close();
 });
 
+await check("admin composes a set in the UI: gpu-binpack with its own config and a 500 ms deadline", async () => {
+  const page = await signedIn(ADMIN);
+  const api = async (path) => (await fetch(`${BASE}${path}`, { headers: { Authorization: `Bearer ${ADMIN}` } })).json();
+  const [before, stored] = [await api("/api/sets"), await api("/api/policies")];
+  const base = before.sets.find((s) => s.version === before.active);
+  const i = base.entries.findIndex((e) => stored.find((m) => m.sha256 === e.sha256)?.name === "gpu-binpack");
+  assert(i >= 0, `no gpu-binpack in v${before.active}`);
+  await go(page, "policies", "#compose-from");
+  const config = '{"node_weight": 1, "domain_weight": 60}';
+  await page.getByLabel(`Config of entry ${i + 1}`).fill(config);
+  await page.getByLabel(`Deadline of entry ${i + 1}`).fill("500");
+  await page.locator("#compose-note").fill("binpack by domain, 500 ms");
+  await page.getByRole("button", { name: "Create set version" }).click();
+  await page.locator("dialog[open]").getByRole("button", { name: "Confirm" }).click();
+  const ok = await page.getByRole("status").filter({ hasText: /Created policy set v\d+/ }).innerText({ timeout: 10000 });
+  const after = await api("/api/sets");
+  const made = after.sets[after.sets.length - 1];
+  assert(ok.includes(`v${made.version}`) && made.version > before.sets.length, `${ok} / ${JSON.stringify(made)}`);
+  assert(made.entries[i].config === config && made.entries[i].deadline_ms === 500, JSON.stringify(made.entries[i]));
+  assert(made.entries.every((e, k) => k === i || JSON.stringify(e) === JSON.stringify(base.entries[k])), JSON.stringify(made.entries));
+  assert(made.note === "binpack by domain, 500 ms" && after.active === before.active, JSON.stringify(made));
+  figures.composed = `v${made.version} from v${before.active}: ${made.entries.length} entries, gpu-binpack config ${made.entries[i].config}, deadline ${made.entries[i].deadline_ms} ms`;
+  await axe(page, "policies-compose");
+  await page.context().close();
+});
+
 await browser.close();
 const failed = results.filter((r) => !r.ok);
 writeFileSync(join(OUT, "results.json"), JSON.stringify({ results, figures, axe: axeFindings }, null, 2));
@@ -441,6 +467,7 @@ console.log(`  frame time p95 while updating: ${figures.frame_p95_ms} ms (goal <
 console.log(`  heatmap keyboard: ${figures.keyboard}; one arrow press to the next frame ${figures.key_move_ms} ms`);
 console.log(`  queues: ${figures.lent}`);
 console.log(`  queue history: ${figures.history}`);
+console.log(`  composed in the UI: ${figures.composed}`);
 console.log(`  first pending job: ${figures.first_pending_job}`);
 console.log(`  a preempted job's history: ${figures.preempted_history}`);
 console.log(`  keep-off config: ${figures.keep_off_config}; self-test: ${figures.keep_off_self_test}`);

@@ -38,13 +38,18 @@ export function PoliciesPage({ admin }: { admin: boolean }) {
     load();
   };
   const byHash = new Map(policies.map((p) => [p.sha256, p]));
-  const describe = (e: SetEntry) => { const m = byHash.get(e.sha256); return `${m ? `${m.name} ${m.version}` : short(e.sha256)} (weight ${e.weight}, config ${e.config})`; };
+  const describe = (e: SetEntry) => {
+    const m = byHash.get(e.sha256);
+    const extra = [e.failure && e.failure !== "default" ? e.failure : "", e.deadline_ms ? `deadline ${e.deadline_ms} ms` : ""].filter(Boolean).join(", ");
+    return `${m ? `${m.name} ${m.version}` : short(e.sha256)} (weight ${e.weight}, config ${e.config}${extra ? `, ${extra}` : ""})`;
+  };
 
   return (
     <>
       <h1>Policies</h1>
       <Status error={error} ok={ok} />
       {admin && <Upload sets={sets} byHash={byHash} ask={ask} />}
+      {admin && sets && <Compose sets={sets} policies={policies} ask={ask} />}
       {sets && sets.running.length > 0 && (
         <>
           <h2>Running now (v{sets.active})</h2>
@@ -131,9 +136,10 @@ function Upload({ sets, byHash, ask }: { sets: SetList | null; byHash: Map<strin
   const [file, setFile] = useState<File | null>(null);
   const [config, setConfig] = useState("{}");
   const [weight, setWeight] = useState(1);
+  const [deadline, setDeadline] = useState("");
   const [validation, setValidation] = useState<Validation | null>(null);
   const [error, setError] = useState<string | null>(null);
-  const query = () => `config=${encodeURIComponent(config.trim() || "{}")}`;
+  const query = () => `config=${encodeURIComponent(config.trim() || "{}")}${deadline ? `&deadline_ms=${encodeURIComponent(deadline)}` : ""}`;
   const checkConfig = () => {
     try { JSON.parse(config.trim() || "{}"); return true; } catch (e) { setError(`The config is not valid JSON: ${(e as Error).message}`); return false; }
   };
@@ -154,7 +160,7 @@ function Upload({ sets, byHash, ask }: { sets: SetList | null; byHash: Map<strin
       run: async () => {
         const up = await call<{ manifest: Manifest; validation: Validation }>(`/api/policies?${query()}`, { method: "POST", body: file });
         setValidation(up.validation);
-        const entry: SetEntry = { sha256: up.manifest.sha256, weight, config: config.trim() || "{}" };
+        const entry: SetEntry = { sha256: up.manifest.sha256, weight, config: config.trim() || "{}", deadline_ms: deadline ? Number(deadline) : null };
         const entries = (active?.entries ?? []).map((e) => ({ ...e }));
         const same = entries.findIndex((e) => byHash.get(e.sha256)?.name === up.manifest.name);
         if (same >= 0) entries[same] = entry; else entries.push(entry);
@@ -171,6 +177,8 @@ function Upload({ sets, byHash, ask }: { sets: SetList | null; byHash: Map<strin
         <input id="wasm" type="file" accept=".wasm,application/wasm" onChange={(e) => { setFile((e.target as HTMLInputElement).files?.[0] ?? null); setValidation(null); }} />
         <label for="weight">Weight</label>
         <input id="weight" type="number" min={1} max={1000} value={weight} onInput={(e) => setWeight(Number((e.target as HTMLInputElement).value) || 1)} />
+        <label for="upload-deadline">Deadline (ms)</label>
+        <input id="upload-deadline" type="number" min={1} max={10000} placeholder="50" value={deadline} onInput={(e) => setDeadline((e.target as HTMLInputElement).value)} />
       </div>
       <label for="config">Config (JSON)</label>
       <textarea id="config" rows={3} value={config} onInput={(e) => setConfig((e.target as HTMLTextAreaElement).value)} />
@@ -186,6 +194,93 @@ function Upload({ sets, byHash, ask }: { sets: SetList | null; byHash: Map<strin
           {validation.reasons.length > 0 && <> Reasons: {validation.reasons.map(([c, t]) => `${c} ${t}`).join("; ")}.</>}
         </div>
       )}
+    </section>
+  );
+}
+
+/** A set version built from another: add, replace, remove and reorder policies, and set each
+ * entry's weight, config, failure policy and deadline. Nothing runs it until it is activated. */
+function Compose({ sets, policies, ask }: { sets: SetList; policies: Manifest[]; ask: (p: Pending) => void }) {
+  const [from, setFrom] = useState(sets.active);
+  const [entries, setEntries] = useState<SetEntry[]>([]);
+  const [note, setNote] = useState("");
+  const [adding, setAdding] = useState("");
+  const [error, setError] = useState<string | null>(null);
+  const base = sets.sets.find((s) => s.version === from);
+  useEffect(() => { setEntries((base?.entries ?? []).map((e) => ({ ...e }))); }, [from, base?.entries.length]);
+  const label = (sha: string) => { const m = policies.find((p) => p.sha256 === sha); return m ? `${m.name} ${m.version} (${m.role}, ${short(m.sha256)})` : short(sha); };
+  const edit = (i: number, change: Partial<SetEntry>) => setEntries(entries.map((e, k) => (k === i ? { ...e, ...change } : e)));
+  const move = (i: number, by: number) => {
+    const next = [...entries];
+    const [e] = next.splice(i, 1);
+    next.splice(Math.max(0, Math.min(next.length, i + by)), 0, e);
+    setEntries(next);
+  };
+  const create = () => {
+    setError(null);
+    if (entries.length === 0) return setError("A policy set needs at least one policy.");
+    for (const e of entries) {
+      try { JSON.parse(e.config || "{}"); } catch (x) { return setError(`The config of ${label(e.sha256)} is not valid JSON: ${(x as Error).message}`); }
+    }
+    const body = entries.map((e) => ({ ...e, config: e.config.trim() || "{}", deadline_ms: e.deadline_ms || null }));
+    ask({
+      title: "Create a policy set version?",
+      text: `A new version is made from v${from} with ${entries.length} policies. Nothing changes until you activate it.`,
+      run: async () => {
+        const set = await post<PolicySet>("/api/sets", { entries: body, note: note.trim() || `composed from v${from} in the web UI` });
+        return `Created policy set v${set.version}.`;
+      },
+    });
+  };
+  return (
+    <section class="card" aria-labelledby="compose-title">
+      <h2 id="compose-title">Compose a policy set</h2>
+      <div class="row">
+        <label for="compose-from">Start from</label>
+        <select id="compose-from" value={from} onChange={(e) => setFrom(Number((e.target as HTMLSelectElement).value))}>
+          {[...sets.sets].reverse().map((s) => <option value={s.version}>v{s.version}{s.version === sets.active ? " (active)" : ""}</option>)}
+        </select>
+      </div>
+      <table aria-label="Entries of the new set">
+        <thead><tr><th>policy</th><th>weight</th><th>config (JSON)</th><th>on fault</th><th>deadline (ms)</th><th>order</th></tr></thead>
+        <tbody>{entries.map((e, i) => (
+          <tr>
+            <td>
+              <label class="sr-only" for={`entry-policy-${i}`}>Policy of entry {i + 1}</label>
+              <select id={`entry-policy-${i}`} value={e.sha256} onChange={(x) => edit(i, { sha256: (x.target as HTMLSelectElement).value })}>
+                {policies.map((p) => <option value={p.sha256}>{label(p.sha256)}</option>)}
+              </select>
+            </td>
+            <td><input aria-label={`Weight of entry ${i + 1}`} type="number" min={0} max={1000} value={e.weight} onInput={(x) => edit(i, { weight: Number((x.target as HTMLInputElement).value) || 0 })} /></td>
+            <td><textarea aria-label={`Config of entry ${i + 1}`} rows={1} value={e.config} onInput={(x) => edit(i, { config: (x.target as HTMLTextAreaElement).value })} /></td>
+            <td>
+              <select aria-label={`On fault, entry ${i + 1}`} value={e.failure ?? "default"} onChange={(x) => edit(i, { failure: (x.target as HTMLSelectElement).value })}>
+                <option value="default">role's default</option><option value="fail-open">fail open</option><option value="fail-closed">fail closed</option>
+              </select>
+            </td>
+            <td><input aria-label={`Deadline of entry ${i + 1}`} type="number" min={1} max={10000} placeholder="50" value={e.deadline_ms ?? ""} onInput={(x) => { const v = (x.target as HTMLInputElement).value; edit(i, { deadline_ms: v ? Number(v) : null }); }} /></td>
+            <td>
+              <button type="button" aria-label={`Move entry ${i + 1} up`} disabled={i === 0} onClick={() => move(i, -1)}>↑</button>
+              <button type="button" aria-label={`Move entry ${i + 1} down`} disabled={i === entries.length - 1} onClick={() => move(i, 1)}>↓</button>
+              <button type="button" class="danger" onClick={() => setEntries(entries.filter((_, k) => k !== i))}>Remove</button>
+            </td>
+          </tr>
+        ))}</tbody>
+      </table>
+      <div class="row">
+        <label for="compose-add">Add a policy</label>
+        <select id="compose-add" value={adding} onChange={(e) => setAdding((e.target as HTMLSelectElement).value)}>
+          <option value="">choose…</option>
+          {policies.map((p) => <option value={p.sha256}>{label(p.sha256)}</option>)}
+        </select>
+        <button type="button" disabled={!adding} onClick={() => { setEntries([...entries, { sha256: adding, weight: 1, failure: "default", config: "{}", deadline_ms: null }]); setAdding(""); }}>Add</button>
+      </div>
+      <div class="row">
+        <label for="compose-note">Note</label>
+        <input id="compose-note" size={50} value={note} onInput={(e) => setNote((e.target as HTMLInputElement).value)} placeholder={`composed from v${from}`} />
+        <button type="button" class="primary" onClick={create}>Create set version</button>
+      </div>
+      <Status error={error} />
     </section>
   );
 }
