@@ -259,9 +259,45 @@ struct Expect {
     /// Quota: `admit`, `{admit-borrowing: GPUS}` or `{deny: TEXT}`.
     #[serde(default)]
     quota: Option<QuotaCase>,
-    /// Init must refuse the config with exactly this message.
+    /// Init must refuse the config: with exactly this message, or, as `{pattern: REGEX}`, with
+    /// a message the regular expression finds (so one case folder serves languages whose JSON
+    /// parsers word their errors differently).
     #[serde(default)]
-    refused: Option<String>,
+    refused: Option<RefusedCase>,
+}
+
+/// What a refusal's message must be.
+#[derive(Debug, Deserialize)]
+#[serde(untagged)]
+enum RefusedCase {
+    Exact(String),
+    Pattern { pattern: String },
+}
+
+impl RefusedCase {
+    /// Whether `message` is the expected one; a pattern that is not a regular expression is a
+    /// malformed case.
+    fn accepts(&self, message: &str) -> Result<bool, CaseError> {
+        match self {
+            Self::Exact(text) => Ok(text == message),
+            Self::Pattern { pattern } => regex::Regex::new(pattern)
+                .map(|re| re.is_match(message))
+                .map_err(|e| {
+                    CaseError::Invalid(format!(
+                        "`refused.pattern` is not a regular expression: {e}"
+                    ))
+                }),
+        }
+    }
+}
+
+impl std::fmt::Display for RefusedCase {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        match self {
+            Self::Exact(text) => write!(f, "{text:?}"),
+            Self::Pattern { pattern } => write!(f, "a message matching /{pattern}/"),
+        }
+    }
 }
 
 #[derive(Debug, Deserialize)]
@@ -424,9 +460,9 @@ fn run_case(
         Ok(policy) => policy,
         Err(gantry_policy::PolicyError::BadConfig(message)) => {
             match &case.expect.refused {
-                Some(expected) if *expected == message => {}
+                Some(expected) if expected.accepts(&message)? => {}
                 Some(expected) => diff.push(format!(
-                    "config refused with {message:?}, expected {expected:?}"
+                    "config refused with {message:?}, expected {expected}"
                 )),
                 None => diff.push(format!("the policy refused its config: {message}")),
             }
@@ -445,7 +481,7 @@ fn run_case(
     };
     if let Some(expected) = &case.expect.refused {
         diff.push(format!(
-            "config accepted, expected it refused with {expected:?}"
+            "config accepted, expected it refused with {expected}"
         ));
         return Ok(CaseOutcome {
             description: case.description,
