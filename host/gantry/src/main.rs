@@ -10,6 +10,7 @@ mod compose;
 mod kube;
 mod policy_test;
 mod sample;
+mod scaffold;
 mod serve;
 mod simulate;
 mod validate;
@@ -69,6 +70,9 @@ enum KubeCommand {
 
 #[derive(Subcommand)]
 enum PolicyCommand {
+    /// Write a new policy project (Rust, Python or JavaScript) that builds outside this
+    /// repository, with a case folder it passes.
+    New(scaffold::NewArgs),
     /// Compile a policy, check its world, run init with its config and one sample evaluation.
     Validate(validate::ValidateArgs),
     /// Run a folder of case files against a policy and show where its answers differ.
@@ -145,6 +149,7 @@ fn main() -> ExitCode {
         Command::Policy(PolicyCommand::Push(args)) => client::push(args),
         Command::Policy(PolicyCommand::List(args)) => client::list(args),
         Command::Policy(PolicyCommand::Compose(args)) => client::compose(args),
+        Command::Policy(PolicyCommand::New(args)) => scaffold::run(args),
         Command::Policy(PolicyCommand::Activate(args)) => client::switch(args, false),
         Command::Policy(PolicyCommand::Rollback(args)) => client::switch(args, true),
         Command::Policy(PolicyCommand::Shadow(command)) => client::shadow(command),
