@@ -9,7 +9,9 @@ cache="${XDG_CACHE_HOME:-$HOME/.cache}/gantry/npm"
 # --no-save` installs the locked versions: this npm writes lock files that its own `npm ci`
 # refuses (it lists only this platform's optional rollup/esbuild packages).
 if ! cmp -s package-lock.json node_modules/.gantry-installed-lock.json 2>/dev/null; then
-    npm install --no-save --cache "$cache" --no-audit --no-fund --loglevel=error
+    # The browser tests drive Debian's Chromium: never let Playwright fetch browsers of its own.
+    PLAYWRIGHT_SKIP_BROWSER_DOWNLOAD=1 \
+        npm install --no-save --cache "$cache" --no-audit --no-fund --loglevel=error
     cp package-lock.json node_modules/.gantry-installed-lock.json
 fi
 npm run --silent build
