@@ -83,7 +83,7 @@ else
     echo "test result: FAILED. 0 passed; 1 failed (schemathesis)" >>"$CARGO_TARGET_DIR/test.log"
 fi
 
-step "web UI in a browser (playwright-core, Debian's Chromium; screenshots in \$CARGO_TARGET_DIR/ui-artifacts)"
+step "web UI in a browser (@playwright/test, Debian's Chromium; artifacts in \$CARGO_TARGET_DIR/ui-artifacts)"
 if scripts/ui-test.sh 2>&1 | tee "$CARGO_TARGET_DIR/ui-test.log"; then
     n="$(sed -n 's/^ui tests: \([0-9]*\) passed.*/\1/p' "$CARGO_TARGET_DIR/ui-test.log")"
     echo "test result: ok. ${n:-1} passed; 0 failed (browser UI tests)" >>"$CARGO_TARGET_DIR/test.log"

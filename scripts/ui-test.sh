@@ -1,7 +1,9 @@
 #!/usr/bin/env bash
-# Browser tests of the web UI (web/tests/ui.test.mjs): playwright-core driving Debian's
+# Browser tests of the web UI (web/tests/ui.spec.mjs): @playwright/test driving Debian's
 # Chromium, headless, against a real `gantry serve` with an admin and a viewer token.
-# Screenshots and results.json go to $CARGO_TARGET_DIR/ui-artifacts/.
+# Everything goes to $CARGO_TARGET_DIR/ui-artifacts/: screenshots and results.json, report.json,
+# html-report/, and test-results/ with the trace and a screenshot of each failed test.
+# Ends with `ui tests: N passed; M failed`, the line scripts/test.sh counts.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 source scripts/env.sh
@@ -20,6 +22,23 @@ viewer="ui-viewer-$(random_token)"
 # A heavy load fills the cluster within seconds, so there are pending jobs to explain.
 start_test_server "$(printf 'tokens:\n  - {name: alice, role: admin, token: %s}\n  - {name: bob, role: viewer, token: %s}\n' "$admin" "$viewer")" \
     --jobs-per-s 200
-GANTRY_URL="$url" ADMIN_TOKEN="$admin" VIEWER_TOKEN="$viewer" UI_ARTIFACTS="$artifacts" \
+rc=0
+(cd web && GANTRY_URL="$url" ADMIN_TOKEN="$admin" VIEWER_TOKEN="$viewer" UI_ARTIFACTS="$artifacts" \
     PLUGIN_DIR="$CARGO_TARGET_DIR/wasm32-wasip2/plugin" CHROMIUM="$(command -v chromium)" \
-    node web/tests/ui.test.mjs
+    npx playwright test --config playwright.config.mjs) || rc=$?
+# Counted from the JSON reporter. Serial tests after a failed one are skipped, not run; an
+# error outside any test (a missing variable, a failing hook) or no report at all is a failure.
+read -r passed failed skipped < <(node -e '
+    let s = { expected: 0, unexpected: 0, flaky: 0, skipped: 0 }, errors = 1;
+    try {
+        const r = JSON.parse(require("fs").readFileSync(process.argv[1], "utf8"));
+        s = r.stats;
+        errors = r.errors.length;
+    } catch {}
+    console.log(s.expected, s.unexpected + s.flaky + (errors > 0 ? 1 : 0), s.skipped);
+' "$artifacts/report.json")
+if [ "$rc" -ne 0 ] && [ "$failed" -eq 0 ]; then failed=1; fi
+echo "traces and screenshots of failures: $artifacts/test-results; report: $artifacts/html-report/index.html"
+if [ "$skipped" -gt 0 ]; then echo "ui tests skipped (after a failure, serial): $skipped"; fi
+echo "ui tests: $passed passed; $failed failed"
+[ "$failed" -eq 0 ]
