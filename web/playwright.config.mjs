@@ -13,7 +13,7 @@ export default defineConfig({
   testDir: "tests",
   // One server for the whole run, and order matters: the viewer's checks expect the initial
   // policy set; the admin's round trip activates a set and rolls it back, and the composer
-  // starts from whatever is active then. The spec file is serial as well.
+  // starts from whatever is active then. A failed test does not stop the rest.
   workers: 1,
   fullyParallel: false,
   // No retries: the suite measures a live, loaded system, and a retry that passes would hide
