@@ -58,6 +58,10 @@ fn round2(x: f64) -> f64 {
     (x * 100.0).round() / 100.0
 }
 
+fn round4(x: f64) -> f64 {
+    (x * 1e4).round() / 1e4
+}
+
 struct Measured {
     wasm_ns_per_node: f64,
     native_ns_per_node: f64,
@@ -212,9 +216,13 @@ struct FileMeasured {
     instantiate_us: f64,
     compile_ms: f64,
     component_bytes: usize,
+    /// Against the first policy of its role, when it is another policy (another declared
+    /// name): the share of its answers that are the same.
+    same_answers: Option<(String, f64)>,
 }
 
-/// What a policy answered for the sample pods, to check every `--policy` of one role agrees.
+/// What a policy answered for the sample pods: builds of one policy must agree, and different
+/// policies of one role are compared on how often they do.
 #[derive(PartialEq)]
 enum Answers {
     Codes(Vec<Vec<u16>>),
@@ -222,8 +230,35 @@ enum Answers {
     Quota(gantry_core::QuotaVerdict),
 }
 
+impl Answers {
+    /// The share of answers (one per pod and node, or the one quota verdict) that `self` and
+    /// `other` give alike; 0 when they are of different roles.
+    fn share_equal(&self, other: &Answers) -> f64 {
+        fn share<T: PartialEq>(a: &[Vec<T>], b: &[Vec<T>]) -> f64 {
+            let (mut equal, mut total) = (0usize, 0usize);
+            for (x, y) in a.iter().zip(b) {
+                total += x.len().max(y.len());
+                equal += x.iter().zip(y).filter(|(p, q)| p == q).count();
+            }
+            if total == 0 {
+                1.0
+            } else {
+                equal as f64 / total as f64
+            }
+        }
+        match (self, other) {
+            (Answers::Codes(a), Answers::Codes(b)) => share(a, b),
+            (Answers::Scores(a), Answers::Scores(b)) => share(a, b),
+            (Answers::Quota(a), Answers::Quota(b)) => f64::from(u8::from(a == b)),
+            _ => 0.0,
+        }
+    }
+}
+
 /// `gantry bench policy --policy A.wasm --policy B.wasm …`: each component on the same synthetic
-/// cluster, with ratios to the first. Components of one role must give the same answers.
+/// cluster, with ratios to the first. Builds of one policy (one declared name and role, in
+/// different languages) must give the same answers; different policies of one role are compared
+/// on cost, and on how often they answer alike.
 fn run_files(args: &PolicyBenchArgs) -> anyhow::Result<()> {
     let symbols = Symbols::new();
     let limits = Limits {
@@ -241,7 +276,8 @@ fn run_files(args: &PolicyBenchArgs) -> anyhow::Result<()> {
     let n = args.nodes as f64;
 
     let mut measured: Vec<FileMeasured> = Vec::new();
-    let mut role_to_answers: Vec<(Role, String, Answers)> = Vec::new();
+    // (role, declared name, file, answers) of each policy measured so far.
+    let mut role_to_answers: Vec<(Role, String, String, Answers)> = Vec::new();
     for path in &args.policies {
         let file = path.file_name().map_or_else(
             || path.display().to_string(),
@@ -280,13 +316,20 @@ fn run_files(args: &PolicyBenchArgs) -> anyhow::Result<()> {
                 Answers::Quota(policy.admit(&job, &queue, Some(&cohort)).map_err(fault)?)
             }
         };
-        if let Some((_, first, _)) = role_to_answers
+        let name = policy.info().name.clone();
+        if let Some((_, _, first, _)) = role_to_answers
             .iter()
-            .find(|(r, _, a)| *r == role && *a != answers)
+            .find(|(r, n, _, a)| *r == role && *n == name && *a != answers)
         {
-            anyhow::bail!("{file} and {first} are both {role} policies but answer differently");
+            anyhow::bail!(
+                "{file} and {first} are both builds of the {role} policy {name} but answer differently"
+            );
         }
-        role_to_answers.push((role, file.clone(), answers));
+        let same_answers = role_to_answers
+            .iter()
+            .find(|(r, n, _, _)| *r == role && *n != name)
+            .map(|(_, _, first, a)| (first.clone(), answers.share_equal(a)));
+        role_to_answers.push((role, name, file.clone(), answers));
         let mut i = 0usize;
         let mut next_pod = || {
             i += 1;
@@ -325,6 +368,7 @@ fn run_files(args: &PolicyBenchArgs) -> anyhow::Result<()> {
             instantiate_us,
             compile_ms,
             component_bytes: policy.size_bytes(),
+            same_answers,
         });
     }
     let base = &measured[0];
@@ -348,6 +392,10 @@ fn run_files(args: &PolicyBenchArgs) -> anyhow::Result<()> {
                 "time_vs_first": round2(m.ns_per_unit / base.ns_per_unit),
                 "instantiate_vs_first": round2(m.instantiate_us / base.instantiate_us),
                 "bytes_vs_first": round2(m.component_bytes as f64 / base.component_bytes as f64),
+                "same_answers_as": m.same_answers.as_ref().map(|(file, share)| json!({
+                    "file": file,
+                    "share": round4(*share),
+                })),
             })
         })
         .collect();
@@ -389,6 +437,15 @@ fn run_files(args: &PolicyBenchArgs) -> anyhow::Result<()> {
         }
         if measured.iter().any(|m| m.role == Role::Quota) {
             println!("(quota policies: ns per admit call, not per node)");
+        }
+        for m in &measured {
+            if let Some((first, share)) = &m.same_answers {
+                println!(
+                    "{} answers as {first} does for {:.1}% of the sample pods' nodes",
+                    m.file,
+                    share * 100.0
+                );
+            }
         }
     }
     Ok(())

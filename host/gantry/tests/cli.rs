@@ -140,6 +140,56 @@ fn bench_policy_prints_one_json_object() {
     assert!(report["boundary_ns_per_node"].as_f64().is_some());
 }
 
+/// Two different filter policies side by side: both measured, and how often they agree; two
+/// builds of one policy must agree and are not compared that way.
+#[test]
+fn bench_policy_compares_different_policies_of_one_role() {
+    let (fit, keep_off, noop) = (
+        plugin("gpu_fit.wasm"),
+        plugin("keep_off.wasm"),
+        plugin("noop.wasm"),
+    );
+    let out = gantry(&[
+        "bench",
+        "policy",
+        "--nodes",
+        "300",
+        "--millis-per-case",
+        "20",
+        "--json",
+        "--policy",
+        &fit,
+        "--policy",
+        &keep_off,
+        "--policy",
+        &noop,
+    ]);
+    assert!(out.status.success(), "{}", text(&out.stderr));
+    let report: serde_json::Value = serde_json::from_slice(&out.stdout).expect("JSON");
+    let policies = report["policies"].as_array().expect("policies");
+    assert_eq!(policies.len(), 3, "{report}");
+    assert!(policies[0]["same_answers_as"].is_null(), "{report}");
+    // keep-off with no config keeps nothing off; gpu-fit turns away the nodes without room.
+    let share = |i: usize| {
+        assert_eq!(
+            policies[i]["same_answers_as"]["file"], "gpu_fit.wasm",
+            "{report}"
+        );
+        policies[i]["same_answers_as"]["share"]
+            .as_f64()
+            .expect("share")
+    };
+    assert!(share(1) > 0.0 && share(1) < 1.0, "{report}");
+    assert_eq!(
+        share(2),
+        share(1),
+        "noop and keep-off both let every node through"
+    );
+    for p in policies {
+        assert!(p["ns_per_node"].as_f64().is_some_and(|v| v > 0.0), "{p}");
+    }
+}
+
 fn shared(path: &str) -> String {
     format!("{}/../../../shared/{path}", env!("CARGO_MANIFEST_DIR"))
 }
