@@ -72,6 +72,11 @@ fn document() -> Value {
         json!({"type": "string"}),
         "JSON config for the policy's init (default `{}`)",
     );
+    let deadline_ms = query_param(
+        "deadline_ms",
+        json!({"type": "integer", "minimum": 1, "maximum": 10000}),
+        "the policy's own call deadline for the self-test, ms (the server's 50 ms when absent)",
+    );
     let wasm_body = json!({"required": true, "content": {"application/octet-stream": {"schema": {"type": "string", "format": "binary"}}}});
     let admin = |code_desc: &[(&str, &str)]| {
         let mut extra = vec![("403", "a viewer token")];
@@ -113,7 +118,8 @@ fn document() -> Value {
                     "validation": {"$ref": "#/components/schemas/Validation"}}},
                 "SetEntry": {"type": "object", "required": ["sha256", "weight", "config"], "additionalProperties": false, "properties": {
                     "sha256": {"type": "string"}, "weight": {"type": "integer", "minimum": 0, "maximum": 4294967295_u64},
-                    "failure": {"type": "string", "enum": ["default", "fail-open", "fail-closed"]}, "config": {"type": "string"}}},
+                    "failure": {"type": "string", "enum": ["default", "fail-open", "fail-closed"]}, "config": {"type": "string"},
+                    "deadline_ms": {"type": "integer", "minimum": 1, "maximum": 10000, "nullable": true, "description": "this entry's own call deadline; the server's when null"}}},
                 "PolicySet": {"type": "object", "required": ["version", "entries", "created_by", "created_at_ms", "note"], "properties": {
                     "version": {"type": "integer"}, "entries": {"type": "array", "items": {"$ref": "#/components/schemas/SetEntry"}},
                     "created_by": {"type": "string"}, "created_at_ms": {"type": "integer"}, "note": {"type": "string"}}},
@@ -157,15 +163,15 @@ fn document() -> Value {
             "/api/policies": {
                 "get": {"summary": "stored policies", "responses": with(error_responses(&[]), "200", ok("manifests", arr(r("PolicyManifest"))))},
                 "post": {"summary": "upload a policy: compile, check its world, init with config, self-test on the current snapshot, store",
-                    "parameters": [config.clone()], "requestBody": wasm_body.clone(),
+                    "parameters": [config.clone(), deadline_ms.clone()], "requestBody": wasm_body.clone(),
                     "responses": with(with(admin(&[("400", "empty or unreadable body"), ("413", "over the upload limit"), ("422", "the policy failed validation")]),
                         "201", ok("stored", r("Upload"))), "200", ok("these bytes were already stored", r("Upload")))}
             },
-            "/api/policies/validate": {"post": {"summary": "validate a policy without storing it", "parameters": [config], "requestBody": wasm_body,
+            "/api/policies/validate": {"post": {"summary": "validate a policy without storing it", "parameters": [config, deadline_ms], "requestBody": wasm_body,
                 "responses": with(admin(&[("400", "empty or unreadable body"), ("413", "over the upload limit"), ("422", "the policy failed validation")]), "200", ok("valid", r("Validation")))}},
             "/api/policies/{sha256}": {"get": {"summary": "one policy's manifest",
-                "parameters": [path_param("sha256", json!({"type": "string"}), "the .wasm bytes' sha256")],
-                "responses": with(error_responses(&[("404", "no such policy")]), "200", ok("manifest", r("PolicyManifest")))}},
+                "parameters": [path_param("sha256", json!({"type": "string"}), "the .wasm bytes' sha256, or any unique prefix of 8 or more hex characters")],
+                "responses": with(error_responses(&[("400", "not a sha256 or a prefix of 8 or more hex characters, or a prefix several policies share"), ("404", "no such policy")]), "200", ok("manifest", r("PolicyManifest")))}},
             "/api/sets": {
                 "get": {"summary": "every policy-set version, and the active one", "responses": with(error_responses(&[]), "200", ok("sets",
                     json!({"type": "object", "required": ["active", "sets", "running"], "properties": {"active": {"type": "integer"}, "sets": arr(r("PolicySet")),
@@ -175,14 +181,14 @@ fn document() -> Value {
                                 "probe_in_ms": {"type": ["integer", "null"]}, "quarantines": {"type": "integer"}, "last_fault": {"type": ["string", "null"]}}}))}})))},
                 "post": {"summary": "create a set version (not activated); every entry is loaded first",
                     "requestBody": {"required": true, "content": {"application/json": {"schema": r("NewSet")}}},
-                    "responses": with(admin(&[("400", "malformed set"), ("404", "an entry names no stored policy"), ("413", "a body over 64 KiB"), ("422", "an entry cannot load")]), "201", ok("created", r("PolicySet")))}
+                    "responses": with(admin(&[("400", "malformed set, or an entry's sha256 prefix is too short or shared"), ("404", "an entry names no stored policy"), ("413", "a body over 64 KiB"), ("422", "an entry cannot load")]), "201", ok("created", r("PolicySet")))}
             },
             "/api/sets/{version}": {"get": {"summary": "one set version", "parameters": [version.clone()],
                 "responses": with(error_responses(&[("400", "not a version number"), ("404", "no such version")]), "200", ok("set", r("PolicySet")))}},
             "/api/sets/{version}/activate": {"post": {"summary": "make a set version active: the next cycle runs on it", "parameters": [version.clone()],
                 "responses": with(admin(&[("400", "not a version number"), ("404", "no such version"), ("422", "an entry cannot load")]), "200", ok("now active", r("PolicySet")))}},
             "/api/sets/{version}/rollback": {"post": {"summary": "roll back to an earlier set version (audited as a rollback)", "parameters": [version],
-                "responses": with(admin(&[("400", "not a version number"), ("404", "no such version"), ("422", "an entry cannot load")]), "200", ok("now active", r("PolicySet")))}},
+                "responses": with(admin(&[("400", "not a version number"), ("404", "no such version"), ("409", "the version is already active"), ("422", "an entry cannot load")]), "200", ok("now active", r("PolicySet")))}},
             "/api/shadow": {
                 "get": {"summary": "the running shadow report", "responses": with(error_responses(&[("404", "no shadow run")]), "200", ok("report", r("ShadowReport")))},
                 "post": {"summary": "run a set version in shadow beside the active set; binds nothing",
@@ -213,7 +219,10 @@ fn document() -> Value {
                         "queue": {"allOf": [r("Queue")], "nullable": true}, "why": {"type": "string"}, "waiting_for": {"type": "string", "nullable": true},
                         "estimate": {"allOf": [r("Estimate")], "nullable": true},
                         "queue_name": {"type": "string"}, "pods": {"type": "integer"}, "gpus_per_pod": {"type": "integer"}, "priority": {"type": "integer"},
-                        "latest": {"allOf": [r("Decision")], "nullable": true}, "attempts": {"type": "integer"}}})))}},
+                        "latest": {"allOf": [r("Decision")], "nullable": true}, "attempts": {"type": "integer"},
+                        "history": arr(json!({"type": "object", "required": ["time_ms", "kind", "text"], "properties": {
+                            "time_ms": {"type": "integer"}, "kind": {"type": "string", "enum": ["placed", "preempted", "pending"]},
+                            "text": {"type": "string"}, "by": {"type": "string", "nullable": true}}}))}})))}},
             "/api/cluster": {"get": {"summary": "cluster totals and GPU use per topology domain", "responses": with(error_responses(&[]), "200", ok("summary", obj.clone()))}},
             "/api/cluster/nodes": {"get": {"summary": "every node, as columns", "responses": with(error_responses(&[]), "200", ok("nodes", obj.clone()))}},
             "/api/cluster/nodes/{node}": {"get": {"summary": "one node, its jobs and its recent placements",
@@ -228,11 +237,13 @@ fn document() -> Value {
                     query_param("q", json!({"type": "string"}), "part of the job's name, case-insensitive"),
                     query_param("queue", json!({"type": "string"}), "only this queue's jobs"),
                     query_param("state", json!({"type": "string", "enum": ["pending", "running"]}), "only jobs in this state"),
+                    query_param("namespace", json!({"type": "string"}), "only jobs of this namespace (the part of the name before `/`)"),
+                    query_param("sort", json!({"type": "string", "enum": ["position", "wait"]}), "by queue and position (default), or longest waiting first"),
                     limit],
-                "responses": with(error_responses(&[("400", "bad state")]), "200", ok("jobs", arr(json!({"type": "object", "required": ["name", "queue", "state"], "properties": {
+                "responses": with(error_responses(&[("400", "bad state or sort")]), "200", ok("jobs", arr(json!({"type": "object", "required": ["name", "queue", "state"], "properties": {
                     "name": {"type": "string"}, "queue": {"type": "string"}, "state": {"type": "string"},
                     "pods": {"type": "integer"}, "gpus_per_pod": {"type": "integer"}, "priority": {"type": "integer"},
-                    "submitted_s": {"type": "number"}, "queue_position": {"type": "integer", "nullable": true},
+                    "submitted_s": {"type": "number"}, "submitted_ms": {"type": "integer"}, "queue_position": {"type": "integer", "nullable": true},
                     "balloon": {"type": "boolean"}, "estimate": {"allOf": [r("Estimate")], "nullable": true}}}))))}},
             "/api/whatif": {"post": {"summary": "when a job of this shape would start, from the plan, without submitting it; with `variations`, also for half the GPUs per pod, 3/4 of the pods, each other queue and GPU type",
                 "requestBody": {"required": true, "content": {"application/json": {"schema": {"type": "object", "additionalProperties": false, "properties": {
