@@ -177,7 +177,29 @@ impl Client {
             Err(code) => Err(code),
         })
     }
+
+    /// Every set version and every stored policy: what composing a set starts from.
+    fn sets_and_policies(&self) -> anyhow::Result<Result<SetsAndPolicies, ExitCode>> {
+        let sets = match self.typed("GET", "/api/sets", None)? {
+            Ok(v) => v,
+            Err(code) => return Ok(Err(code)),
+        };
+        Ok(self.typed("GET", "/api/policies", None)?.map(|m| (sets, m)))
+    }
+
+    /// Stores a new set version of `entries` (not active).
+    fn create_set(
+        &self,
+        entries: &[gantry_store::SetEntry],
+        note: &str,
+    ) -> anyhow::Result<Result<PolicySet, ExitCode>> {
+        let body = serde_json::json!({"entries": entries, "note": note});
+        self.typed("POST", "/api/sets", Some(Body::Json(body)))
+    }
 }
+
+/// The server's set versions and stored policies, read together.
+type SetsAndPolicies = (gantry_server::SetList, Vec<PolicyManifest>);
 
 enum Body {
     Wasm(Vec<u8>),
@@ -232,8 +254,8 @@ pub struct PushArgs {
     /// Weight of the policy in the new set (scores add up weighted).
     #[arg(long, default_value_t = 1)]
     weight: u32,
-    /// What its faults mean in the new set: default, fail-open or fail-closed.
-    #[arg(long, default_value = "default")]
+    /// What its faults mean in the new set: the role's default, fail-open or fail-closed.
+    #[arg(long, default_value = "default", value_parser = ["default", "fail-open", "fail-closed"])]
     failure: String,
     /// Its own call deadline in ms (1 to 10000), for the upload's self-test and in the new
     /// set; the server's default (50 ms) when absent.
@@ -471,11 +493,7 @@ pub fn push(args: PushArgs) -> anyhow::Result<ExitCode> {
         if args.no_set {
             return Ok(Ok(()));
         }
-        let sets: gantry_server::SetList = match client.typed("GET", "/api/sets", None)? {
-            Ok(v) => v,
-            Err(code) => return Ok(Err(code)),
-        };
-        let manifests: Vec<PolicyManifest> = match client.typed("GET", "/api/policies", None)? {
+        let (sets, manifests) = match client.sets_and_policies()? {
             Ok(v) => v,
             Err(code) => return Ok(Err(code)),
         };
@@ -520,13 +538,7 @@ pub fn push(args: PushArgs) -> anyhow::Result<ExitCode> {
             return Ok(Ok(()));
         }
         let note = format!("push {} {}", manifest.name, manifest.version);
-        let set: PolicySet = match client.typed(
-            "POST",
-            "/api/sets",
-            Some(Body::Json(
-                serde_json::json!({"entries": composed, "note": note}),
-            )),
-        )? {
+        let set = match client.create_set(&composed, &note)? {
             Ok(v) => v,
             Err(code) => return Ok(Err(code)),
         };
@@ -566,11 +578,7 @@ pub fn compose(args: ComposeArgs) -> anyhow::Result<ExitCode> {
             );
             return Ok(Err(ExitCode::from(REFUSED)));
         }
-        let sets: gantry_server::SetList = match client.typed("GET", "/api/sets", None)? {
-            Ok(v) => v,
-            Err(code) => return Ok(Err(code)),
-        };
-        let manifests: Vec<PolicyManifest> = match client.typed("GET", "/api/policies", None)? {
+        let (sets, manifests) = match client.sets_and_policies()? {
             Ok(v) => v,
             Err(code) => return Ok(Err(code)),
         };
@@ -601,13 +609,7 @@ pub fn compose(args: ComposeArgs) -> anyhow::Result<ExitCode> {
             }
             parts.join(", ")
         });
-        let set: PolicySet = match client.typed(
-            "POST",
-            "/api/sets",
-            Some(Body::Json(
-                serde_json::json!({"entries": composed, "note": note}),
-            )),
-        )? {
+        let set = match client.create_set(&composed, &note)? {
             Ok(v) => v,
             Err(code) => return Ok(Err(code)),
         };

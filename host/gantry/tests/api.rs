@@ -186,15 +186,7 @@ fn shadow_activate_rollback_explain_and_lookups() {
     // Activate, see the next decisions made by version 2, roll back.
     let (status, body) = server.post("/api/sets/2/activate", Some(ADMIN), Body::None);
     assert_eq!(status, 200, "{body}");
-    let since = server_now_ms();
-    eventually(30, || {
-        let (_, recent) = server.get(&format!("/api/decisions?from_ms={since}&limit=50"));
-        recent
-            .as_array()?
-            .iter()
-            .any(|r| r["explanation"]["policy_set"] == 2)
-            .then_some(())
-    });
+    wait_for_decisions_of(&server, 2, 30);
     let (status, body) = server.post("/api/sets/1/rollback", Some(ADMIN), Body::None);
     assert_eq!(status, 200, "{body}");
     assert_eq!(server.get("/api/sets").1["active"], 1);
@@ -448,6 +440,19 @@ fn shadow_activate_rollback_explain_and_lookups() {
 }
 
 /// The server's clock and ours are the same machine's.
+/// Waits until the server records a decision made by policy set `version`.
+fn wait_for_decisions_of(server: &Server, version: u64, secs: u64) {
+    let since = server_now_ms();
+    eventually(secs, || {
+        let (_, recent) = server.get(&format!("/api/decisions?from_ms={since}&limit=50"));
+        recent
+            .as_array()?
+            .iter()
+            .any(|r| r["explanation"]["policy_set"] == version)
+            .then_some(())
+    });
+}
+
 fn server_now_ms() -> u64 {
     std::time::SystemTime::now()
         .duration_since(std::time::UNIX_EPOCH)
@@ -660,15 +665,7 @@ fn an_admin_composes_activates_and_rolls_back_a_set_from_the_cli() {
 
     let out = server.cli(&["policy", "activate", "2"]);
     assert!(out.status.success(), "{}", text(&out.stderr));
-    let since = server_now_ms();
-    eventually(60, || {
-        let (_, recent) = server.get(&format!("/api/decisions?from_ms={since}&limit=50"));
-        recent
-            .as_array()?
-            .iter()
-            .any(|r| r["explanation"]["policy_set"] == 2)
-            .then_some(())
-    });
+    wait_for_decisions_of(&server, 2, 60);
     // The Python policy is the one scoring, under its own deadline.
     let (_, sets) = server.get("/api/sets");
     let running = sets["running"]
