@@ -93,7 +93,7 @@ pub struct ClusterView {
 }
 
 /// One queue's quota, usage, borrowing and fair share.
-#[derive(Debug, Clone, Serialize)]
+#[derive(Debug, Clone, Serialize, Deserialize)]
 pub struct QueueView {
     /// The queue's name, as declared.
     pub name: String,

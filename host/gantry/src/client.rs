@@ -400,51 +400,52 @@ pub fn what_if(args: WhatIfArgs) -> anyhow::Result<ExitCode> {
         }
         put("variations", (!args.no_variations).into());
         let body = serde_json::Value::Object(body);
-        let answer = match client.expect_ok(client.call(
-            "POST",
-            "/api/whatif",
-            &[],
-            Some(Body::Json(body)),
-        )?) {
-            Ok(v) => v,
-            Err(code) => return Ok(Err(code)),
-        };
         if args.json {
+            let answer = match client.expect_ok(client.call(
+                "POST",
+                "/api/whatif",
+                &[],
+                Some(Body::Json(body)),
+            )?) {
+                Ok(v) => v,
+                Err(code) => return Ok(Err(code)),
+            };
             println!("{}", serde_json::to_string_pretty(&answer)?);
             return Ok(Ok(()));
         }
-        let shape = |o: &serde_json::Value| {
-            let job = &o["job"];
-            let model = job["gpu_type"].as_str().filter(|m| !m.is_empty());
+        let answer: gantry_engine::WhatIfAnswer =
+            match client.typed("POST", "/api/whatif", Some(Body::Json(body)))? {
+                Ok(v) => v,
+                Err(code) => return Ok(Err(code)),
+            };
+        let shape = |o: &gantry_engine::WhatIfOutcome| {
+            let job = &o.job;
+            let model = Some(job.gpu_type.as_str()).filter(|m| !m.is_empty());
             format!(
                 "{} pods × {} GPUs{}, queue {}",
-                job["pods"],
-                job["gpus_per_pod"],
+                job.pods,
+                job.gpus_per_pod,
                 model.map(|m| format!(" ({m})")).unwrap_or_default(),
-                job["queue"].as_str().unwrap_or("?")
+                job.queue
             )
         };
-        let a = &answer["answer"];
-        println!("{}: {}", shape(a), a["text"].as_str().unwrap_or("?"));
+        let a = &answer.answer;
+        println!("{}: {}", shape(a), a.text);
         println!(
             "  behind the {} pending jobs the plan covers; runtime p50 {} s",
-            answer["jobs_ahead"], a["runtime"]["p50_s"]
+            answer.jobs_ahead, a.runtime.p50_s
         );
-        let ours = a["estimate"]["p50_ms"].as_u64().unwrap_or(u64::MAX);
-        let sooner: Vec<&serde_json::Value> = answer["variations"]
-            .as_array()
-            .into_iter()
-            .flatten()
-            .filter(|v| v["estimate"]["p50_ms"].as_u64().unwrap_or(u64::MAX) < ours)
+        let p50 =
+            |o: &gantry_engine::WhatIfOutcome| o.estimate.as_ref().map_or(u64::MAX, |e| e.p50_ms);
+        let sooner: Vec<&gantry_engine::WhatIfOutcome> = answer
+            .variations
+            .iter()
+            .filter(|v| p50(v) < p50(a))
             .collect();
         if !sooner.is_empty() {
             println!("start sooner with:");
             for v in sooner {
-                println!(
-                    "  {}: {}",
-                    v["change"].as_str().unwrap_or("?"),
-                    v["text"].as_str().unwrap_or("?")
-                );
+                println!("  {}: {}", v.change, v.text);
             }
         }
         Ok(Ok(()))
@@ -834,132 +835,90 @@ pub fn explain(args: ExplainArgs) -> anyhow::Result<ExitCode> {
     run(|| {
         let client = args.conn.client()?;
         let path = format!("/api/explain/{}", encode(&args.name));
-        let e = match client.expect_ok(client.call("GET", &path, &[], None)?) {
+        if args.json {
+            let answer = match client.expect_ok(client.call("GET", &path, &[], None)?) {
+                Ok(v) => v,
+                Err(code) => return Ok(Err(code)),
+            };
+            println!("{}", serde_json::to_string_pretty(&answer)?);
+            return Ok(Ok(()));
+        }
+        let e: gantry_server::Explain = match client.typed("GET", &path, None)? {
             Ok(v) => v,
             Err(code) => return Ok(Err(code)),
         };
-        if args.json {
-            println!("{}", serde_json::to_string_pretty(&e)?);
-            return Ok(Ok(()));
-        }
-        let x = &e["latest"]["explanation"];
-        let attempted = x.is_object();
-        let of_job = if e["kind"] == "pod" {
-            format!(" (pod of job {})", e["job"].as_str().unwrap_or("?"))
+        let of_job = if e.kind == "pod" {
+            format!(" (pod of job {})", e.job)
         } else {
             String::new()
         };
         println!(
             "{}{of_job}: {} — {} pods × {} GPUs, queue {}, priority {}",
-            e["name"].as_str().unwrap_or("?"),
-            e["state"].as_str().unwrap_or("?"),
-            e["pods"],
-            e["gpus_per_pod"],
-            e["queue_name"].as_str().unwrap_or("?"),
-            e["priority"]
+            e.name, e.state, e.pods, e.gpus_per_pod, e.queue_name, e.priority
         );
-        println!("  {}", e["why"].as_str().unwrap_or(""));
-        if let Some(waiting) = e["waiting_for"].as_str()
-            && !e["why"].as_str().unwrap_or("").contains(waiting)
+        println!("  {}", e.why);
+        if let Some(waiting) = &e.waiting_for
+            && !e.why.contains(waiting.as_str())
         {
             println!("  waiting for: {waiting}");
         }
-        if let Some(position) = e["queue_position"].as_u64() {
+        if let Some(position) = e.queue_position {
             println!("  position in its queue: {position}");
         }
-        if let Some(estimate) = e["estimate"]["text"].as_str() {
-            println!("  start: {estimate}");
+        if let Some(estimate) = &e.estimate {
+            println!("  start: {}", estimate.text);
         }
-        let q = &e["queue"];
-        if q.is_object() {
+        if let Some(q) = &e.queue {
             println!(
                 "  queue {}: {} of {} GPUs used ({} borrowed), fair share {:.3}",
-                q["name"].as_str().unwrap_or("?"),
-                q["used_gpus"],
-                q["nominal_gpus"],
-                q["borrowed_gpus"],
-                q["fair_share"].as_f64().unwrap_or(0.0)
+                q.name, q.used_gpus, q.nominal_gpus, q.borrowed_gpus, q.fair_share
             );
         }
-        let history = e["history"]
-            .as_array()
-            .map(Vec::as_slice)
-            .unwrap_or_default();
-        if !history.is_empty() {
+        if !e.history.is_empty() {
             println!("  history:");
-            for event in history {
-                println!(
-                    "    {}  {}",
-                    utc_s(event["time_ms"].as_u64().unwrap_or(0)),
-                    event["text"].as_str().unwrap_or("?")
-                );
+            for event in &e.history {
+                println!("    {}  {}", utc_s(event.time_ms), event.text);
             }
         }
-        if !attempted {
+        let Some(latest) = &e.latest else {
             return Ok(Ok(()));
-        }
-        let quota = &x["quota"]["builtin"];
-        println!(
-            "  quota: {}{}",
-            quota["verdict"].as_str().or(quota.as_str()).unwrap_or("?"),
-            quota["reason"]
-                .as_str()
-                .map(|r| format!(" ({r})"))
-                .unwrap_or_default()
-        );
-        for (policy, verdict) in x["quota"]["policies"]
-            .as_array()
-            .into_iter()
-            .flatten()
-            .filter_map(|p| Some((p[0].as_str()?, p[1].as_str()?)))
-        {
+        };
+        let x = &latest.explanation;
+        let quota = match &x.quota.builtin {
+            gantry_core::Admission::Within => "within".to_string(),
+            gantry_core::Admission::Borrowing { gpus } => format!("borrowing {gpus} GPUs"),
+            gantry_core::Admission::Denied { reason } => format!("denied ({reason})"),
+        };
+        println!("  quota: {quota}");
+        for (policy, verdict) in &x.quota.policies {
             println!("  quota policy {policy}: {verdict}");
         }
-        for f in x["filters"].as_array().into_iter().flatten() {
-            for r in f["rejected"].as_array().into_iter().flatten() {
-                println!(
-                    "  {} nodes rejected by {}: {}",
-                    r[1],
-                    f["policy"].as_str().unwrap_or("?"),
-                    r[0].as_str().unwrap_or("?")
-                );
+        for f in &x.filters {
+            for (reason, count) in &f.rejected {
+                println!("  {count} nodes rejected by {}: {reason}", f.policy);
             }
         }
-        let top: Vec<&Value> = x["top_nodes"].as_array().into_iter().flatten().collect();
-        if !top.is_empty() {
+        if !x.top_nodes.is_empty() {
             println!("  top nodes by score (each policy's weighted part):");
-            for n in top.iter().take(5) {
-                let parts: Vec<String> = n["parts"]
-                    .as_array()
-                    .into_iter()
-                    .flatten()
-                    .map(|p| format!("{} {}", p[0].as_str().unwrap_or("?"), p[1]))
+            for n in x.top_nodes.iter().take(5) {
+                let parts: Vec<String> = n
+                    .parts
+                    .iter()
+                    .map(|(policy, score)| format!("{policy} {score}"))
                     .collect();
-                println!(
-                    "    {}  {}  ({})",
-                    n["node"].as_str().unwrap_or("?"),
-                    n["total"],
-                    parts.join(", ")
-                );
+                println!("    {}  {}  ({})", n.node, n.total, parts.join(", "));
             }
         }
-        let policies: Vec<String> = x["policies"]
-            .as_array()
-            .into_iter()
-            .flatten()
-            .map(|p| {
-                format!(
-                    "{} {}",
-                    p["name"].as_str().unwrap_or("?"),
-                    p["version"].as_str().unwrap_or("?")
-                )
-            })
+        let policies: Vec<String> = x
+            .policies
+            .iter()
+            .map(|p| format!("{} {}", p.name, p.version))
             .collect();
         println!(
             "  decided by policy set v{} ({}); {} decisions on record",
-            x["policy_set"],
+            x.policy_set,
             policies.join(", "),
-            e["attempts"]
+            e.attempts
         );
         Ok(Ok(()))
     })

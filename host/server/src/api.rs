@@ -897,33 +897,42 @@ async fn decision_stream(
     Ok(Sse::new(stream).keep_alive(KeepAlive::new().interval(Duration::from_secs(15))))
 }
 
-/// "Why is it pending now?" (or where it went), for a pod or a job.
-#[derive(Debug, Serialize)]
-struct Explain {
-    name: String,
+/// "Why is it pending now?" (or where it went), for a pod or a job: the answer of
+/// `GET /api/explain/{name}`, which `gantry explain` reads as this same type.
+#[derive(Debug, Serialize, Deserialize)]
+pub struct Explain {
+    /// The name asked about.
+    pub name: String,
     /// `job` or `pod`: what `name` turned out to be.
-    kind: &'static str,
-    job: String,
+    pub kind: String,
+    /// The job it is, or belongs to.
+    pub job: String,
     /// `pending`, `running`, or `done` (neither pending nor running now, with a history).
-    state: &'static str,
-    queue_name: String,
-    pods: u32,
-    gpus_per_pod: u32,
-    priority: i32,
+    pub state: String,
+    /// The queue it was submitted to.
+    pub queue_name: String,
+    /// Pods in its gang (1 for a single pod).
+    pub pods: u32,
+    /// GPUs each pod asks for.
+    pub gpus_per_pod: u32,
+    /// Higher goes first within its queue.
+    pub priority: i32,
     /// Its place among its queue's pending jobs (1 = next).
-    queue_position: Option<u32>,
-    queue: Option<QueueView>,
+    pub queue_position: Option<u32>,
+    /// Its queue now: quota, use, borrowing, fair share.
+    pub queue: Option<QueueView>,
     /// One paragraph in plain words, from the latest decision (or on why there is none yet).
-    why: String,
+    pub why: String,
     /// What would change the outcome, when pending.
-    waiting_for: Option<String>,
+    pub waiting_for: Option<String>,
     /// When it is expected to start, when pending and the planner has placed it in its plan.
-    estimate: Option<gantry_engine::EstimateView>,
+    pub estimate: Option<gantry_engine::EstimateView>,
     /// The latest decision; none for a job that waits for its first attempt.
-    latest: Option<DecisionRecord>,
-    attempts: usize,
+    pub latest: Option<DecisionRecord>,
+    /// Decisions on record about it.
+    pub attempts: usize,
     /// What happened to it, oldest first: placed, preempted (by whom), pending.
-    history: Vec<JobEvent>,
+    pub history: Vec<JobEvent>,
 }
 
 /// What happened to a job at one point of its life.
@@ -1098,9 +1107,9 @@ async fn explain(
     };
     Ok(Json(Explain {
         name,
-        kind,
+        kind: kind.to_string(),
         job,
-        state: state_name,
+        state: state_name.to_string(),
         queue_name,
         pods,
         gpus_per_pod,

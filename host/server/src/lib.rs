@@ -18,7 +18,10 @@ mod ui;
 use std::net::SocketAddr;
 use std::sync::Arc;
 
-pub use api::{AppState, DoorOptions, IpNet, Peer, RunningPolicy, SetList, router};
+pub use api::{
+    AppState, DoorOptions, Explain, IpNet, JobEvent, JobEventKind, Peer, RunningPolicy, SetList,
+    router,
+};
 pub use auth::{Caller, Role, TokenFileError, Tokens};
 pub use error::{ApiError, Result};
 pub use tls::{TlsConfig, TlsError, TlsListener};
