@@ -80,6 +80,18 @@ const JS_LOCK: &str = include_str!("../../../plugins/js/package-lock.json");
 /// unit test `the_sdk_copy_pins_the_workspaces_wit_bindgen`.
 const WIT_BINDGEN: &str = "=0.63.0";
 
+/// The workspace's `[profile.plugin]` section, as written in its `Cargo.toml`: the one
+/// size-optimised profile, copied into Rust projects rather than restated here.
+fn plugin_profile() -> &'static str {
+    const WORKSPACE: &str = include_str!("../../../Cargo.toml");
+    let start = WORKSPACE
+        .find("[profile.plugin]")
+        .expect("the workspace declares [profile.plugin]");
+    let rest = &WORKSPACE[start..];
+    let end = rest[1..].find("\n[").map_or(rest.len(), |i| i + 2);
+    &rest[..end]
+}
+
 /// Why a project cannot be written.
 #[derive(Debug, thiserror::Error)]
 pub enum NewError {
@@ -183,7 +195,8 @@ pub fn files(name: &str, lang: Lang, role: Role, sdk: Option<&Path>) -> Vec<(Str
                 (
                     "Cargo.toml".to_string(),
                     format!(
-                        "[package]\nname = \"{name}\"\nversion = \"0.1.0\"\nedition = \"2024\"\npublish = false\n\n[lib]\ncrate-type = [\"cdylib\"]\n\n[dependencies]\ngantry-policy-sdk = {{ path = \"{sdk_path}\" }}\nserde = {{ version = \"1\", features = [\"derive\"] }}\nserde_json = \"1\"\n\n# A workspace of its own, so it builds wherever it is put.\n[workspace]\n\n# What Gantry's own policies build with: small, fast components.\n[profile.plugin]\ninherits = \"release\"\nopt-level = 3\nlto = true\ncodegen-units = 1\nstrip = true\ndebug = false\npanic = \"abort\"\n"
+                        "[package]\nname = \"{name}\"\nversion = \"0.1.0\"\nedition = \"2024\"\npublish = false\n\n[lib]\ncrate-type = [\"cdylib\"]\n\n[dependencies]\ngantry-policy-sdk = {{ path = \"{sdk_path}\" }}\nserde = {{ version = \"1\", features = [\"derive\"] }}\nserde_json = \"1\"\n\n# A workspace of its own, so it builds wherever it is put.\n[workspace]\n\n# What Gantry's own policies build with: small, fast components.\n{}",
+                        plugin_profile()
                     ),
                 ),
                 ("rust-toolchain.toml".into(), TOOLCHAIN.into()),

@@ -275,24 +275,31 @@ impl Store {
 
     /// Makes `version` the active set. Audited as `set.activate`.
     pub fn activate(&self, actor: &Actor, version: u64, now_ms: u64) -> Result<PolicySet> {
-        self.point_active(actor, version, now_ms, "set.activate")
+        self.point_active(actor, version, now_ms, false)
     }
 
     /// Makes an earlier `version` active again: the same as [`Store::activate`], but audited as
     /// `set.rollback` so the log shows intent.
     pub fn rollback_to(&self, actor: &Actor, version: u64, now_ms: u64) -> Result<PolicySet> {
-        self.point_active(actor, version, now_ms, "set.rollback")
+        self.point_active(actor, version, now_ms, true)
     }
 
+    /// Points the active set at `version`: a rollback is audited as `set.rollback`, and refused
+    /// when `version` is already active (it would change nothing).
     fn point_active(
         &self,
         actor: &Actor,
         version: u64,
         now_ms: u64,
-        action: &str,
+        rollback: bool,
     ) -> Result<PolicySet> {
+        let action = if rollback {
+            "set.rollback"
+        } else {
+            "set.activate"
+        };
         let previous = self.meta_u64(KEY_ACTIVE_SET)?;
-        if action == "set.rollback" && previous == Some(version) {
+        if rollback && previous == Some(version) {
             return Err(StoreError::AlreadyActive(version));
         }
         let detail = match previous {
