@@ -272,6 +272,26 @@ fn gang_burst() -> (String, String) {
 }
 
 #[test]
+fn the_alibaba_sample_queues_on_its_divided_cluster_so_its_estimates_are_judged() {
+    // tests/scenarios/alibaba-openb-128 exists so the planner's estimates can be judged on the
+    // Alibaba sample (which never queues on the whole cluster): it must keep queueing jobs
+    // that then get an estimate before they start. The accuracy itself is in the README.
+    let cluster = concat!(
+        env!("CARGO_MANIFEST_DIR"),
+        "/../../tests/scenarios/alibaba-openb-128/cluster.yaml"
+    );
+    let report = simulate(
+        cluster,
+        &shared("traces/alibaba-openb-default.gantry.csv"),
+        &["--no-wall-clock"],
+        &temp("alibaba-128.json"),
+    );
+    assert_eq!(report["jobs_submitted"], 8151, "{report}");
+    let judged = report["estimates"]["jobs"].as_u64().expect("a count");
+    assert!(judged >= 1000, "only {judged} jobs were judged: {report}");
+}
+
+#[test]
 fn the_same_inputs_give_a_byte_identical_report() {
     let (cluster, trace) = gang_burst();
     let (a, b) = (temp("a.json"), temp("b.json"));
