@@ -189,7 +189,7 @@ fn score_reasons_reach_the_decisions_top_nodes() {
 }
 
 #[test]
-fn domain_names_come_from_the_call_and_only_during_one() {
+fn domain_names_come_from_the_nodes_of_the_call() {
     let engine = engine();
     let symbols = symbols_of(&engine);
     let affinity = load(&engine, "label-affinity", TRAIN);
