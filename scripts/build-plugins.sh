@@ -12,7 +12,7 @@
 set -euo pipefail
 cd "$(dirname "$0")/.."
 source scripts/env.sh
-packages=(gpu-fit gpu-binpack team-quota noop keep-off)
+packages=(gpu-fit gpu-binpack team-quota noop keep-off label-affinity)
 for dir in plugins/hostile/*/; do
     [ -f "$dir/Cargo.toml" ] && packages+=("hostile-$(basename "$dir")")
 done

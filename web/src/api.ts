@@ -119,7 +119,8 @@ export interface Explanation {
   quota: { builtin: { verdict: string; gpus?: number; reason?: string }; policies: [string, string][]; fair_share_key: number; position: number };
   nodes_total: number; nodes_evaluated: number; nodes_feasible: number;
   filters: { policy: string; rejected: [string, number][] }[];
-  top_nodes: { node: string; total: number; parts: [string, number][] }[];
+  // reasons: `[policy, text]` from score policies of contract 0.2.0; absent when none.
+  top_nodes: { node: string; total: number; parts: [string, number][]; reasons?: [string, string][] }[];
   domain: string | null; policy_set: number; policies: PolicyRef[]; preempted: string[]; faults: string[];
 }
 export interface DecisionRecord { time_ms: number; seq: number; explanation: Explanation }

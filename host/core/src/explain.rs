@@ -77,6 +77,10 @@ pub struct NodeScore {
     pub total: u64,
     /// `(policy, weighted score)`.
     pub parts: Vec<(String, u64)>,
+    /// `(policy, reason)`: why a score policy of contract 0.2.0 scored the node as it did, when
+    /// it said. Absent from records of policies that did not (and from older records).
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub reasons: Vec<(String, String)>,
 }
 
 /// A policy taking part in a cycle.

@@ -48,6 +48,22 @@ pub trait PolicyHooks {
         nodes: Range<usize>,
         in_play: &[bool],
     ) -> Vec<(String, u32, Verdict<Vec<u32>>)>;
+    /// As [`PolicyHooks::score`], with the reasons each policy gave for a few nodes (contract
+    /// 0.2.0): `(offset into nodes, text)`, for the explanation's top nodes. The default gives
+    /// none, so hooks without reasons need not implement it.
+    #[allow(clippy::type_complexity)]
+    fn score_explained(
+        &mut self,
+        state: &ClusterState,
+        pod: &PodShape,
+        nodes: Range<usize>,
+        in_play: &[bool],
+    ) -> Vec<(String, u32, Verdict<Vec<u32>>, Vec<(u32, String)>)> {
+        self.score(state, pod, nodes, in_play)
+            .into_iter()
+            .map(|(policy, weight, verdict)| (policy, weight, verdict, Vec::new()))
+            .collect()
+    }
     /// Per quota policy, in order: its name and verdict.
     fn admit(
         &mut self,

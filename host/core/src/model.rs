@@ -81,6 +81,11 @@ pub struct LevelColumn {
     pub domain_gpu_free: Vec<u32>,
     /// Per domain, total GPUs across all its nodes.
     pub domain_gpu_total: Vec<u32>,
+    /// Per domain, its name interned (the value of the label the level is read from, say
+    /// "rack-12"), or 0 where the source named none; empty when it named none at all. What a
+    /// 0.2.0 policy's `host.domain-name` answers. Absent from tables stored before it.
+    #[serde(default)]
+    pub domain_name: Vec<Sym>,
 }
 
 impl LevelColumn {
@@ -97,6 +102,7 @@ impl LevelColumn {
             node_domain,
             domain_gpu_free: vec![0; domains],
             domain_gpu_total: vec![0; domains],
+            domain_name: Vec::new(),
         };
         for (node, &domain) in level.node_domain.iter().enumerate() {
             if domain != u32::MAX {

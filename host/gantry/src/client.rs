@@ -907,6 +907,9 @@ pub fn explain(args: ExplainArgs) -> anyhow::Result<ExitCode> {
                     .map(|(policy, score)| format!("{policy} {score}"))
                     .collect();
                 println!("    {}  {}  ({})", n.node, n.total, parts.join(", "));
+                for (policy, reason) in &n.reasons {
+                    println!("      {policy}: {reason}");
+                }
             }
         }
         let policies: Vec<String> = x

@@ -12,8 +12,8 @@ use std::process::ExitCode;
 
 use clap::Args;
 use gantry_core::{
-    CohortUsage, Health, JobRequest, LevelColumn, NodeTable, PodShape, QueueUsage, QuotaVerdict,
-    Resources, Symbols, Taint, TaintEffect, Toleration,
+    CohortUsage, Health, JobRequest, LevelColumn, NodeLabel, NodeTable, PodShape, QueueUsage,
+    QuotaVerdict, Resources, Symbols, Taint, TaintEffect, Toleration,
 };
 use gantry_policy::{Limits, Policy, PolicyEngine, PolicyOptions, Role, WasmNodes};
 use serde::Deserialize;
@@ -122,6 +122,9 @@ struct NodeCase {
     /// Level name → domain name, for inline nodes.
     #[serde(default)]
     domains: BTreeMap<String, String>,
+    /// Label key → value: what a 0.2.0 policy's label columns read.
+    #[serde(default)]
+    labels: BTreeMap<String, String>,
 }
 
 #[derive(Debug, Clone, Copy, Deserialize)]
@@ -256,6 +259,10 @@ struct Expect {
     /// Score: these nodes, best first, each scoring strictly higher than the next.
     #[serde(default)]
     order: Vec<String>,
+    /// Score (contract 0.2.0): node name → the reason the policy gives for it, exactly; an
+    /// empty text for a node that must get none.
+    #[serde(default)]
+    reasons: BTreeMap<String, String>,
     /// Quota: `admit`, `{admit-borrowing: GPUS}` or `{deny: TEXT}`.
     #[serde(default)]
     quota: Option<QuotaCase>,
@@ -620,14 +627,16 @@ fn diff_score(
     built: &Built,
     diff: &mut Vec<String>,
 ) -> Result<(), CaseError> {
-    let scores = match policy.score(&built.pod, &WasmNodes::new(&built.table)) {
-        Ok(scores) => scores,
+    let scored = match policy.score_explained(&built.pod, &WasmNodes::new(&built.table)) {
+        Ok(scored) => scored,
         Err(fault) => {
             diff.push(format!("the score faulted: {fault}"));
             return Ok(());
         }
     };
+    let scores = &scored.scores;
     let index = node_index(built);
+
     let mut rows = Vec::new();
     for (node, &expected) in &expect.scores {
         let got = scores[find(&index, node)?];
@@ -653,6 +662,19 @@ fn diff_score(
             got.join(", ")
         ));
     }
+    let mut rows = Vec::new();
+    for (node, expected) in &expect.reasons {
+        let at = find(&index, node)?;
+        let got = scored
+            .reasons
+            .iter()
+            .find(|r| r.node as usize == at)
+            .map_or("", |r| r.text.as_str());
+        if got != expected {
+            rows.push((node.clone(), format!("{expected:?}"), format!("{got:?}")));
+        }
+    }
+    push_table(diff, "reason for", rows);
     Ok(())
 }
 
@@ -983,6 +1005,16 @@ fn build_cluster(
                 }
             };
         }
+        if !node.labels.is_empty() {
+            table.labels.resize(names.len(), Vec::new().into());
+            let mut labels: Vec<NodeLabel> = node
+                .labels
+                .iter()
+                .map(|(key, value)| NodeLabel::new(symbols.intern(key), sym(value), value))
+                .collect();
+            labels.sort_by_key(|l| l.key);
+            table.labels[i] = labels.into();
+        }
         if from_spec && !node.domains.is_empty() {
             return Err(CaseError::Invalid(format!(
                 "node {:?}: a spec node keeps its spec topology; drop `domains`",
@@ -994,16 +1026,22 @@ fn build_cluster(
         // Free GPUs changed: recount each domain's.
         let levels = std::mem::take(&mut table.levels);
         for level in levels {
-            let rebuilt = LevelColumn::from_node_domains(level.name, level.node_domain, &table);
+            let mut rebuilt = LevelColumn::from_node_domains(level.name, level.node_domain, &table);
+            rebuilt.domain_name = level.domain_name;
             table.levels.push(rebuilt);
         }
     } else {
         for (level, name) in cluster.levels.iter().enumerate() {
-            let column = LevelColumn::from_node_domains(
+            let mut column = LevelColumn::from_node_domains(
                 symbols.intern(name),
                 std::mem::take(&mut node_domains[level]),
                 &table,
             );
+            // Each domain is named as the case names it (what `host.domain-name` answers).
+            column.domain_name = vec![0; domain_ids[level].len()];
+            for (domain, &id) in &domain_ids[level] {
+                column.domain_name[id as usize] = symbols.intern(domain);
+            }
             table.levels.push(column);
         }
     }

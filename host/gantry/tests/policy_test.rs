@@ -81,6 +81,8 @@ fn rust_policies_pass_the_shared_cases() {
     assert_passes("gpu_binpack.wasm", "gpu-binpack");
     assert_passes("team_quota.wasm", "team-quota");
     assert_passes("keep_off.wasm", "keep-off");
+    // Contract 0.2.0: label columns, domain names and score reasons.
+    assert_passes("label_affinity.wasm", "label-affinity");
 }
 
 /// The same case folders, the Python and JavaScript builds. Each case loads the policy afresh,

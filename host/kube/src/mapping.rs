@@ -531,8 +531,13 @@ pub(crate) fn node_table(
             })
             .collect();
         if !domains.is_empty() {
-            let column =
+            let mut column =
                 LevelColumn::from_node_domains(symbols.intern(&level.level), node_domain, &table);
+            // Each domain is named by the label value it was read from.
+            column.domain_name = vec![0; domains.len()];
+            for (value, &id) in &domains {
+                column.domain_name[id as usize] = symbols.intern(value);
+            }
             table.levels.push(column);
         }
     }

@@ -2,19 +2,49 @@
 //! [`WasmNodes`] and then lent to every call, so a call copies nothing on the host side.
 
 use gantry_core::{
-    CohortUsage, JobRequest, NodeTable, PodShape, QueueUsage, Resources, Taint, TaintEffect,
-    Toleration,
+    CohortUsage, JobRequest, NodeLabel, NodeTable, PodShape, QueueUsage, Resources, Sym, Taint,
+    TaintEffect, Toleration,
 };
 
 use std::ops::Range;
+use std::sync::{Arc, Mutex};
 
-use crate::bindings::types;
+use crate::bindings::{types, v2};
+
+/// Per topology level (as `nodes.levels`), per domain id, the domain's name interned (0 for
+/// none): what a 0.2.0 policy's `host.domain-name` reads during a call.
+pub(crate) type DomainNames = Arc<Vec<Vec<Sym>>>;
+
+/// Label columns made for one list of keys, in its order.
+type LabelColumns = Arc<Vec<v2::labels::LabelColumn>>;
 
 /// The node table in the shape that crosses the boundary. Built from a [`NodeTable`] once and
 /// reused for every call on the same snapshot.
-#[derive(Debug, Clone)]
+///
+/// The columns are contract 0.1.0's record, which 0.2.0 shares unchanged, so a policy of either
+/// version is lent the same columns. For 0.2.0 policies it also holds each node's labels (a
+/// shared pointer per node, no copy) and the domain names; a label column is made the first
+/// time a policy asks for its key on these nodes, and kept until the nodes change.
+#[derive(Debug)]
 pub struct WasmNodes {
     raw: types::Nodes,
+    /// Per node of `raw`, its labels sorted by key (empty when the table has none).
+    labels: Vec<Arc<[NodeLabel]>>,
+    domain_names: DomainNames,
+    /// Label columns made so far, by the list of keys they were made for. A set holds a few
+    /// 0.2.0 policies at most, so a short list searched in order.
+    label_columns: Mutex<Vec<(Vec<Sym>, LabelColumns)>>,
+}
+
+impl Clone for WasmNodes {
+    fn clone(&self) -> Self {
+        Self {
+            raw: self.raw.clone(),
+            labels: self.labels.clone(),
+            domain_names: self.domain_names.clone(),
+            label_columns: Mutex::new(self.memo().clone()),
+        }
+    }
 }
 
 impl WasmNodes {
@@ -25,7 +55,20 @@ impl WasmNodes {
 
     /// The nodes of `nodes` only (a chunk of the table). Domain totals stay cluster-wide.
     pub fn new_range(table: &NodeTable, nodes: Range<usize>) -> Self {
+        let no_labels: Arc<[NodeLabel]> = Arc::from(Vec::new());
         Self {
+            labels: nodes
+                .clone()
+                .map(|node| table.labels.get(node).unwrap_or(&no_labels).clone())
+                .collect(),
+            domain_names: Arc::new(
+                table
+                    .levels
+                    .iter()
+                    .map(|level| level.domain_name.clone())
+                    .collect(),
+            ),
+            label_columns: Mutex::new(Vec::new()),
             raw: types::Nodes {
                 name: table.name[nodes.clone()].to_vec(),
                 gpu_total: table.gpu_total[nodes.clone()].to_vec(),
@@ -63,6 +106,11 @@ impl WasmNodes {
             into.clear();
             into.extend(offsets.iter().map(|&i| column[i]));
         }
+        self.labels.clear();
+        self.labels
+            .extend(offsets.iter().map(|&i| chunk.labels[i].clone()));
+        self.domain_names.clone_from(&chunk.domain_names);
+        self.memo().clear();
         let (to, from) = (&mut self.raw, &chunk.raw);
         pick(&mut to.name, &from.name, offsets);
         pick(&mut to.gpu_total, &from.gpu_total, offsets);
@@ -123,6 +171,43 @@ impl WasmNodes {
 
     pub(crate) fn raw(&self) -> &types::Nodes {
         &self.raw
+    }
+
+    /// The domain names, for `host.domain-name` during a 0.2.0 call on these nodes.
+    pub(crate) fn domain_names(&self) -> DomainNames {
+        self.domain_names.clone()
+    }
+
+    fn memo(&self) -> std::sync::MutexGuard<'_, Vec<(Vec<Sym>, LabelColumns)>> {
+        self.label_columns.lock().unwrap_or_else(|e| e.into_inner())
+    }
+
+    /// A column per key of `keys`, in order: each node's value for the key, 0 where it has
+    /// none. Made once per list of keys and kept with these nodes (labels change only with the
+    /// table, which rebuilds them); an empty list costs nothing.
+    pub(crate) fn label_columns(&self, keys: &[Sym]) -> LabelColumns {
+        if let Some((_, columns)) = self.memo().iter().find(|(k, _)| k == keys) {
+            return columns.clone();
+        }
+        let columns: LabelColumns = Arc::new(
+            keys.iter()
+                .map(|&key| v2::labels::LabelColumn {
+                    key,
+                    values: self
+                        .labels
+                        .iter()
+                        .map(
+                            |labels| match labels.binary_search_by_key(&key, |l| l.key) {
+                                Ok(i) => labels[i].value,
+                                Err(_) => 0,
+                            },
+                        )
+                        .collect(),
+                })
+                .collect(),
+        );
+        self.memo().push((keys.to_vec(), columns.clone()));
+        columns
     }
 }
 

@@ -9,7 +9,7 @@ use gantry_core::Symbols;
 use sha2::{Digest, Sha256};
 use wasmtime::component::{Component, Linker};
 
-use crate::bindings::{filter::FilterPre, quota::QuotaPre, score::ScorePre};
+use crate::bindings::{filter::FilterPre, quota::QuotaPre, score::ScorePre, v2};
 use crate::error::{PolicyError, Result};
 use crate::instance::{HostState, ProcessBudget};
 use crate::network::NetworkRule;
@@ -40,12 +40,20 @@ impl Role {
         }
     }
 
-    /// The interface a component of this role exports.
+    /// The interface a component of this role exports, in contract 0.1.0.
     pub fn export_name(self) -> &'static str {
-        match self {
-            Role::Filter => "gantry:policy/filter-policy@0.1.0",
-            Role::Score => "gantry:policy/score-policy@0.1.0",
-            Role::Quota => "gantry:policy/quota-policy@0.1.0",
+        self.export_name_in(Version::V0_1)
+    }
+
+    /// The interface a component of this role exports in contract `version`.
+    pub fn export_name_in(self, version: Version) -> &'static str {
+        match (self, version) {
+            (Role::Filter, Version::V0_1) => "gantry:policy/filter-policy@0.1.0",
+            (Role::Score, Version::V0_1) => "gantry:policy/score-policy@0.1.0",
+            (Role::Quota, Version::V0_1) => "gantry:policy/quota-policy@0.1.0",
+            (Role::Filter, Version::V0_2) => "gantry:policy/filter-policy@0.2.0",
+            (Role::Score, Version::V0_2) => "gantry:policy/score-policy@0.2.0",
+            (Role::Quota, Version::V0_2) => "gantry:policy/quota-policy@0.2.0",
         }
     }
 
@@ -56,6 +64,38 @@ impl Role {
             Role::Filter | Role::Quota => FailurePolicy::FailClosed,
             Role::Score => FailurePolicy::FailOpen,
         }
+    }
+}
+
+/// The version of the `gantry:policy` contract a component was built against, read from the
+/// interface it exports. The host serves every version beside the others, so one set may mix
+/// them; each keeps its own behaviour.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, PartialOrd, Ord, serde::Serialize)]
+pub enum Version {
+    /// `gantry:policy@0.1.0`, the first release.
+    #[serde(rename = "0.1.0")]
+    V0_1,
+    /// `gantry:policy@0.2.0`: node label columns, `host.domain-name`, score reasons.
+    #[serde(rename = "0.2.0")]
+    V0_2,
+}
+
+impl Version {
+    /// Every version served, oldest first.
+    pub const ALL: [Version; 2] = [Version::V0_1, Version::V0_2];
+
+    /// The package version, as WIT spells it.
+    pub fn as_str(self) -> &'static str {
+        match self {
+            Version::V0_1 => "0.1.0",
+            Version::V0_2 => "0.2.0",
+        }
+    }
+}
+
+impl std::fmt::Display for Version {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str(self.as_str())
     }
 }
 
@@ -246,6 +286,8 @@ pub struct CompiledPolicy {
     pub sha256: String,
     /// The role its exports play.
     pub role: Role,
+    /// The contract version its exports follow.
+    pub version: Version,
     /// The component's size in bytes.
     pub size_bytes: usize,
     pub(crate) pre: RolePre,
@@ -255,6 +297,23 @@ pub(crate) enum RolePre {
     Filter(FilterPre<HostState>),
     Score(ScorePre<HostState>),
     Quota(QuotaPre<HostState>),
+    FilterV2(v2::filter::FilterPre<HostState>),
+    ScoreV2(v2::score::ScorePre<HostState>),
+    QuotaV2(v2::quota::QuotaPre<HostState>),
+}
+
+impl RolePre {
+    /// The pre-instantiated component, whatever its role and version.
+    fn instance_pre(&self) -> &wasmtime::component::InstancePre<HostState> {
+        match self {
+            RolePre::Filter(pre) => pre.instance_pre(),
+            RolePre::Score(pre) => pre.instance_pre(),
+            RolePre::Quota(pre) => pre.instance_pre(),
+            RolePre::FilterV2(pre) => pre.instance_pre(),
+            RolePre::ScoreV2(pre) => pre.instance_pre(),
+            RolePre::QuotaV2(pre) => pre.instance_pre(),
+        }
+    }
 }
 
 impl PolicyEngine {
@@ -420,10 +479,10 @@ fn compile_new(shared: &EngineShared, bytes: &[u8], digest: [u8; 32]) -> Result<
     let engine = &shared.engine;
     let component = Component::new(engine, bytes)
         .map_err(|e| PolicyError::Invalid(one_line(&format!("{e:#}"))))?;
-    let role = detect_role(engine, &component)?;
+    let (role, version) = detect_role(engine, &component)?;
     let linker = &shared.linker;
     let wrong_world = |e: wasmtime::Error| PolicyError::WrongWorld {
-        world: format!("gantry:policy/{role}@0.1.0"),
+        world: format!("gantry:policy/{role}@{version}"),
         detail: one_line(&format!("{e:#}")),
     };
     let instance_pre = linker.instantiate_pre(&component).map_err(|e| {
@@ -433,14 +492,30 @@ fn compile_new(shared: &EngineShared, bytes: &[u8], digest: [u8; 32]) -> Result<
             None => wrong_world(e),
         }
     })?;
-    let pre = match role {
-        Role::Filter => RolePre::Filter(FilterPre::new(instance_pre).map_err(wrong_world)?),
-        Role::Score => RolePre::Score(ScorePre::new(instance_pre).map_err(wrong_world)?),
-        Role::Quota => RolePre::Quota(QuotaPre::new(instance_pre).map_err(wrong_world)?),
+    let pre = match (role, version) {
+        (Role::Filter, Version::V0_1) => {
+            RolePre::Filter(FilterPre::new(instance_pre).map_err(wrong_world)?)
+        }
+        (Role::Score, Version::V0_1) => {
+            RolePre::Score(ScorePre::new(instance_pre).map_err(wrong_world)?)
+        }
+        (Role::Quota, Version::V0_1) => {
+            RolePre::Quota(QuotaPre::new(instance_pre).map_err(wrong_world)?)
+        }
+        (Role::Filter, Version::V0_2) => {
+            RolePre::FilterV2(v2::filter::FilterPre::new(instance_pre).map_err(wrong_world)?)
+        }
+        (Role::Score, Version::V0_2) => {
+            RolePre::ScoreV2(v2::score::ScorePre::new(instance_pre).map_err(wrong_world)?)
+        }
+        (Role::Quota, Version::V0_2) => {
+            RolePre::QuotaV2(v2::quota::QuotaPre::new(instance_pre).map_err(wrong_world)?)
+        }
     };
     Ok(CompiledPolicy {
         sha256: hex(&digest),
         role,
+        version,
         size_bytes: bytes.len(),
         pre,
     })
@@ -510,20 +585,26 @@ fn check_magic(bytes: &[u8]) -> Result<()> {
     Err(PolicyError::NotWasm { found })
 }
 
-fn detect_role(engine: &wasmtime::Engine, component: &Component) -> Result<Role> {
+/// The role and contract version of the one policy interface the component exports.
+fn detect_role(engine: &wasmtime::Engine, component: &Component) -> Result<(Role, Version)> {
     let ty = component.component_type();
     let exports: Vec<String> = ty
         .exports(engine)
         .map(|(name, _)| name.to_string())
         .collect();
-    let roles: Vec<Role> = Role::ALL
+    let roles: Vec<(Role, Version)> = Version::ALL
         .into_iter()
-        .filter(|role| exports.iter().any(|e| e == role.export_name()))
+        .flat_map(|version| Role::ALL.map(|role| (role, version)))
+        .filter(|(role, version)| exports.iter().any(|e| e == role.export_name_in(*version)))
         .collect();
     match roles.as_slice() {
-        [role] => Ok(*role),
+        [found] => Ok(*found),
         [] => Err(PolicyError::MissingWorld {
-            expected: Role::ALL.map(Role::export_name).join(", "),
+            expected: Version::ALL
+                .into_iter()
+                .flat_map(|version| Role::ALL.map(|role| role.export_name_in(version)))
+                .collect::<Vec<_>>()
+                .join(", "),
             found: if exports.is_empty() {
                 "nothing".into()
             } else {
@@ -533,7 +614,7 @@ fn detect_role(engine: &wasmtime::Engine, component: &Component) -> Result<Role>
         several => Err(PolicyError::SeveralWorlds {
             found: several
                 .iter()
-                .map(|r| r.as_str())
+                .map(|(role, version)| format!("{role}@{version}"))
                 .collect::<Vec<_>>()
                 .join(", "),
         }),
@@ -599,20 +680,11 @@ fn check_imports(
 impl CompiledPolicy {
     /// The names of every interface the component imports, as `check_imports` sees them.
     pub fn imports(&self) -> Vec<String> {
-        let pre = match &self.pre {
-            RolePre::Filter(pre) => pre.instance_pre(),
-            RolePre::Score(pre) => pre.instance_pre(),
-            RolePre::Quota(pre) => pre.instance_pre(),
-        };
-        import_names(pre.engine(), self.component())
+        import_names(self.pre.instance_pre().engine(), self.component())
     }
 
     pub(crate) fn component(&self) -> &Component {
-        match &self.pre {
-            RolePre::Filter(pre) => pre.instance_pre().component(),
-            RolePre::Score(pre) => pre.instance_pre().component(),
-            RolePre::Quota(pre) => pre.instance_pre().component(),
-        }
+        self.pre.instance_pre().component()
     }
 }
 

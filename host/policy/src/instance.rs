@@ -9,7 +9,7 @@ use wasmtime_wasi::p2::pipe::MemoryOutputPipe;
 use wasmtime_wasi::sockets::SocketAddrUse;
 use wasmtime_wasi::{WasiCtx, WasiCtxBuilder, WasiCtxView, WasiView};
 
-use crate::bindings::{filter::Filter, host, quota::Quota, score::Score, types};
+use crate::bindings::{filter::Filter, host, quota::Quota, score::Score, types, v2};
 use crate::engine::{Capabilities, CompiledPolicy, EngineShared, RolePre};
 
 /// Bytes of a policy's stdout/stderr kept, for the panic message of a trap.
@@ -30,6 +30,9 @@ pub struct HostState {
     console: MemoryOutputPipe,
     /// How the running call's deadline is kept: see [`arm_deadline`].
     deadline: Deadline,
+    /// The domain names of the nodes of the running 0.2.0 `filter` or `score` call, per level
+    /// then per domain id: what `host.domain-name` reads. `None` outside such a call.
+    pub(crate) domains: Option<crate::convert::DomainNames>,
 }
 
 /// A call's deadline. A plain one traps when its ticks are reached. A pausing one (a shadow
@@ -373,8 +376,9 @@ impl WasiView for HostState {
 
 impl types::Host for HostState {}
 
-impl host::Host for HostState {
-    fn log(&mut self, level: host::LogLevel, mut message: String) {
+impl HostState {
+    /// `host.log`, for both contract versions: the policy's rate limit, then one bounded line.
+    fn write_log(&mut self, level: host::LogLevel, mut message: String) {
         if !self.log.take(Clock::now()) {
             return;
         }
@@ -394,6 +398,12 @@ impl host::Host for HostState {
             host::LogLevel::Error => tracing::error!(policy, "{message}"),
         }
     }
+}
+
+impl host::Host for HostState {
+    fn log(&mut self, level: host::LogLevel, message: String) {
+        self.write_log(level, message);
+    }
 
     fn resolve(&mut self, id: types::Sym) -> String {
         self.symbols.resolve(id).to_string()
@@ -404,6 +414,34 @@ impl host::Host for HostState {
     }
 }
 
+impl v2::labels::Host for HostState {}
+
+impl v2::host::Host for HostState {
+    fn log(&mut self, level: v2::host::LogLevel, message: String) {
+        let level = match level {
+            v2::host::LogLevel::Debug => host::LogLevel::Debug,
+            v2::host::LogLevel::Info => host::LogLevel::Info,
+            v2::host::LogLevel::Warn => host::LogLevel::Warn,
+            v2::host::LogLevel::Error => host::LogLevel::Error,
+        };
+        self.write_log(level, message);
+    }
+
+    fn resolve(&mut self, id: types::Sym) -> String {
+        self.symbols.resolve(id).to_string()
+    }
+
+    fn lookup(&mut self, text: String) -> Option<types::Sym> {
+        self.symbols.lookup(&text)
+    }
+
+    fn domain_name(&mut self, level: u32, domain: u32) -> Option<String> {
+        let names = self.domains.as_ref()?;
+        let name = *names.get(level as usize)?.get(domain as usize)?;
+        (name != 0).then(|| self.symbols.resolve(name).to_string())
+    }
+}
+
 /// The host imports: Gantry's `host` interface and the WASI interfaces. Every WASI interface is
 /// linked, but `check_imports` refuses a component that imports one it was not granted, and the
 /// `WasiCtx` of an ungranted policy has no preopened directory and no network.
@@ -411,6 +449,11 @@ pub(crate) fn add_to_linker(linker: &mut Linker<HostState>) -> wasmtime::Result<
     wasmtime_wasi::p2::add_to_linker_sync(linker)?;
     host::add_to_linker::<HostState, HasSelf<HostState>>(linker, |state| state)?;
     types::add_to_linker::<HostState, HasSelf<HostState>>(linker, |state| state)?;
+    // 0.2.0: its own `host` and `labels`; its `types` are 0.1.0's (see `bindings::v2`), with
+    // nothing to link but the instance name.
+    v2::host::add_to_linker::<HostState, HasSelf<HostState>>(linker, |state| state)?;
+    v2::labels::add_to_linker::<HostState, HasSelf<HostState>>(linker, |state| state)?;
+    linker.instance("gantry:policy/types@0.2.0")?;
     Ok(())
 }
 
@@ -425,6 +468,23 @@ pub(crate) enum Exports {
     Filter(Filter),
     Score(Score),
     Quota(Quota),
+    FilterV2(v2::filter::Filter),
+    ScoreV2(v2::score::Score),
+    QuotaV2(v2::quota::Quota),
+}
+
+impl RolePre {
+    /// Instantiate in `store`: the exports of this role and version.
+    pub(crate) fn instantiate(&self, store: &mut Store<HostState>) -> wasmtime::Result<Exports> {
+        match self {
+            RolePre::Filter(pre) => pre.instantiate(store).map(Exports::Filter),
+            RolePre::Score(pre) => pre.instantiate(store).map(Exports::Score),
+            RolePre::Quota(pre) => pre.instantiate(store).map(Exports::Quota),
+            RolePre::FilterV2(pre) => pre.instantiate(store).map(Exports::FilterV2),
+            RolePre::ScoreV2(pre) => pre.instantiate(store).map(Exports::ScoreV2),
+            RolePre::QuotaV2(pre) => pre.instantiate(store).map(Exports::QuotaV2),
+        }
+    }
 }
 
 impl Instance {
@@ -437,11 +497,7 @@ impl Instance {
         host: InstanceHost,
     ) -> Result<Self, (wasmtime::Error, Option<Refusal>)> {
         let mut store = new_store(shared, caps, host).map_err(|e| (e, None))?;
-        let exports = match &compiled.pre {
-            RolePre::Filter(pre) => pre.instantiate(&mut store).map(Exports::Filter),
-            RolePre::Score(pre) => pre.instantiate(&mut store).map(Exports::Score),
-            RolePre::Quota(pre) => pre.instantiate(&mut store).map(Exports::Quota),
-        };
+        let exports = compiled.pre.instantiate(&mut store);
         match exports {
             Ok(exports) => Ok(Self { store, exports }),
             Err(e) => Err((e, store.data().limiter.refused)),
@@ -509,6 +565,7 @@ pub(crate) fn new_store(
         log: host.log,
         console,
         deadline: Deadline::Plain,
+        domains: None,
     };
     let mut store = Store::new(&shared.engine, state);
     store.limiter(|state| &mut state.limiter);
@@ -710,6 +767,7 @@ mod tests {
             "team_quota",
             "noop",
             "keep_off",
+            "label_affinity",
             "gpu_fit_py",
             "gpu_binpack_py",
             "gpu_fit_js",
@@ -726,11 +784,7 @@ mod tests {
                 let mut store = new_store(shared, &Capabilities::default(), host()).unwrap();
                 store.data_mut().limiter.instances = n;
                 store.limiter(|state| &mut state.limiter);
-                match &compiled.pre {
-                    RolePre::Filter(pre) => pre.instantiate(&mut store).is_ok(),
-                    RolePre::Score(pre) => pre.instantiate(&mut store).is_ok(),
-                    RolePre::Quota(pre) => pre.instantiate(&mut store).is_ok(),
-                }
+                compiled.pre.instantiate(&mut store).is_ok()
             });
             // And it instantiates under the default limits, which wasmtime checks itself.
             let instance = match Instance::new(shared, &compiled, &Capabilities::default(), host())

@@ -9,7 +9,7 @@ use wasmtime::Trap;
 
 use crate::bindings::types;
 use crate::convert::{self, WasmNodes};
-use crate::engine::{Capabilities, CompiledPolicy, EngineShared, Role};
+use crate::engine::{Capabilities, CompiledPolicy, EngineShared, Role, Version};
 use crate::error::{PolicyError, PolicyFault, Result};
 use crate::instance::{Exports, Instance, InstanceHost, LogBucket, Refusal};
 
@@ -23,6 +23,33 @@ pub const REASON_TEXT_MAX_BYTES: usize = 200;
 pub const REASONS_MAX: usize = 256;
 /// Longest deny reason `admit` may return, in bytes: it is stored with every decision.
 pub const DENY_REASON_MAX_BYTES: usize = 1024;
+/// Most label keys a 0.2.0 policy may ask for (`label-keys`): each is a column per call.
+pub const LABEL_KEYS_MAX: usize = 16;
+/// Longest label key a 0.2.0 policy may ask for, in bytes: a Kubernetes label key is a prefix of
+/// at most 253 bytes, `/`, and a name of at most 63. Keys are interned for the process's life.
+pub const LABEL_KEY_MAX_BYTES: usize = 317;
+/// Most reasons one 0.2.0 `score` call may give: a bound per call, not per node, so reasons
+/// cost the same on 10 nodes as on 7,500. Each text is at most [`REASON_TEXT_MAX_BYTES`].
+pub const SCORE_REASONS_MAX: usize = 16;
+
+/// Why a score policy scored a node as it did (contract 0.2.0).
+#[derive(Debug, Clone, PartialEq, Eq, Serialize)]
+pub struct ScoreReason {
+    /// The node, as an index into the nodes of the call.
+    pub node: u32,
+    /// Plain words, at most [`REASON_TEXT_MAX_BYTES`].
+    pub text: String,
+}
+
+/// A score policy's answer: a score per node and reasons for a few nodes. A 0.1.0 policy
+/// gives no reasons.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize)]
+pub struct Scored {
+    /// One score in 0..=[`crate::MAX_SCORE`] per node of the call.
+    pub scores: Vec<u32>,
+    /// At most [`SCORE_REASONS_MAX`], each for a different node, in the order given.
+    pub reasons: Vec<ScoreReason>,
+}
 
 /// What a fault does to the decision it happened in.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Serialize, Deserialize)]
@@ -159,6 +186,9 @@ struct Inner {
     info: PolicyInfo,
     /// Indexed by reason code: whether the policy declared it. Checked for every verdict.
     declared: Vec<bool>,
+    /// The label keys a 0.2.0 filter or score asked for at load, interned, in its order: the
+    /// label columns each of its calls gets. Empty for every other policy.
+    label_keys: Vec<gantry_core::Sym>,
     host: InstanceHost,
     pool: Pool,
     health: Mutex<HealthState>,
@@ -263,6 +293,7 @@ impl Policy {
                 reasons: Vec::new(),
             },
             declared: Vec::new(),
+            label_keys: Vec::new(),
             pool: Pool {
                 state: Mutex::new(PoolState {
                     idle: Vec::new(),
@@ -281,10 +312,13 @@ impl Policy {
             stats: stats.clone(),
         };
         // The first instance is made here, on the loading thread: load reports its faults.
-        let (instance, info) = inner.instantiate().map_err(|fault| match fault {
+        let (mut instance, info) = inner.instantiate().map_err(|fault| match fault {
             PolicyFault::BadConfig { message } => PolicyError::BadConfig(message),
             other => PolicyError::InitFault(other),
         })?;
+        inner.label_keys = inner
+            .read_label_keys(&mut instance)
+            .map_err(PolicyError::InitFault)?;
         let mut declared = vec![false; 1 + usize::from(u16::MAX)];
         for (code, _) in &info.reasons {
             declared[usize::from(*code)] = true;
@@ -375,6 +409,17 @@ impl Policy {
         self.inner.compiled.role
     }
 
+    /// The contract version the policy was built against.
+    pub fn version(&self) -> Version {
+        self.inner.compiled.version
+    }
+
+    /// The label keys whose columns the policy gets (0.2.0 filters and scores), interned, in
+    /// the order it asked for them.
+    pub fn label_keys(&self) -> &[gantry_core::Sym] {
+        &self.inner.label_keys
+    }
+
     /// The sha256 of the component's bytes, hex.
     pub fn sha256(&self) -> &str {
         &self.inner.compiled.sha256
@@ -448,6 +493,18 @@ impl Policy {
                     &pod,
                     nodes.raw(),
                 )),
+                Exports::FilterV2(filter) => {
+                    let labels = nodes.label_columns(&inner.label_keys);
+                    instance.store.data_mut().domains = Some(nodes.domain_names());
+                    let codes = filter.gantry_policy_filter_policy().call_filter(
+                        &mut instance.store,
+                        &pod,
+                        nodes.raw(),
+                        &labels,
+                    );
+                    instance.store.data_mut().domains = None;
+                    Some(codes)
+                }
                 _ => None,
             })?;
             if codes.len() != nodes.len() {
@@ -479,17 +536,58 @@ impl Policy {
         pod: &PodShape,
         nodes: &WasmNodes,
     ) -> std::result::Result<Vec<u32>, PolicyFault> {
+        self.score_explained(pod, nodes).map(|scored| scored.scores)
+    }
+
+    /// One score in 0..=100 per node of `nodes`, and the reasons a 0.2.0 policy gave for a
+    /// few of them (none from a 0.1.0 policy). Every reason is checked: at most
+    /// [`SCORE_REASONS_MAX`], each for a node of the call, no node twice, each text at most
+    /// [`REASON_TEXT_MAX_BYTES`]; anything else is a bad-output fault, as too many scores are.
+    pub fn score_explained(
+        &self,
+        pod: &PodShape,
+        nodes: &WasmNodes,
+    ) -> std::result::Result<Scored, PolicyFault> {
         let inner = &*self.inner;
         inner.guarded(|| {
             let pod = convert::pod(pod);
-            let scores = inner.call(|instance| match &instance.exports {
-                Exports::Score(score) => Some(score.gantry_policy_score_policy().call_score(
-                    &mut instance.store,
-                    &pod,
-                    nodes.raw(),
-                )),
+            let scored = inner.call(|instance| match &instance.exports {
+                Exports::Score(score) => Some(
+                    score
+                        .gantry_policy_score_policy()
+                        .call_score(&mut instance.store, &pod, nodes.raw())
+                        .map(|scores| Scored {
+                            scores,
+                            reasons: Vec::new(),
+                        }),
+                ),
+                Exports::ScoreV2(score) => {
+                    let labels = nodes.label_columns(&inner.label_keys);
+                    instance.store.data_mut().domains = Some(nodes.domain_names());
+                    let scored = score.gantry_policy_score_policy().call_score(
+                        &mut instance.store,
+                        &pod,
+                        nodes.raw(),
+                        &labels,
+                    );
+                    instance.store.data_mut().domains = None;
+                    Some(scored.map(|scored| {
+                        Scored {
+                            scores: scored.scores,
+                            reasons: scored
+                                .reasons
+                                .into_iter()
+                                .map(|r| ScoreReason {
+                                    node: r.node,
+                                    text: r.text,
+                                })
+                                .collect(),
+                        }
+                    }))
+                }
                 _ => None,
             })?;
+            let scores = &scored.scores;
             if scores.len() != nodes.len() {
                 return Err(PolicyFault::BadOutput {
                     detail: format!(
@@ -504,7 +602,8 @@ impl Policy {
                     detail: format!("score returned {score}, outside 0..={}", crate::MAX_SCORE),
                 });
             }
-            Ok(scores)
+            check_reasons(&scored.reasons, nodes.len())?;
+            Ok(scored)
         })
     }
 
@@ -522,6 +621,12 @@ impl Policy {
             let cohort = cohort.map(convert::cohort);
             let verdict = inner.call(|instance| match &instance.exports {
                 Exports::Quota(quota) => Some(quota.gantry_policy_quota_policy().call_admit(
+                    &mut instance.store,
+                    &job,
+                    queue,
+                    cohort.as_ref(),
+                )),
+                Exports::QuotaV2(quota) => Some(quota.gantry_policy_quota_policy().call_admit(
                     &mut instance.store,
                     &job,
                     queue,
@@ -834,6 +939,15 @@ impl Inner {
             Exports::Quota(q) => q
                 .gantry_policy_quota_policy()
                 .call_init(&mut instance.store, config),
+            Exports::FilterV2(f) => f
+                .gantry_policy_filter_policy()
+                .call_init(&mut instance.store, config),
+            Exports::ScoreV2(s) => s
+                .gantry_policy_score_policy()
+                .call_init(&mut instance.store, config),
+            Exports::QuotaV2(q) => q
+                .gantry_policy_quota_policy()
+                .call_init(&mut instance.store, config),
         };
         let info = match init {
             Ok(Ok(info)) => info,
@@ -849,6 +963,46 @@ impl Inner {
         };
         let info = self.check_info(info)?;
         Ok((instance, info))
+    }
+
+    /// A 0.2.0 filter's or score's `label-keys`, called once on the first instance, right after
+    /// its init and under what is left of the init deadline; checked and interned. Nothing for
+    /// any other policy.
+    fn read_label_keys(
+        &self,
+        instance: &mut Instance,
+    ) -> std::result::Result<Vec<gantry_core::Sym>, PolicyFault> {
+        let keys = match &instance.exports {
+            Exports::FilterV2(f) => f
+                .gantry_policy_filter_policy()
+                .call_label_keys(&mut instance.store),
+            Exports::ScoreV2(s) => s
+                .gantry_policy_score_policy()
+                .call_label_keys(&mut instance.store),
+            _ => return Ok(Vec::new()),
+        };
+        let keys = keys.map_err(|error| {
+            self.classify(instance.refused(), instance.console_tail(), &error, true)
+        })?;
+        let bad = |detail: String| PolicyFault::BadOutput { detail };
+        if keys.len() > LABEL_KEYS_MAX {
+            return Err(bad(format!(
+                "label-keys asked for {} label keys; at most {LABEL_KEYS_MAX} may be asked for",
+                keys.len()
+            )));
+        }
+        if let Some(key) = keys.iter().find(|k| k.len() > LABEL_KEY_MAX_BYTES) {
+            return Err(bad(format!(
+                "label-keys asked for a key of {} bytes; label keys are at most \
+                 {LABEL_KEY_MAX_BYTES} bytes",
+                key.len()
+            )));
+        }
+        if keys.iter().any(|k| k.is_empty()) {
+            return Err(bad("label-keys asked for the empty label key".into()));
+        }
+        let symbols = &self.shared.symbols;
+        Ok(keys.iter().map(|key| symbols.intern(key)).collect())
     }
 
     /// Bound and check what init returned: every string a policy hands the host is bounded.
@@ -930,6 +1084,42 @@ impl Inner {
     fn call_deadline(&self) -> Duration {
         self.options.deadline.unwrap_or(self.shared.limits.deadline)
     }
+}
+
+/// The checks on a score call's reasons, for `nodes` nodes: see [`Policy::score_explained`].
+fn check_reasons(reasons: &[ScoreReason], nodes: usize) -> std::result::Result<(), PolicyFault> {
+    let bad = |detail: String| Err(PolicyFault::BadOutput { detail });
+    if reasons.len() > SCORE_REASONS_MAX {
+        return bad(format!(
+            "score returned {} reasons; at most {SCORE_REASONS_MAX} may be given per call",
+            reasons.len()
+        ));
+    }
+    let mut seen: Vec<u32> = Vec::with_capacity(reasons.len());
+    for reason in reasons {
+        if reason.text.len() > REASON_TEXT_MAX_BYTES {
+            return bad(format!(
+                "score returned a reason of {} bytes for node {}; reason texts are at most \
+                 {REASON_TEXT_MAX_BYTES} bytes",
+                reason.text.len(),
+                reason.node
+            ));
+        }
+        if reason.node as usize >= nodes {
+            return bad(format!(
+                "score returned a reason for node {}, but the call had {nodes} nodes",
+                reason.node
+            ));
+        }
+        if seen.contains(&reason.node) {
+            return bad(format!(
+                "score returned two reasons for node {}; at most one per node",
+                reason.node
+            ));
+        }
+        seen.push(reason.node);
+    }
+    Ok(())
 }
 
 /// Turn a wasmtime error into the fault an admin reads. `refused`: which memory limit refused a

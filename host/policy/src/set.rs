@@ -216,6 +216,16 @@ impl View<'_> {
         }
     }
 
+    /// The offset into the range of node `index` of the view.
+    fn offset(&self, index: u32) -> u32 {
+        match self {
+            View::Whole(_) => index,
+            View::InPlay(_, offsets) => offsets
+                .get(index as usize)
+                .map_or(index, |&offset| offset as u32),
+        }
+    }
+
     /// An answer per node of a range of `len` nodes from the answers for the view's nodes
     /// (as many, in order: the policy host checks the count); out of play, the default.
     fn spread<T: Copy + Default>(&self, len: usize, answers: Vec<T>) -> Vec<T> {
@@ -400,6 +410,19 @@ impl PolicyHooks for BoundSet<'_> {
         nodes: Range<usize>,
         in_play: &[bool],
     ) -> Vec<(String, u32, Verdict<Vec<u32>>)> {
+        self.score_explained(state, pod, nodes, in_play)
+            .into_iter()
+            .map(|(policy, weight, verdict, _)| (policy, weight, verdict))
+            .collect()
+    }
+
+    fn score_explained(
+        &mut self,
+        state: &ClusterState,
+        pod: &PodShape,
+        nodes: Range<usize>,
+        in_play: &[bool],
+    ) -> Vec<(String, u32, Verdict<Vec<u32>>, Vec<(u32, String)>)> {
         let _pausing = self.yield_to_the_loop();
         if self.set.of_role(Role::Score).next().is_none() {
             return Vec::new();
@@ -412,12 +435,20 @@ impl PolicyHooks for BoundSet<'_> {
             .iter()
             .map(|e| {
                 let policy = &e.policy;
-                let scores = policy.score(pod, view.nodes());
-                let scores = scores.map(|scores| view.spread(len, scores));
+                let mut reasons = Vec::new();
+                let scores = policy.score_explained(pod, view.nodes()).map(|scored| {
+                    reasons = scored
+                        .reasons
+                        .into_iter()
+                        .map(|reason| (view.offset(reason.node), reason.text))
+                        .collect();
+                    view.spread(len, scored.scores)
+                });
                 (
                     policy.info().name.clone(),
                     e.weight,
                     verdict(policy.guard(scores)),
+                    reasons,
                 )
             })
             .collect();

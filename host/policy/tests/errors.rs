@@ -37,7 +37,8 @@ fn a_component_with_no_policy_world() {
         load_error(&wat("no-world.wat"), PolicyOptions::default()),
         "the component exports no Gantry policy world: expected one of \
          gantry:policy/filter-policy@0.1.0, gantry:policy/score-policy@0.1.0, \
-         gantry:policy/quota-policy@0.1.0; it exports hello"
+         gantry:policy/quota-policy@0.1.0, gantry:policy/filter-policy@0.2.0, \
+         gantry:policy/score-policy@0.2.0, gantry:policy/quota-policy@0.2.0; it exports hello"
     );
 }
 

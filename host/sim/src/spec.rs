@@ -563,6 +563,7 @@ impl ClusterSpec {
                     node_domain: Vec::with_capacity(total),
                     domain_gpu_free: Vec::new(),
                     domain_gpu_total: Vec::new(),
+                    domain_name: Vec::new(),
                 })
                 .collect(),
             // Spec nodes carry no labels and no resources beyond GPUs, CPU and memory.
@@ -586,6 +587,11 @@ impl ClusterSpec {
                 for domain in 0..count.div_ceil(span) {
                     let members = span.min(count - domain * span);
                     let gpu_sum = u32::try_from(members * u64::from(gpus)).unwrap_or(u32::MAX);
+                    // Spec domains have no names of their own: the level and the id ("rack-12").
+                    let id = column.domain_gpu_total.len();
+                    column
+                        .domain_name
+                        .push(symbols.intern(&format!("{}-{id}", level.level)));
                     column.domain_gpu_total.push(gpu_sum);
                     column.domain_gpu_free.push(gpu_sum);
                 }

@@ -69,6 +69,7 @@ pub fn sample_explanation(i: u64) -> Explanation {
                 node: node(k),
                 total: 900 - k as u64,
                 parts: vec![("builtin".into(), 500), ("gpu-binpack".into(), 400)],
+                reasons: Vec::new(),
             })
             .collect(),
         domain: placed.then(|| format!("rack {}", i % 120)),

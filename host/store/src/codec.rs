@@ -26,9 +26,11 @@ use gantry_core::{Admission, Explanation, Outcome, PolicyRef};
 use crate::{Result, StoreError};
 
 /// The first byte of every record encoding. A later encoding takes the next number and keeps
-/// decoding the earlier ones: 3 added who preempted the job at the end; 2 added the start
-/// estimate; 1 had neither.
-pub(crate) const FORMAT: u8 = 3;
+/// decoding the earlier ones: 4 added the top nodes' score reasons at the end; 3 added who
+/// preempted the job at the end; 2 added the start estimate; 1 had none of them.
+pub(crate) const FORMAT: u8 = 4;
+/// Records written before score reasons were kept: decoded with no reasons.
+const FORMAT_WITHOUT_REASONS: u8 = 3;
 /// Records written before preemptors were kept: decoded with `preempted_by: None`.
 const FORMAT_WITHOUT_PREEMPTOR: u8 = 2;
 /// Records written before start estimates: decoded with `estimate: None` too.
@@ -141,14 +143,23 @@ pub(crate) fn encode(e: &Explanation) -> Vec<u8> {
             w.uint(u64::from(*count));
         });
     });
-    w.list(top_nodes, |w, NodeScore { node, total, parts }| {
-        w.str(node);
-        w.uint(*total);
-        w.list(parts, |w, (policy, score)| {
-            w.str(policy);
-            w.uint(*score);
-        });
-    });
+    w.list(
+        top_nodes,
+        |w,
+         NodeScore {
+             node,
+             total,
+             parts,
+             reasons: _,
+         }| {
+            w.str(node);
+            w.uint(*total);
+            w.list(parts, |w, (policy, score)| {
+                w.str(policy);
+                w.uint(*score);
+            });
+        },
+    );
     match domain {
         None => w.byte(0),
         Some(d) => {
@@ -202,6 +213,18 @@ pub(crate) fn encode(e: &Explanation) -> Vec<u8> {
             w.str(job);
         }
     }
+    // Score reasons, at the end: `(top node index, policy, text)` for the few nodes that have
+    // any, so a record without reasons (most of them) costs one byte.
+    let reasons: Vec<(usize, &String, &String)> = top_nodes
+        .iter()
+        .enumerate()
+        .flat_map(|(i, n)| n.reasons.iter().map(move |(p, t)| (i, p, t)))
+        .collect();
+    w.list(&reasons, |w, (i, policy, text)| {
+        w.uint(*i as u64);
+        w.str(policy);
+        w.str(text);
+    });
     w.0
 }
 
@@ -246,11 +269,12 @@ pub(crate) fn decode(value: &[u8]) -> Result<Explanation> {
             rejected: r.list(|r| Ok((r.string()?, r.u32()?)))?,
         })
     })?;
-    let top_nodes = r.list(|r| {
+    let mut top_nodes = r.list(|r| {
         Ok(NodeScore {
             node: r.string()?,
             total: r.uint()?,
             parts: r.list(|r| Ok((r.string()?, r.uint()?)))?,
+            reasons: Vec::new(),
         })
     })?;
     let domain = match r.byte()? {
@@ -285,11 +309,20 @@ pub(crate) fn decode(value: &[u8]) -> Result<Explanation> {
         }),
         _ => return Err(MALFORMED),
     };
-    let preempted_by = match r.byte_if(format == FORMAT)? {
+    let preempted_by = match r.byte_if(format >= FORMAT_WITHOUT_REASONS)? {
         None | Some(0) => None,
         Some(1) => Some(r.string()?),
         _ => return Err(MALFORMED),
     };
+    if format == FORMAT {
+        for (i, policy, text) in r.list(|r| Ok((r.uint()?, r.string()?, r.string()?)))? {
+            let node = usize::try_from(i)
+                .ok()
+                .and_then(|i| top_nodes.get_mut(i))
+                .ok_or(MALFORMED)?;
+            node.reasons.push((policy, text));
+        }
+    }
     if !r.0.is_empty() {
         return Err(MALFORMED);
     }
@@ -413,7 +446,10 @@ impl<'a> Reader<'a> {
     /// The record's format byte, if this code reads it.
     fn format(&mut self) -> Result<u8> {
         match self.byte()? {
-            format @ (FORMAT | FORMAT_WITHOUT_PREEMPTOR | FORMAT_WITHOUT_ESTIMATE) => Ok(format),
+            format @ (FORMAT
+            | FORMAT_WITHOUT_REASONS
+            | FORMAT_WITHOUT_PREEMPTOR
+            | FORMAT_WITHOUT_ESTIMATE) => Ok(format),
             _ => Err(MALFORMED),
         }
     }
@@ -508,6 +544,15 @@ mod tests {
         a.quota.fair_share_key = f64::MIN_POSITIVE;
         a.preempted = vec!["team-1/job-9".into(), "ünïcode/ジョブ".into()];
         a.faults = vec!["gpu-binpack: fuel exhausted".into()];
+        a.top_nodes[0].reasons = vec![
+            (
+                "label-affinity".into(),
+                "label gantry.dev/pool=train matches".into(),
+            ),
+            ("other".into(), "ünïcode".into()),
+        ];
+        let last = a.top_nodes.len() - 1;
+        a.top_nodes[last].reasons = vec![("label-affinity".into(), String::new())];
         let mut b = crate::sample_explanation(4);
         assert!(matches!(b.outcome, Outcome::Pending { .. }));
         b.quota.builtin = Admission::Denied {
@@ -608,6 +653,10 @@ mod tests {
         assert_eq!(e.estimate, None);
         assert_eq!(e.preempted_by, None);
         let mut value = encode(&e);
+        // Format 3 is format 4 without the trailing list of score reasons.
+        assert_eq!(value.pop(), Some(0));
+        value[0] = FORMAT_WITHOUT_REASONS;
+        assert_eq!(decode(&value).unwrap(), e);
         // Format 2 is format 3 without the trailing preemptor byte.
         assert_eq!(value.pop(), Some(0));
         value[0] = FORMAT_WITHOUT_PREEMPTOR;

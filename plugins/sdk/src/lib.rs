@@ -1,4 +1,5 @@
-//! The Rust guest SDK for Gantry policies. It wraps the `gantry:policy@0.1.0` bindings so that a
+//! The Rust guest SDK for Gantry policies. It wraps the `gantry:policy@0.1.0` bindings (and,
+//! in [`v0_2`], those of 0.2.0: label columns, domain names, score reasons) so that a
 //! policy is a small trait impl plus one `export_*!` line: authors get a readable per-node view
 //! over the node columns, and the SDK keeps the one-call-per-pod, columns-of-integers shape that
 //! makes a call cost nanoseconds per node.
@@ -19,6 +20,7 @@
 //! ```
 
 pub mod bindings;
+pub mod v0_2;
 mod view;
 
 pub use view::{Node, Nodes, Pod};

@@ -217,7 +217,7 @@ export function Breakdown({ x }: { x: Explanation }) {
       {x.top_nodes.length ? (
         <table>
           <thead><tr><th>node</th><th class="num">total</th><th>parts</th></tr></thead>
-          <tbody>{x.top_nodes.map((n) => <tr><td>{n.node}</td><td class="num">{n.total}</td><td>{n.parts.map(([p, s]) => `${p} ${s}`).join(", ")}</td></tr>)}</tbody>
+          <tbody>{x.top_nodes.map((n) => <tr><td>{n.node}</td><td class="num">{n.total}</td><td>{n.parts.map(([p, s]) => `${p} ${s}`).join(", ")}{(n.reasons ?? []).map(([p, r]) => <div class="hint">{p}: {r}</div>)}</td></tr>)}</tbody>
         </table>
       ) : <p>No node was scored.</p>}
       {x.faults.length > 0 && <p class="error">Policy faults: {x.faults.join("; ")}</p>}

@@ -34,6 +34,9 @@ struct Tally {
     feasible: usize,
     evaluated: usize,
     chunk_parts: Vec<ChunkScores>,
+    /// Reasons score policies gave (contract 0.2.0): `(node, policy, text)`. Empty unless a
+    /// policy gave some, and bounded per call by the policy host.
+    reasons: Vec<(usize, String, String)>,
 }
 
 /// Adds `fault` to the explanation once.
@@ -75,6 +78,7 @@ impl Scheduler {
             feasible: 0,
             evaluated: 0,
             chunk_parts: Vec::new(),
+            reasons: Vec::new(),
         };
         let mut searched = Vec::new();
         for step in 0..chunks {
@@ -183,11 +187,16 @@ impl Scheduler {
             tally.chunk_parts.push((range, parts));
             return;
         }
-        for (policy, weight, verdict) in
-            hooks.score(&self.state, &spec.shape, range.clone(), &in_play)
+        for (policy, weight, verdict, reasons) in
+            hooks.score_explained(&self.state, &spec.shape, range.clone(), &in_play)
         {
             match verdict {
                 Verdict::Answer(scores) => {
+                    tally
+                        .reasons
+                        .extend(reasons.into_iter().map(|(offset, text)| {
+                            (range.start + offset as usize, policy.clone(), text)
+                        }));
                     let weighted: Vec<u64> = scores
                         .iter()
                         .map(|&s| u64::from(s) * u64::from(weight))
@@ -309,6 +318,12 @@ impl Scheduler {
                     parts: parts
                         .iter()
                         .map(|(policy, scores)| (policy.clone(), scores[node - range.start]))
+                        .collect(),
+                    reasons: tally
+                        .reasons
+                        .iter()
+                        .filter(|(of, _, _)| *of == node)
+                        .map(|(_, policy, text)| (policy.clone(), text.clone()))
                         .collect(),
                 }
             })
