@@ -48,9 +48,33 @@ pub use gantry_store::{
     AuditEntry, DecisionRecord, FailurePolicy, PolicyManifest, PolicyRole, PolicySet, SetEntry,
 };
 
-/// Most entries listed by any route (`limit`), and the default.
+/// Most entries any list route returns, whatever `limit` asks.
 pub const LIMIT_MAX: usize = 10_000;
 /// How many entries a list route returns when `limit` is absent.
 pub const LIMIT_DEFAULT: usize = 100;
 /// Most entries a policy set may hold.
 pub const SET_ENTRIES_MAX: usize = 64;
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// The words on the wire that the CLI compares and the UI's generated unions spell: a
+    /// renamed variant would change them silently, as serde and the schema both follow it.
+    #[test]
+    fn enums_keep_their_wire_names() {
+        let json = |v: serde_json::Value| v.to_string();
+        assert_eq!(json(serde_json::json!(Role::Admin)), "\"admin\"");
+        assert_eq!(json(serde_json::json!(ExplainKind::Pod)), "\"pod\"");
+        assert_eq!(json(serde_json::json!(ExplainState::Done)), "\"done\"");
+        assert_eq!(ExplainState::Pending.as_str(), "pending");
+        assert_eq!(
+            json(serde_json::json!(JobEventKind::Preempted)),
+            "\"preempted\""
+        );
+        assert_eq!(json(serde_json::json!(JobSort::Wait)), "\"wait\"");
+        assert_eq!(Limit::get(None), LIMIT_DEFAULT);
+        assert_eq!(Limit::get(Some(0)), 1);
+        assert_eq!(Limit::get(Some(usize::MAX)), LIMIT_MAX);
+    }
+}
