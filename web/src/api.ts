@@ -1,8 +1,7 @@
 // The API client: every call carries the signed-in token, and every failure becomes one
 // readable sentence (the server's own `{"error": …}` text when it sent one), never raw JSON.
 
-export type Role = "viewer" | "admin";
-export interface Caller { name: string; role: Role }
+import type { components } from "./generated/schema";
 
 const KEY = "gantry.token";
 export const token = {
@@ -50,7 +49,8 @@ export async function call<T>(path: string, init: RequestInit = {}, tok = token.
 }
 
 export const get = <T>(path: string) => call<T>(path);
-export const post = <T>(path: string, body?: unknown) =>
+/** A POST with a JSON body of type `B` (a generated request type, so it is checked too). */
+export const post = <T, B = unknown>(path: string, body?: B) =>
   call<T>(path, {
     method: "POST",
     headers: body === undefined ? {} : { "Content-Type": "application/json" },
@@ -86,66 +86,39 @@ export async function stream(
   }
 }
 
-// The shapes the pages read (see /api/openapi.json).
-export interface NodeColumns {
-  at_ms: number; name: string[]; gpu_type: string[]; gpu_total: number[]; gpu_free: number[];
-  health: string[]; levels: [string, number[]][]; jobs: number[]; queues: string[];
-}
-export interface Queue {
-  name: string; parent: string | null; nominal_gpus: number; used_gpus: number; borrowed_gpus: number;
-  lendable_gpus: number; lent_gpus: number; borrowing_limit_gpus: number | null; lending_limit_gpus: number | null;
-  weight: number; fair_share: number; fair_share_key: number; pending_jobs: number; running_jobs: number;
-}
-export interface QueueSeries {
-  name: string; at_ms: number[]; used_gpus: number[]; nominal_gpus: number[]; borrowed_gpus: number[];
-  lent_gpus: number[]; fair_share: number[]; fair_share_key: number[]; pending_jobs: number[];
-}
-export interface QueueHistory { interval_ms: number; keep_ms: number; queues: QueueSeries[] }
-export interface JobRow {
-  name: string; queue: string; pods: number; gpus_per_pod: number; priority: number;
-  submitted_s: number; submitted_ms: number; state: string; queue_position: number | null; estimate?: Estimate | null;
-}
+// The shapes the pages read and send: the server's own types, from the OpenAPI document it
+// derives from them (src/generated/openapi.json, checked in), turned into TypeScript by
+// openapi-typescript at every build (src/generated/schema.d.ts). A field the server drops or
+// renames fails `tsc` here instead of showing blanks in a page. The names are the pages'.
+type Schemas = components["schemas"];
+export type Caller = Schemas["Caller"];
+export type Role = Schemas["Role"];
+export type NodeColumns = Schemas["NodeColumns"];
+export type NodeDetail = Schemas["NodeDetail"];
+export type Queue = Schemas["QueueView"];
+export type QueueSeries = Schemas["QueueSeries"];
+export type QueueHistory = Schemas["QueueHistoryView"];
+export type JobRow = Schemas["JobRow"];
 /** When a pending job is expected to start (ms since the epoch), from the planner. */
-export interface Estimate { p10_ms: number; p50_ms: number; p90_ms: number; reservation: string | null; text: string }
-export interface WhatIfOutcome {
-  change: string; job: { queue: string; pods: number; gpus_per_pod: number; gpu_type: string };
-  estimate: Estimate | null; nodes: string | null; text: string;
-}
-export interface WhatIfAnswer { at_ms: number; jobs_ahead: number; answer: WhatIfOutcome; variations: WhatIfOutcome[] }
-export interface PolicyRef { name: string; version: string; role: string; weight: number; sha256: string }
-export interface Explanation {
-  job: string; queue: string; pods: number; gpus_per_pod: number; priority: number; time_s: number;
-  outcome: { kind: "placed"; nodes: [string, number][] } | { kind: "pending"; waiting_for: string };
-  quota: { builtin: { verdict: string; gpus?: number; reason?: string }; policies: [string, string][]; fair_share_key: number; position: number };
-  nodes_total: number; nodes_evaluated: number; nodes_feasible: number;
-  filters: { policy: string; rejected: [string, number][] }[];
-  // reasons: `[policy, text]` from score policies of contract 0.2.0; absent when none.
-  top_nodes: { node: string; total: number; parts: [string, number][]; reasons?: [string, string][] }[];
-  domain: string | null; policy_set: number; policies: PolicyRef[]; preempted: string[]; faults: string[];
-}
-export interface DecisionRecord { time_ms: number; seq: number; explanation: Explanation }
-export interface Explain {
-  name: string; kind: string; job: string; state: string; queue_position: number | null;
-  queue_name: string; pods: number; gpus_per_pod: number; priority: number;
-  queue: Queue | null; why: string; waiting_for: string | null; latest: DecisionRecord | null; attempts: number;
-  estimate?: Estimate | null; history: JobEvent[];
-}
+export type Estimate = Schemas["EstimateView"];
+export type WhatIfJob = Schemas["WhatIfJob"];
+export type WhatIfOutcome = Schemas["WhatIfOutcome"];
+export type WhatIfAnswer = Schemas["WhatIfAnswer"];
+export type PolicyRef = Schemas["PolicyRef"];
+export type Explanation = Schemas["Explanation"];
+export type DecisionRecord = Schemas["DecisionRecord"];
+export type Explain = Schemas["Explain"];
 /** One step of a job's life: placed, preempted (by whom) or pending. */
-export interface JobEvent { time_ms: number; kind: "placed" | "preempted" | "pending"; text: string; by: string | null }
-export interface DecisionEvent {
-  time_ms: number; job: string; queue: string; placed: boolean; pods: number; gpus_per_pod: number;
-  nodes: string[]; domain: string | null; policy_set: number; summary: string;
-}
-export interface Manifest {
-  sha256: string; name: string; role: string; version: string; config: string; size: number;
-  uploaded_by: string; uploaded_at_ms: number;
-}
-export interface SetEntry { sha256: string; weight: number; failure?: string; config: string; deadline_ms?: number | null }
-export interface PolicySet { version: number; entries: SetEntry[]; created_by: string; created_at_ms: number; note: string }
-export interface Validation { name: string; version: string; role: string; sha256: string; size: number; reasons: [number, string][]; self_test: string }
-export interface ShadowReport {
-  candidate_version: number; started_ms: number; started_by: string; cycles: number;
-  decisions_compared: number; counts: Record<string, number>;
-  recent: { time_ms: number; job: string; kind: string; active_set: number; active: Explanation; candidate: Explanation }[];
-}
-export interface AuditEntry { id: number; at_ms: number; who: string; from: string; action: string; detail: string }
+export type JobEvent = Schemas["JobEvent"];
+/** The data of one `decision` event of the SSE feed. */
+export type DecisionEvent = Schemas["DecisionEvent"];
+export type Manifest = Schemas["PolicyManifest"];
+export type Upload = Schemas["Upload"];
+export type SetEntry = Schemas["SetEntry"];
+export type PolicySet = Schemas["PolicySet"];
+export type NewSet = Schemas["NewSet"];
+export type SetList = Schemas["SetList"];
+export type RunningPolicy = Schemas["RunningPolicy"];
+export type Validation = Schemas["Validation"];
+export type ShadowReport = Schemas["ShadowReport"];
+export type AuditEntry = Schemas["AuditEntry"];

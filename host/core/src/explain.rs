@@ -7,11 +7,17 @@ use crate::queues::Admission;
 
 /// One decision about one job in one cycle.
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[cfg_attr(feature = "schema", derive(utoipa::ToSchema))]
 pub struct Explanation {
+    /// The job decided about.
     pub job: String,
+    /// The queue it was submitted to.
     pub queue: String,
+    /// Pods in its gang (1 for a single pod).
     pub pods: u32,
+    /// GPUs each pod asks for.
     pub gpus_per_pod: u32,
+    /// Higher goes first within its queue.
     pub priority: i32,
     /// Virtual or wall time of the attempt, in seconds.
     pub time_s: f64,
@@ -20,7 +26,9 @@ pub struct Explanation {
     /// Nodes in the cluster, nodes evaluated (a single pod stops once enough fit), and how
     /// many of those passed every filter.
     pub nodes_total: u32,
+    /// Nodes the cycle evaluated for it.
     pub nodes_evaluated: u32,
+    /// Evaluated nodes that passed every filter.
     pub nodes_feasible: u32,
     /// Per filter (built-in first), how many nodes it rejected for each reason.
     pub filters: Vec<FilterExplain>,
@@ -30,6 +38,7 @@ pub struct Explanation {
     pub domain: Option<String>,
     /// The policy-set version and the policies that took part.
     pub policy_set: u64,
+    /// The policies of that set that took part, in the order they ran.
     pub policies: Vec<PolicyRef>,
     /// Jobs evicted to make room for this one.
     pub preempted: Vec<String>,
@@ -47,6 +56,8 @@ pub struct Explanation {
 
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
 #[serde(tag = "kind", rename_all = "kebab-case")]
+#[cfg_attr(feature = "schema", derive(utoipa::ToSchema))]
+/// What the cycle decided for the job, tagged by `kind`.
 pub enum Outcome {
     /// Every pod has a node: `(node name, pods on it)`.
     Placed { nodes: Vec<(String, u32)> },
@@ -55,25 +66,37 @@ pub enum Outcome {
 }
 
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[cfg_attr(feature = "schema", derive(utoipa::ToSchema))]
+/// How the job's queue stood: the built-in quota's answer, each quota policy's verdict and the
+/// queue's fair-share place.
 pub struct QuotaExplain {
+    /// The built-in quota's answer, before any Wasm quota policy.
     pub builtin: Admission,
     /// Each Wasm quota policy's verdict, as `(policy, verdict text)`.
     pub policies: Vec<(String, String)>,
     /// The queue's fair-share position: its key (lower goes first) and its place in this cycle.
     pub fair_share_key: f64,
+    /// The queue's place in this cycle's fair-share order (1 = first).
     pub position: u32,
 }
 
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[cfg_attr(feature = "schema", derive(utoipa::ToSchema))]
+/// One filter's rejections, by reason.
 pub struct FilterExplain {
+    /// The filter: `builtin` or the policy's name.
     pub policy: String,
     /// `(reason text, nodes rejected for it)`, most first.
     pub rejected: Vec<(String, u32)>,
 }
 
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[cfg_attr(feature = "schema", derive(utoipa::ToSchema))]
+/// One feasible node's score and what each score policy added to it.
 pub struct NodeScore {
+    /// The node's name.
     pub node: String,
+    /// The sum of the weighted parts: higher is preferred.
     pub total: u64,
     /// `(policy, weighted score)`.
     pub parts: Vec<(String, u64)>,
@@ -85,11 +108,17 @@ pub struct NodeScore {
 
 /// A policy taking part in a cycle.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[cfg_attr(feature = "schema", derive(utoipa::ToSchema))]
 pub struct PolicyRef {
+    /// The name the policy declares.
     pub name: String,
+    /// The version the policy declares.
     pub version: String,
+    /// `filter`, `score` or `quota`.
     pub role: String,
+    /// Its weight in the set (score policies).
     pub weight: u32,
+    /// The sha256 of its bytes.
     pub sha256: String,
 }
 

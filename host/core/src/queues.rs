@@ -35,14 +35,18 @@ pub enum QueueError {
 /// The built-in quota answer, before any Wasm quota policy.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
 #[serde(tag = "verdict", rename_all = "kebab-case")]
+#[cfg_attr(feature = "schema", derive(utoipa::ToSchema))]
 pub enum Admission {
     /// Within the queue's nominal quota.
     Within,
     /// Borrowing this many GPUs of idle capacity beyond the queue's nominal quota.
     Borrowing {
+        /// GPUs borrowed from idle quota of other queues.
         gpus: u64,
     },
+    /// Refused: the queue is at its quota and cannot borrow.
     Denied {
+        /// Why, in plain words.
         reason: String,
     },
 }

@@ -94,6 +94,7 @@ pub struct ClusterView {
 
 /// One queue's quota, usage, borrowing and fair share.
 #[derive(Debug, Clone, Serialize, Deserialize)]
+#[cfg_attr(feature = "schema", derive(utoipa::ToSchema))]
 pub struct QueueView {
     /// The queue's name, as declared.
     pub name: String,
@@ -127,6 +128,7 @@ pub struct QueueView {
 
 /// A job the loop knows about now.
 #[derive(Debug, Clone, Serialize)]
+#[cfg_attr(feature = "schema", derive(utoipa::ToSchema))]
 pub struct JobView {
     /// The queue it was submitted to.
     pub queue: String,
@@ -162,7 +164,8 @@ struct Shadow {
 }
 
 /// Where a candidate set disagrees with the active one, over the shadow run so far.
-#[derive(Debug, Clone, Serialize)]
+#[derive(Debug, Clone, Serialize, Deserialize)]
+#[cfg_attr(feature = "schema", derive(utoipa::ToSchema))]
 pub struct ShadowReport {
     /// The policy-set version under test.
     pub candidate_version: u64,
@@ -181,11 +184,13 @@ pub struct ShadowReport {
     /// `admitted-by-candidate`).
     pub counts: BTreeMap<String, u64>,
     /// The most recent disagreements, newest last, with both explanations.
+    #[cfg_attr(feature = "schema", schema(value_type = Vec<ShadowDisagreement>))]
     pub recent: VecDeque<ShadowDisagreement>,
 }
 
 /// One job decided differently by the candidate.
-#[derive(Debug, Clone, Serialize)]
+#[derive(Debug, Clone, Serialize, Deserialize)]
+#[cfg_attr(feature = "schema", derive(utoipa::ToSchema))]
 pub struct ShadowDisagreement {
     /// When the cycle that decided ran (ms since the epoch).
     pub time_ms: u64,
@@ -203,6 +208,7 @@ pub struct ShadowDisagreement {
 
 /// What validating an upload found: the policy's own description and its self-test.
 #[derive(Debug, Clone, Serialize, Deserialize)]
+#[cfg_attr(feature = "schema", derive(utoipa::ToSchema))]
 pub struct Validation {
     /// The name the policy declares.
     pub name: String,
@@ -223,6 +229,7 @@ pub struct Validation {
 
 /// The answer to an upload.
 #[derive(Debug, Clone, Serialize, Deserialize)]
+#[cfg_attr(feature = "schema", derive(utoipa::ToSchema))]
 pub struct Upload {
     /// The stored policy's manifest.
     pub manifest: PolicyManifest,
@@ -234,6 +241,7 @@ pub struct Upload {
 
 /// A decision as the SSE feed sends it: small, with the one-line summary.
 #[derive(Debug, Clone, Serialize)]
+#[cfg_attr(feature = "schema", derive(utoipa::ToSchema))]
 pub struct DecisionEvent {
     /// When the cycle that decided ran (ms since the epoch).
     pub time_ms: u64,
@@ -290,6 +298,7 @@ struct QueueHistory {
 
 /// One queue's history as columns of equal length, oldest first: what the queues page charts.
 #[derive(Debug, Clone, Default, Serialize)]
+#[cfg_attr(feature = "schema", derive(utoipa::ToSchema))]
 pub struct QueueSeries {
     /// The queue's name.
     pub name: String,
@@ -313,6 +322,7 @@ pub struct QueueSeries {
 
 /// The queues' history, as the history route serves it.
 #[derive(Debug, Clone, Serialize)]
+#[cfg_attr(feature = "schema", derive(utoipa::ToSchema))]
 pub struct QueueHistoryView {
     /// Time between samples.
     pub interval_ms: u64,

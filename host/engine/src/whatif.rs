@@ -20,6 +20,7 @@ const ANSWER_WITHIN: Duration = Duration::from_secs(10);
 /// shape to start from) or `queue`; the other fields change the shape.
 #[derive(Debug, Clone, Default, Deserialize, Serialize)]
 #[serde(deny_unknown_fields)]
+#[cfg_attr(feature = "schema", derive(utoipa::ToSchema))]
 pub struct WhatIfJob {
     /// A pending job to start from: its queue, pods, GPUs per pod, GPU type and priority.
     #[serde(default)]
@@ -29,15 +30,18 @@ pub struct WhatIfJob {
     pub queue: Option<String>,
     /// Pods in the gang (1 for a single pod).
     #[serde(default)]
+    #[cfg_attr(feature = "schema", schema(minimum = 1, maximum = 100000))]
     pub pods: Option<u32>,
     /// GPUs each pod asks for.
     #[serde(default)]
+    #[cfg_attr(feature = "schema", schema(minimum = 0, maximum = 64))]
     pub gpus_per_pod: Option<u32>,
     /// The GPU model each pod needs (as nodes label it); `""` = any.
     #[serde(default)]
     pub gpu_type: Option<String>,
     /// How long it would run, if known: otherwise learned from finished jobs like it.
     #[serde(default)]
+    #[cfg_attr(feature = "schema", schema(exclusive_minimum = 0))]
     pub expected_runtime_s: Option<f64>,
     /// Also answer for the variations a researcher would try: half the GPUs per pod, three
     /// quarters of the pods, each other queue, each other GPU type.
@@ -47,6 +51,7 @@ pub struct WhatIfJob {
 
 /// When a job would start (or is expected to), in wall-clock milliseconds, with the words.
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[cfg_attr(feature = "schema", derive(utoipa::ToSchema))]
 pub struct EstimateView {
     /// As early as this (10%).
     pub p10_ms: u64,
@@ -127,6 +132,7 @@ pub fn duration_text(s: f64) -> String {
 
 /// The shape a what-if was answered for, as the caller reads it back.
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[cfg_attr(feature = "schema", derive(utoipa::ToSchema))]
 pub struct WhatIfShape {
     /// Its queue.
     pub queue: String,
@@ -140,6 +146,7 @@ pub struct WhatIfShape {
 
 /// One answer: for the shape asked about, or for one variation of it.
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[cfg_attr(feature = "schema", derive(utoipa::ToSchema))]
 pub struct WhatIfOutcome {
     /// What changed from the shape asked about (`""` for the shape itself).
     pub change: String,
@@ -157,6 +164,7 @@ pub struct WhatIfOutcome {
 
 /// The answer to `POST /api/whatif`.
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[cfg_attr(feature = "schema", derive(utoipa::ToSchema))]
 pub struct WhatIfAnswer {
     /// When the plan was asked (ms since the epoch).
     pub at_ms: u64,

@@ -1,12 +1,17 @@
 //! The CLI against a running server: `gantry policy push|list|activate|rollback|shadow` and
 //! `gantry explain`. Each prints what an admin or researcher reads, and the server's own error
-//! sentence when a request is refused.
+//! sentence when a request is refused. Requests and answers are the server's own types, from
+//! `gantry-contract`: a field the server drops or renames breaks this build, not a user's run.
 
 use std::path::PathBuf;
 use std::process::ExitCode;
 
 use clap::{Args, Subcommand};
-use gantry_store::{FailurePolicy, PolicyManifest, PolicySet};
+use gantry_contract::{
+    ErrorBody, Explain, ExplainKind, Explanation, NewSet, Outcome, PolicyManifest, PolicySet,
+    SetList, ShadowReport, ShadowStart, Upload, WhatIfAnswer, WhatIfJob, WhatIfOutcome,
+};
+use gantry_store::FailurePolicy;
 use serde_json::Value;
 
 /// Where the server is and who is asking.
@@ -41,10 +46,10 @@ struct Answer {
 
 impl Answer {
     fn error_text(&self) -> String {
-        self.body["error"]
-            .as_str()
-            .map(str::to_string)
-            .unwrap_or_else(|| self.body.to_string())
+        match serde_json::from_value::<ErrorBody>(self.body.clone()) {
+            Ok(refusal) => refusal.error,
+            Err(_) => self.body.to_string(),
+        }
     }
 }
 
@@ -193,13 +198,16 @@ impl Client {
         entries: &[gantry_store::SetEntry],
         note: &str,
     ) -> anyhow::Result<Result<PolicySet, ExitCode>> {
-        let body = serde_json::json!({"entries": entries, "note": note});
+        let body = serde_json::to_value(NewSet {
+            entries: entries.to_vec(),
+            note: note.to_string(),
+        })?;
         self.typed("POST", "/api/sets", Some(Body::Json(body)))
     }
 }
 
 /// The server's set versions and stored policies, read together.
-type SetsAndPolicies = (gantry_server::SetList, Vec<PolicyManifest>);
+type SetsAndPolicies = (SetList, Vec<PolicyManifest>);
 
 enum Body {
     Wasm(Vec<u8>),
@@ -376,30 +384,15 @@ pub struct WhatIfArgs {
 pub fn what_if(args: WhatIfArgs) -> anyhow::Result<ExitCode> {
     run(|| {
         let client = args.conn.client()?;
-        let mut body = serde_json::Map::new();
-        let mut put = |key: &str, value: serde_json::Value| {
-            body.insert(key.into(), value);
-        };
-        if let Some(v) = &args.like {
-            put("like", v.clone().into());
-        }
-        if let Some(v) = &args.queue {
-            put("queue", v.clone().into());
-        }
-        if let Some(v) = args.pods {
-            put("pods", v.into());
-        }
-        if let Some(v) = args.gpus_per_pod {
-            put("gpus_per_pod", v.into());
-        }
-        if let Some(v) = &args.gpu_type {
-            put("gpu_type", v.clone().into());
-        }
-        if let Some(v) = args.expected_runtime_s {
-            put("expected_runtime_s", v.into());
-        }
-        put("variations", (!args.no_variations).into());
-        let body = serde_json::Value::Object(body);
+        let body = serde_json::to_value(WhatIfJob {
+            like: args.like.clone(),
+            queue: args.queue.clone(),
+            pods: args.pods,
+            gpus_per_pod: args.gpus_per_pod,
+            gpu_type: args.gpu_type.clone(),
+            expected_runtime_s: args.expected_runtime_s,
+            variations: !args.no_variations,
+        })?;
         if args.json {
             let answer = match client.expect_ok(client.call(
                 "POST",
@@ -413,12 +406,12 @@ pub fn what_if(args: WhatIfArgs) -> anyhow::Result<ExitCode> {
             println!("{}", serde_json::to_string_pretty(&answer)?);
             return Ok(Ok(()));
         }
-        let answer: gantry_engine::WhatIfAnswer =
+        let answer: WhatIfAnswer =
             match client.typed("POST", "/api/whatif", Some(Body::Json(body)))? {
                 Ok(v) => v,
                 Err(code) => return Ok(Err(code)),
             };
-        let shape = |o: &gantry_engine::WhatIfOutcome| {
+        let shape = |o: &WhatIfOutcome| {
             let job = &o.job;
             let model = Some(job.gpu_type.as_str()).filter(|m| !m.is_empty());
             format!(
@@ -435,9 +428,8 @@ pub fn what_if(args: WhatIfArgs) -> anyhow::Result<ExitCode> {
             "  behind the {} pending jobs the plan covers; runtime p50 {} s",
             answer.jobs_ahead, a.runtime.p50_s
         );
-        let p50 =
-            |o: &gantry_engine::WhatIfOutcome| o.estimate.as_ref().map_or(u64::MAX, |e| e.p50_ms);
-        let sooner: Vec<&gantry_engine::WhatIfOutcome> = answer
+        let p50 = |o: &WhatIfOutcome| o.estimate.as_ref().map_or(u64::MAX, |e| e.p50_ms);
+        let sooner: Vec<&WhatIfOutcome> = answer
             .variations
             .iter()
             .filter(|v| p50(v) < p50(a))
@@ -473,7 +465,7 @@ pub fn push(args: PushArgs) -> anyhow::Result<ExitCode> {
             query.push(("deadline_ms", ms));
         }
         let answer = client.call("POST", "/api/policies", &query, Some(Body::Wasm(bytes)))?;
-        let upload: gantry_engine::Upload = match client.expect_ok(answer) {
+        let upload: Upload = match client.expect_ok(answer) {
             Ok(v) => serde_json::from_value(v)?,
             Err(code) => return Ok(Err(code)),
         };
@@ -673,7 +665,7 @@ pub fn list(args: ConnArgs) -> anyhow::Result<ExitCode> {
             Ok(v) => v,
             Err(code) => return Ok(Err(code)),
         };
-        let sets: gantry_server::SetList = match client.typed("GET", "/api/sets", None)? {
+        let sets: SetList = match client.typed("GET", "/api/sets", None)? {
             Ok(v) => v,
             Err(code) => return Ok(Err(code)),
         };
@@ -731,96 +723,79 @@ pub fn switch(args: VersionArgs, rollback: bool) -> anyhow::Result<ExitCode> {
         let client = args.conn.client()?;
         let verb = if rollback { "rollback" } else { "activate" };
         let path = format!("/api/sets/{}/{verb}", args.version);
-        match client.expect_ok(client.call("POST", &path, &[], None)?) {
-            Ok(set) => {
-                println!(
-                    "set version {} is active: the next cycle runs on it",
-                    set["version"]
-                );
-                Ok(Ok(()))
-            }
-            Err(code) => Ok(Err(code)),
-        }
+        let set: PolicySet = match client.typed("POST", &path, None)? {
+            Ok(set) => set,
+            Err(code) => return Ok(Err(code)),
+        };
+        println!(
+            "set version {} is active: the next cycle runs on it",
+            set.version
+        );
+        Ok(Ok(()))
     })
 }
 
-fn print_report(report: &Value) {
+fn print_report(report: &ShadowReport) {
     println!(
         "shadow: candidate set version {}, {} cycles, {} decisions compared",
-        report["candidate_version"], report["cycles"], report["decisions_compared"]
+        report.candidate_version, report.cycles, report.decisions_compared
     );
-    let counts = report["counts"].as_object();
-    if counts.is_none_or(|c| c.is_empty()) {
+    if report.counts.is_empty() {
         println!("  no disagreements");
     }
-    for (kind, count) in counts.into_iter().flatten() {
+    for (kind, count) in &report.counts {
         println!("  {kind}: {count}");
     }
-    for d in report["recent"]
-        .as_array()
-        .into_iter()
-        .flatten()
-        .rev()
-        .take(10)
-    {
+    for d in report.recent.iter().rev().take(10) {
         println!(
             "  {} {}: active placed it {} / candidate {}",
-            d["job"].as_str().unwrap_or("?"),
-            d["kind"].as_str().unwrap_or("?"),
-            outcome(&d["active"]),
-            outcome(&d["candidate"]),
+            d.job,
+            d.kind,
+            outcome(&d.active),
+            outcome(&d.candidate),
         );
     }
 }
 
-fn outcome(explanation: &Value) -> String {
-    match explanation["outcome"]["kind"].as_str() {
-        Some("placed") => {
-            let nodes: Vec<&str> = explanation["outcome"]["nodes"]
-                .as_array()
-                .into_iter()
-                .flatten()
-                .filter_map(|n| n[0].as_str())
+fn outcome(explanation: &Explanation) -> String {
+    match &explanation.outcome {
+        Outcome::Placed { nodes } => {
+            let nodes: Vec<&str> = nodes
+                .iter()
+                .map(|(node, _)| node.as_str())
                 .take(3)
                 .collect();
             format!(
                 "on {}{}",
                 nodes.join(","),
-                explanation["domain"]
-                    .as_str()
+                explanation
+                    .domain
+                    .as_ref()
                     .map(|d| format!(" ({d})"))
                     .unwrap_or_default()
             )
         }
-        _ => "pending".into(),
+        Outcome::Pending { .. } => "pending".into(),
     }
 }
 
 pub fn shadow(command: ShadowCommand) -> anyhow::Result<ExitCode> {
     run(|| {
-        let (client, answer) = match &command {
+        let answer: Result<ShadowReport, ExitCode> = match &command {
             ShadowCommand::Start(args) => {
-                let client = args.conn.client()?;
-                let answer = client.call(
-                    "POST",
-                    "/api/shadow",
-                    &[],
-                    Some(Body::Json(serde_json::json!({"version": args.version}))),
-                )?;
-                (client, answer)
+                let body = serde_json::to_value(ShadowStart {
+                    version: args.version,
+                })?;
+                args.conn
+                    .client()?
+                    .typed("POST", "/api/shadow", Some(Body::Json(body)))?
             }
-            ShadowCommand::Report(args) => {
-                let client = args.conn.client()?;
-                let answer = client.call("GET", "/api/shadow", &[], None)?;
-                (client, answer)
-            }
+            ShadowCommand::Report(args) => args.conn.client()?.typed("GET", "/api/shadow", None)?,
             ShadowCommand::Stop(args) => {
-                let client = args.conn.client()?;
-                let answer = client.call("DELETE", "/api/shadow", &[], None)?;
-                (client, answer)
+                args.conn.client()?.typed("DELETE", "/api/shadow", None)?
             }
         };
-        match client.expect_ok(answer) {
+        match answer {
             Ok(report) => {
                 print_report(&report);
                 Ok(Ok(()))
@@ -835,26 +810,27 @@ pub fn explain(args: ExplainArgs) -> anyhow::Result<ExitCode> {
     run(|| {
         let client = args.conn.client()?;
         let path = format!("/api/explain/{}", encode(&args.name));
-        if args.json {
-            let answer = match client.expect_ok(client.call("GET", &path, &[], None)?) {
-                Ok(v) => v,
-                Err(code) => return Ok(Err(code)),
-            };
-            println!("{}", serde_json::to_string_pretty(&answer)?);
-            return Ok(Ok(()));
-        }
-        let e: gantry_server::Explain = match client.typed("GET", &path, None)? {
+        let e: Explain = match client.typed("GET", &path, None)? {
             Ok(v) => v,
             Err(code) => return Ok(Err(code)),
         };
-        let of_job = if e.kind == "pod" {
+        if args.json {
+            println!("{}", serde_json::to_string_pretty(&e)?);
+            return Ok(Ok(()));
+        }
+        let of_job = if e.kind == ExplainKind::Pod {
             format!(" (pod of job {})", e.job)
         } else {
             String::new()
         };
         println!(
             "{}{of_job}: {} — {} pods × {} GPUs, queue {}, priority {}",
-            e.name, e.state, e.pods, e.gpus_per_pod, e.queue_name, e.priority
+            e.name,
+            e.state.as_str(),
+            e.pods,
+            e.gpus_per_pod,
+            e.queue_name,
+            e.priority
         );
         println!("  {}", e.why);
         if let Some(waiting) = &e.waiting_for

@@ -16,18 +16,26 @@ use axum::response::sse::{Event, KeepAlive, Sse};
 use axum::response::{IntoResponse, Response};
 use axum::routing::{get, post};
 use axum::{Json, Router};
+// Every type a route takes or answers comes from the contract; the ones only named in the
+// `#[utoipa::path]` attributes are imported for those.
+use gantry_contract::{
+    AuditEntry, Caller, ClusterSummary, ConfigQuery, DomainUse, ErrorBody, Explain, ExplainKind,
+    ExplainState, HistoryQuery, JobEvent, JobEventKind, JobQuery, JobRow, LevelUse, Limit, NewSet,
+    NodeColumns, NodeDetail, PolicyManifest, PolicySet, QueueHistoryView, QueueView, RunningPolicy,
+    SetList, ShadowReport, ShadowStart, TimeRange, Upload, Validation, WasmModule, WhatIfAnswer,
+    WhatIfJob,
+};
 use gantry_core::Outcome;
-use gantry_store::{DecisionRecord, SetEntry};
-use serde::{Deserialize, Serialize};
+use gantry_store::DecisionRecord;
 use tokio_stream::StreamExt;
 use tokio_stream::wrappers::BroadcastStream;
 use tower::limit::GlobalConcurrencyLimitLayer;
 use tower_http::set_header::SetResponseHeaderLayer;
 use tower_http::timeout::TimeoutLayer;
 
-use crate::auth::{Caller, Tokens};
+use crate::auth::{RequireAdmin, Tokens};
 use crate::error::{ApiError, Result};
-use gantry_engine::{Live, QueueView};
+use gantry_engine::Live;
 use gantry_store::Actor;
 
 /// What every handler gets: the shared state, the accepted tokens and the front door's
@@ -395,7 +403,14 @@ fn json_error(rejection: axum::extract::rejection::JsonRejection) -> ApiError {
 /// Alive while the scheduling loop goes round: a loop wedged for longer than
 /// `LiveConfig::stale_after` fails the probe, so the kubelet restarts the process. Before the
 /// loop's first pass (caches still syncing) it is alive; `/readyz` says when it is ready.
-async fn healthz(State(state): St) -> Response {
+#[utoipa::path(
+    get, path = "/healthz", summary = "liveness: fails when the scheduling loop is wedged",
+    responses(
+        (status = 200, description = "alive", body = String, content_type = "text/plain"),
+        (status = 503, description = "the loop has not gone round for too long", body = ErrorBody),
+    )
+)]
+pub(crate) async fn healthz(State(state): St) -> Response {
     match state.live.heartbeat_age() {
         Some(age) if age > state.live.config.stale_after => ApiError::Unavailable(format!(
             "the scheduling loop has not gone round for {:.1} s",
@@ -406,7 +421,14 @@ async fn healthz(State(state): St) -> Response {
     }
 }
 
-async fn readyz(State(state): St) -> Response {
+#[utoipa::path(
+    get, path = "/readyz", summary = "readiness: the loop has published a snapshot",
+    responses(
+        (status = 200, description = "ready", body = String, content_type = "text/plain"),
+        (status = 503, description = "not ready", body = ErrorBody),
+    )
+)]
+pub(crate) async fn readyz(State(state): St) -> Response {
     if state.live.is_ready() {
         (StatusCode::OK, "ready").into_response()
     } else {
@@ -415,7 +437,14 @@ async fn readyz(State(state): St) -> Response {
     }
 }
 
-async fn metrics(State(state): St, headers: HeaderMap) -> Response {
+#[utoipa::path(
+    get, path = "/metrics", summary = "Prometheus metrics",
+    responses(
+        (status = 200, description = "text exposition format", body = String, content_type = "text/plain"),
+        (status = 401, description = "a token is needed (`--metrics-need-token`) and none or an unknown one came", body = ErrorBody),
+    )
+)]
+pub(crate) async fn metrics(State(state): St, headers: HeaderMap) -> Response {
     if state.options.metrics_need_token
         && let Err(error) = state.tokens.caller(&headers)
     {
@@ -432,7 +461,11 @@ async fn metrics(State(state): St, headers: HeaderMap) -> Response {
         .into_response()
 }
 
-async fn openapi() -> Response {
+#[utoipa::path(
+    get, path = "/api/openapi.json", summary = "this document",
+    responses((status = 200, description = "OpenAPI 3.1", body = Object))
+)]
+pub(crate) async fn openapi() -> Response {
     (
         [(header::CONTENT_TYPE, "application/json")],
         crate::openapi::DOCUMENT.as_str(),
@@ -440,18 +473,35 @@ async fn openapi() -> Response {
         .into_response()
 }
 
-async fn whoami(Extension(who): Extension<Caller>) -> Result<Json<Caller>> {
+#[utoipa::path(
+    get, path = "/api/whoami", summary = "the caller's name and role",
+    responses((status = 200, description = "caller", body = Caller))
+)]
+pub(crate) async fn whoami(Extension(who): Extension<Caller>) -> Result<Json<Caller>> {
     Ok(Json(who))
 }
 
-async fn list_policies(
+#[utoipa::path(
+    get, path = "/api/policies", summary = "stored policies",
+    responses((status = 200, description = "manifests", body = Vec<PolicyManifest>))
+)]
+pub(crate) async fn list_policies(
     State(state): St,
     Extension(_who): Extension<Caller>,
 ) -> Result<Json<Vec<gantry_store::PolicyManifest>>> {
     Ok(Json(state.live.store.list_policies()?))
 }
 
-async fn get_policy(
+#[utoipa::path(
+    get, path = "/api/policies/{sha256}", summary = "one policy's manifest",
+    params(("sha256" = String, Path, description = "the .wasm bytes' sha256, or any unique prefix of 8 or more hex characters")),
+    responses(
+        (status = 200, description = "manifest", body = PolicyManifest),
+        (status = 400, description = "not a sha256 or a prefix of 8 or more hex characters, or a prefix several policies share", body = ErrorBody),
+        (status = 404, description = "no such policy", body = ErrorBody),
+    )
+)]
+pub(crate) async fn get_policy(
     State(state): St,
     Extension(_who): Extension<Caller>,
     Path(sha256): Path<String>,
@@ -462,14 +512,6 @@ async fn get_policy(
         .policy_manifest(&sha256)?
         .map(Json)
         .ok_or_else(|| ApiError::NotFound(format!("no policy with sha256 {sha256} is stored")))
-}
-
-#[derive(Debug, Deserialize)]
-struct ConfigQuery {
-    /// JSON config for the policy's init; `{}` when absent.
-    config: Option<String>,
-    /// The call deadline the self-test runs under, in ms; the engine's default when absent.
-    deadline_ms: Option<u64>,
 }
 
 /// The body of an upload, with an oversized one refused in our own words.
@@ -494,7 +536,21 @@ fn upload_body(
     }
 }
 
-async fn upload_policy(
+#[utoipa::path(
+    post, path = "/api/policies",
+    summary = "upload a policy: compile, check its world, init with config, self-test on the current snapshot, store",
+    params(ConfigQuery),
+    request_body(content = WasmModule, content_type = "application/octet-stream", description = "the policy's `.wasm` bytes"),
+    responses(
+        (status = 201, description = "stored", body = Upload),
+        (status = 200, description = "these bytes were already stored", body = Upload),
+        (status = 400, description = "empty or unreadable body", body = ErrorBody),
+        (status = 403, description = "a viewer token", body = ErrorBody),
+        (status = 413, description = "over the upload limit", body = ErrorBody),
+        (status = 422, description = "the policy failed validation", body = ErrorBody),
+    )
+)]
+pub(crate) async fn upload_policy(
     State(state): St,
     Extension(Peer(from)): Extension<Peer>,
     Extension(who): Extension<Caller>,
@@ -519,7 +575,19 @@ async fn upload_policy(
     Ok((status, Json(upload)).into_response())
 }
 
-async fn validate_policy(
+#[utoipa::path(
+    post, path = "/api/policies/validate", summary = "validate a policy without storing it",
+    params(ConfigQuery),
+    request_body(content = WasmModule, content_type = "application/octet-stream", description = "the policy's `.wasm` bytes"),
+    responses(
+        (status = 200, description = "valid", body = Validation),
+        (status = 400, description = "empty or unreadable body", body = ErrorBody),
+        (status = 403, description = "a viewer token", body = ErrorBody),
+        (status = 413, description = "over the upload limit", body = ErrorBody),
+        (status = 422, description = "the policy failed validation", body = ErrorBody),
+    )
+)]
+pub(crate) async fn validate_policy(
     State(state): St,
     Extension(Peer(from)): Extension<Peer>,
     Extension(who): Extension<Caller>,
@@ -555,47 +623,14 @@ async fn validate_policy(
     Ok(Json(validation))
 }
 
-/// The answer of `GET /api/sets`: every stored version and how the active one is running.
-/// Public so the CLI reads the same type the server writes.
-#[derive(Debug, Serialize, Deserialize)]
-pub struct SetList {
-    /// The version new cycles run on.
-    pub active: u64,
-    /// Every stored version, oldest first.
-    pub sets: Vec<gantry_store::PolicySet>,
-    /// How each policy of the active set is doing: calls, faults, quarantine.
-    pub running: Vec<RunningPolicy>,
-}
-
-/// One loaded policy of the active set, as its health says: what the UI's quarantine badge
-/// and an admin's first look at a misbehaving policy read.
-#[derive(Debug, Serialize, Deserialize)]
-pub struct RunningPolicy {
-    /// The policy's declared name.
-    pub name: String,
-    /// Its declared version.
-    pub version: String,
-    /// filter, score or quota.
-    pub role: String,
-    /// The sha256 of its bytes.
-    pub sha256: String,
-    /// Calls since it was loaded.
-    pub calls: u64,
-    /// Calls that faulted.
-    pub faults: u64,
-    /// Faults in a row since its last success.
-    pub consecutive_faults: u32,
-    /// Calls are answered by its failure policy without running it, until a probe succeeds.
-    pub quarantined: bool,
-    /// While quarantined: milliseconds until the next probe call.
-    pub probe_in_ms: Option<u64>,
-    /// Times it was quarantined since it was loaded.
-    pub quarantines: u64,
-    /// The newest fault, as an admin reads it.
-    pub last_fault: Option<String>,
-}
-
-async fn list_sets(State(state): St, Extension(_who): Extension<Caller>) -> Result<Json<SetList>> {
+#[utoipa::path(
+    get, path = "/api/sets", summary = "every policy-set version, and the active one",
+    responses((status = 200, description = "sets", body = SetList))
+)]
+pub(crate) async fn list_sets(
+    State(state): St,
+    Extension(_who): Extension<Caller>,
+) -> Result<Json<SetList>> {
     let set = state.live.active_set();
     let running = set
         .entries()
@@ -631,7 +666,16 @@ async fn list_sets(State(state): St, Extension(_who): Extension<Caller>) -> Resu
     }))
 }
 
-async fn get_set(
+#[utoipa::path(
+    get, path = "/api/sets/{version}", summary = "one set version",
+    params(("version" = u64, Path, minimum = 1, description = "a policy-set version")),
+    responses(
+        (status = 200, description = "set", body = PolicySet),
+        (status = 400, description = "not a version number", body = ErrorBody),
+        (status = 404, description = "no such version", body = ErrorBody),
+    )
+)]
+pub(crate) async fn get_set(
     State(state): St,
     Extension(_who): Extension<Caller>,
     Path(version): Path<u64>,
@@ -646,15 +690,19 @@ async fn get_set(
         ))
 }
 
-#[derive(Debug, Deserialize)]
-#[serde(deny_unknown_fields)]
-struct NewSet {
-    entries: Vec<SetEntry>,
-    #[serde(default)]
-    note: String,
-}
-
-async fn create_set(
+#[utoipa::path(
+    post, path = "/api/sets", summary = "create a set version (not activated); every entry is loaded first",
+    request_body = NewSet,
+    responses(
+        (status = 201, description = "created", body = PolicySet),
+        (status = 400, description = "malformed set, or an entry's sha256 prefix is too short or shared", body = ErrorBody),
+        (status = 403, description = "a viewer token", body = ErrorBody),
+        (status = 404, description = "an entry names no stored policy", body = ErrorBody),
+        (status = 413, description = "a body over 64 KiB", body = ErrorBody),
+        (status = 422, description = "an entry cannot load", body = ErrorBody),
+    )
+)]
+pub(crate) async fn create_set(
     State(state): St,
     Extension(Peer(from)): Extension<Peer>,
     Extension(who): Extension<Caller>,
@@ -723,7 +771,18 @@ async fn switch_set(
     Ok(Json(set))
 }
 
-async fn activate_set(
+#[utoipa::path(
+    post, path = "/api/sets/{version}/activate", summary = "make a set version active: the next cycle runs on it",
+    params(("version" = u64, Path, minimum = 1, description = "a policy-set version")),
+    responses(
+        (status = 200, description = "now active", body = PolicySet),
+        (status = 400, description = "not a version number", body = ErrorBody),
+        (status = 403, description = "a viewer token", body = ErrorBody),
+        (status = 404, description = "no such version", body = ErrorBody),
+        (status = 422, description = "an entry cannot load", body = ErrorBody),
+    )
+)]
+pub(crate) async fn activate_set(
     State(state): St,
     Extension(Peer(from)): Extension<Peer>,
     Extension(who): Extension<Caller>,
@@ -732,7 +791,19 @@ async fn activate_set(
     switch_set(state, from, who, version, false).await
 }
 
-async fn rollback_set(
+#[utoipa::path(
+    post, path = "/api/sets/{version}/rollback", summary = "roll back to an earlier set version (audited as a rollback)",
+    params(("version" = u64, Path, minimum = 1, description = "a policy-set version")),
+    responses(
+        (status = 200, description = "now active", body = PolicySet),
+        (status = 400, description = "not a version number", body = ErrorBody),
+        (status = 403, description = "a viewer token", body = ErrorBody),
+        (status = 404, description = "no such version", body = ErrorBody),
+        (status = 409, description = "the version is already active", body = ErrorBody),
+        (status = 422, description = "an entry cannot load", body = ErrorBody),
+    )
+)]
+pub(crate) async fn rollback_set(
     State(state): St,
     Extension(Peer(from)): Extension<Peer>,
     Extension(who): Extension<Caller>,
@@ -741,7 +812,14 @@ async fn rollback_set(
     switch_set(state, from, who, version, true).await
 }
 
-async fn shadow_report(
+#[utoipa::path(
+    get, path = "/api/shadow", summary = "the running shadow report",
+    responses(
+        (status = 200, description = "report", body = ShadowReport),
+        (status = 404, description = "no shadow run", body = ErrorBody),
+    )
+)]
+pub(crate) async fn shadow_report(
     State(state): St,
     Extension(_who): Extension<Caller>,
 ) -> Result<Json<gantry_engine::ShadowReport>> {
@@ -752,13 +830,19 @@ async fn shadow_report(
         .ok_or_else(|| ApiError::NotFound("no shadow run is active".into()))
 }
 
-#[derive(Debug, Deserialize)]
-#[serde(deny_unknown_fields)]
-struct ShadowStart {
-    version: u64,
-}
-
-async fn shadow_start(
+#[utoipa::path(
+    post, path = "/api/shadow", summary = "run a set version in shadow beside the active set; binds nothing",
+    request_body = ShadowStart,
+    responses(
+        (status = 201, description = "started", body = ShadowReport),
+        (status = 400, description = "malformed request", body = ErrorBody),
+        (status = 403, description = "a viewer token", body = ErrorBody),
+        (status = 404, description = "no such version", body = ErrorBody),
+        (status = 413, description = "a body over 64 KiB", body = ErrorBody),
+        (status = 422, description = "an entry cannot load", body = ErrorBody),
+    )
+)]
+pub(crate) async fn shadow_start(
     State(state): St,
     Extension(Peer(from)): Extension<Peer>,
     Extension(who): Extension<Caller>,
@@ -774,7 +858,15 @@ async fn shadow_start(
     Ok((StatusCode::CREATED, Json(report)).into_response())
 }
 
-async fn shadow_stop(
+#[utoipa::path(
+    delete, path = "/api/shadow", summary = "stop the shadow run and return its report",
+    responses(
+        (status = 200, description = "final report", body = ShadowReport),
+        (status = 403, description = "a viewer token", body = ErrorBody),
+        (status = 404, description = "no shadow run", body = ErrorBody),
+    )
+)]
+pub(crate) async fn shadow_stop(
     State(state): St,
     Extension(Peer(from)): Extension<Peer>,
     Extension(who): Extension<Caller>,
@@ -783,17 +875,21 @@ async fn shadow_stop(
     Ok(Json(state.live.shadow_stop(&Actor::new(&who.name, from))?))
 }
 
-#[derive(Debug, Deserialize)]
-struct Limit {
-    limit: Option<usize>,
-}
-
 /// Bounds a requested list length: 100 by default, 10,000 at most.
 fn limit_of(limit: Option<usize>) -> usize {
-    limit.unwrap_or(100).clamp(1, 10_000)
+    Limit::get(limit)
 }
 
-async fn audit(
+#[utoipa::path(
+    get, path = "/api/audit", summary = "the newest audit entries, newest first (admin only)",
+    params(Limit),
+    responses(
+        (status = 200, description = "entries", body = Vec<AuditEntry>),
+        (status = 400, description = "bad query", body = ErrorBody),
+        (status = 403, description = "a viewer token", body = ErrorBody),
+    )
+)]
+pub(crate) async fn audit(
     State(state): St,
     Extension(who): Extension<Caller>,
     Query(q): Query<Limit>,
@@ -803,14 +899,15 @@ async fn audit(
     Ok(Json(state.live.store.audit_recent(limit_of(q.limit))?))
 }
 
-#[derive(Debug, Deserialize)]
-struct TimeRange {
-    from_ms: Option<u64>,
-    to_ms: Option<u64>,
-    limit: Option<usize>,
-}
-
-async fn decisions_between(
+#[utoipa::path(
+    get, path = "/api/decisions", summary = "decisions in a time range, in time order",
+    params(TimeRange),
+    responses(
+        (status = 200, description = "decisions", body = Vec<DecisionRecord>),
+        (status = 400, description = "bad range", body = ErrorBody),
+    )
+)]
+pub(crate) async fn decisions_between(
     State(state): St,
     Extension(_who): Extension<Caller>,
     Query(q): Query<TimeRange>,
@@ -835,7 +932,16 @@ fn newest(mut records: Vec<DecisionRecord>, limit: usize) -> Vec<DecisionRecord>
     records
 }
 
-async fn decisions_by_job(
+#[utoipa::path(
+    get, path = "/api/decisions/job/{job}", summary = "a job's decisions, oldest first (the newest `limit`)",
+    params(("job" = String, Path, description = "job name"), Limit),
+    responses(
+        (status = 200, description = "decisions", body = Vec<DecisionRecord>),
+        (status = 400, description = "bad query", body = ErrorBody),
+        (status = 404, description = "no decisions about this job", body = ErrorBody),
+    )
+)]
+pub(crate) async fn decisions_by_job(
     State(state): St,
     Extension(_who): Extension<Caller>,
     Path(job): Path<String>,
@@ -849,7 +955,17 @@ async fn decisions_by_job(
     Ok(Json(newest(history, limit_of(q.limit))))
 }
 
-async fn decisions_by_pod(
+#[utoipa::path(
+    get, path = "/api/decisions/pod/{pod}",
+    summary = "the decisions about a pod's job (a single-pod job's pod has the job's name)",
+    params(("pod" = String, Path, description = "pod name"), Limit),
+    responses(
+        (status = 200, description = "decisions", body = Vec<DecisionRecord>),
+        (status = 400, description = "bad query", body = ErrorBody),
+        (status = 404, description = "unknown pod", body = ErrorBody),
+    )
+)]
+pub(crate) async fn decisions_by_pod(
     State(state): St,
     Extension(_who): Extension<Caller>,
     Path(pod): Path<String>,
@@ -870,7 +986,15 @@ async fn decisions_by_pod(
     Ok(Json(newest(history, limit_of(q.limit))))
 }
 
-async fn decisions_by_node(
+#[utoipa::path(
+    get, path = "/api/decisions/node/{node}", summary = "placements on a node, in time order",
+    params(("node" = String, Path, description = "node name"), TimeRange),
+    responses(
+        (status = 200, description = "decisions", body = Vec<DecisionRecord>),
+        (status = 400, description = "bad query", body = ErrorBody),
+    )
+)]
+pub(crate) async fn decisions_by_node(
     State(state): St,
     Extension(_who): Extension<Caller>,
     Path(node): Path<String>,
@@ -884,7 +1008,12 @@ async fn decisions_by_node(
     )?))
 }
 
-async fn decision_stream(
+#[utoipa::path(
+    get, path = "/api/decisions/stream",
+    summary = "server-sent events: one `decision` event per decision, its data a `DecisionEvent`",
+    responses((status = 200, description = "event stream", body = String, content_type = "text/event-stream"))
+)]
+pub(crate) async fn decision_stream(
     State(state): St,
     Extension(_who): Extension<Caller>,
 ) -> Result<Sse<impl tokio_stream::Stream<Item = std::result::Result<Event, Infallible>>>> {
@@ -895,70 +1024,6 @@ async fn decision_stream(
         Some(Ok(Event::default().event("decision").data(data)))
     });
     Ok(Sse::new(stream).keep_alive(KeepAlive::new().interval(Duration::from_secs(15))))
-}
-
-/// "Why is it pending now?" (or where it went), for a pod or a job: the answer of
-/// `GET /api/explain/{name}`, which `gantry explain` reads as this same type.
-#[derive(Debug, Serialize, Deserialize)]
-pub struct Explain {
-    /// The name asked about.
-    pub name: String,
-    /// `job` or `pod`: what `name` turned out to be.
-    pub kind: String,
-    /// The job it is, or belongs to.
-    pub job: String,
-    /// `pending`, `running`, or `done` (neither pending nor running now, with a history).
-    pub state: String,
-    /// The queue it was submitted to.
-    pub queue_name: String,
-    /// Pods in its gang (1 for a single pod).
-    pub pods: u32,
-    /// GPUs each pod asks for.
-    pub gpus_per_pod: u32,
-    /// Higher goes first within its queue.
-    pub priority: i32,
-    /// Its place among its queue's pending jobs (1 = next).
-    pub queue_position: Option<u32>,
-    /// Its queue now: quota, use, borrowing, fair share.
-    pub queue: Option<QueueView>,
-    /// One paragraph in plain words, from the latest decision (or on why there is none yet).
-    pub why: String,
-    /// What would change the outcome, when pending.
-    pub waiting_for: Option<String>,
-    /// When it is expected to start, when pending and the planner has placed it in its plan.
-    pub estimate: Option<gantry_engine::EstimateView>,
-    /// The latest decision; none for a job that waits for its first attempt.
-    pub latest: Option<DecisionRecord>,
-    /// Decisions on record about it.
-    pub attempts: usize,
-    /// What happened to it, oldest first: placed, preempted (by whom), pending.
-    pub history: Vec<JobEvent>,
-}
-
-/// What happened to a job at one point of its life.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
-#[serde(rename_all = "kebab-case")]
-pub enum JobEventKind {
-    /// It got nodes.
-    Placed,
-    /// It was evicted to make room for another job.
-    Preempted,
-    /// It waited: attempted and not placed.
-    Pending,
-}
-
-/// One step of a job's history, from its decision records: a run of pending attempts is one
-/// step, from its first attempt, with what the latest of them waited for.
-#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
-pub struct JobEvent {
-    /// When it happened (ms since the epoch).
-    pub time_ms: u64,
-    /// What happened.
-    pub kind: JobEventKind,
-    /// In words: the nodes it got, who preempted it, or what it waited for.
-    pub text: String,
-    /// For a preemption: the job it made room for.
-    pub by: Option<String>,
 }
 
 /// `placed on node-1 ×2, node-7 in rack 3`, naming at most four nodes.
@@ -1016,7 +1081,18 @@ fn job_events(records: &[DecisionRecord]) -> Vec<JobEvent> {
 }
 
 /// When a job of this shape would start, without submitting it: the loop answers from its plan.
-async fn what_if(
+#[utoipa::path(
+    post, path = "/api/whatif",
+    summary = "when a job of this shape would start, from the plan, without submitting it; with `variations`, also for half the GPUs per pod, 3/4 of the pods, each other queue and GPU type",
+    request_body = WhatIfJob,
+    responses(
+        (status = 200, description = "answer", body = WhatIfAnswer),
+        (status = 400, description = "a field is wrong: the message names it", body = ErrorBody),
+        (status = 413, description = "a body over 64 KiB", body = ErrorBody),
+        (status = 503, description = "the loop did not answer in time", body = ErrorBody),
+    )
+)]
+pub(crate) async fn what_if(
     State(state): St,
     Extension(_who): Extension<Caller>,
     body: std::result::Result<
@@ -1034,7 +1110,15 @@ async fn what_if(
     }
 }
 
-async fn explain(
+#[utoipa::path(
+    get, path = "/api/explain/{name}", summary = "why a pod or job is pending now, or where it went",
+    params(("name" = String, Path, description = "pod or job name")),
+    responses(
+        (status = 200, description = "explanation", body = Explain),
+        (status = 404, description = "no such job or pod", body = ErrorBody),
+    )
+)]
+pub(crate) async fn explain(
     State(state): St,
     Extension(_who): Extension<Caller>,
     Path(name): Path<String>,
@@ -1043,10 +1127,10 @@ async fn explain(
     let view = state.live.view();
     let (kind, job) =
         if view.job_to_state.contains_key(&name) || store.latest_for_job(&name)?.is_some() {
-            ("job", name.clone())
+            (ExplainKind::Job, name.clone())
         } else {
             match store.job_for_pod(&name)? {
-                Some(job) => ("pod", job),
+                Some(job) => (ExplainKind::Pod, job),
                 None => {
                     return Err(ApiError::NotFound(format!(
                         "no job or pod named {name} is known"
@@ -1057,7 +1141,11 @@ async fn explain(
     let history = store.job_history(&job)?;
     let latest = store.latest_for_job(&job)?;
     let now = view.job_to_state.get(&job);
-    let state_name = now.map(|j| j.state).unwrap_or("done");
+    let state_name = match now.map(|j| j.state) {
+        Some("pending") => ExplainState::Pending,
+        Some(_) => ExplainState::Running,
+        None => ExplainState::Done,
+    };
     let (queue_name, pods, gpus_per_pod, priority) = match (&latest, now) {
         (_, Some(j)) => (j.queue.clone(), j.pods, j.gpus_per_pod, j.priority),
         (Some(r), None) => {
@@ -1079,7 +1167,7 @@ async fn explain(
         .rev()
         .skip(1)
         .find(|e| e.kind == JobEventKind::Preempted)
-        .filter(|_| state_name == "pending")
+        .filter(|_| state_name == ExplainState::Pending)
         .and_then(|e| e.by.as_ref())
         .map(|by| format!(" It ran earlier and was preempted to make room for {by}."))
         .unwrap_or_default();
@@ -1087,7 +1175,7 @@ async fn explain(
         Some(r) => (
             format!("{}{earlier_preemption}", r.explanation.summary()),
             match &r.explanation.outcome {
-                Outcome::Pending { waiting_for } if state_name == "pending" => {
+                Outcome::Pending { waiting_for } if state_name == ExplainState::Pending => {
                     Some(waiting_for.clone())
                 }
                 _ => None,
@@ -1107,9 +1195,9 @@ async fn explain(
     };
     Ok(Json(Explain {
         name,
-        kind: kind.to_string(),
+        kind,
         job,
-        state: state_name.to_string(),
+        state: state_name,
         queue_name,
         pods,
         gpus_per_pod,
@@ -1125,35 +1213,11 @@ async fn explain(
     }))
 }
 
-#[derive(Debug, Serialize)]
-struct DomainUse {
-    name: String,
-    nodes: u32,
-    gpu_total: u32,
-    gpu_free: u32,
-}
-
-#[derive(Debug, Serialize)]
-struct LevelUse {
-    level: String,
-    domains: Vec<DomainUse>,
-}
-
-#[derive(Debug, Serialize)]
-struct ClusterSummary {
-    cluster: String,
-    at_ms: u64,
-    nodes: usize,
-    gpu_total: u64,
-    gpu_free: u64,
-    pending_pods: u64,
-    running_pods: u64,
-    active_set: u64,
-    /// GPU use per topology domain, coarsest level first.
-    levels: Vec<LevelUse>,
-}
-
-async fn cluster(
+#[utoipa::path(
+    get, path = "/api/cluster", summary = "cluster totals and GPU use per topology domain",
+    responses((status = 200, description = "summary", body = ClusterSummary))
+)]
+pub(crate) async fn cluster(
     State(state): St,
     Extension(_who): Extension<Caller>,
 ) -> Result<Json<ClusterSummary>> {
@@ -1198,25 +1262,6 @@ async fn cluster(
     }))
 }
 
-/// The nodes as columns (one array per field, same order), which keeps 7,500 nodes small on
-/// the wire and cheap for the UI to draw.
-#[derive(Debug, Serialize)]
-struct NodeColumns {
-    at_ms: u64,
-    name: Vec<String>,
-    gpu_type: Vec<String>,
-    gpu_total: Vec<u32>,
-    gpu_free: Vec<u32>,
-    /// `healthy`, `unhealthy`, `preflight`, `not-ready` or `cordoned`.
-    health: Vec<String>,
-    /// Per topology level, each node's domain index.
-    levels: Vec<(String, Vec<u32>)>,
-    /// Running jobs on each node.
-    jobs: Vec<u32>,
-    /// The queues of those jobs, comma-separated (empty when idle), for the UI's queue filter.
-    queues: Vec<String>,
-}
-
 fn health_name(health: u8) -> String {
     gantry_core::Health::from_u8(health)
         .map(|h| format!("{h:?}"))
@@ -1231,7 +1276,14 @@ fn health_name(health: u8) -> String {
         })
 }
 
-async fn nodes(State(state): St, Extension(_who): Extension<Caller>) -> Result<Json<NodeColumns>> {
+#[utoipa::path(
+    get, path = "/api/cluster/nodes", summary = "every node, as columns",
+    responses((status = 200, description = "nodes", body = NodeColumns))
+)]
+pub(crate) async fn nodes(
+    State(state): St,
+    Extension(_who): Extension<Caller>,
+) -> Result<Json<NodeColumns>> {
     let view = state.live.view();
     let symbols = state.live.symbols();
     let n = &view.nodes;
@@ -1275,19 +1327,16 @@ async fn nodes(State(state): St, Extension(_who): Extension<Caller>) -> Result<J
     }))
 }
 
-#[derive(Debug, Serialize)]
-struct NodeDetail {
-    name: String,
-    gpu_type: String,
-    gpu_total: u32,
-    gpu_free: u32,
-    health: String,
-    domains: Vec<String>,
-    jobs: Vec<String>,
-    recent_decisions: Vec<DecisionRecord>,
-}
-
-async fn node(
+#[utoipa::path(
+    get, path = "/api/cluster/nodes/{node}", summary = "one node, its jobs and its recent placements",
+    params(("node" = String, Path, description = "node name"), Limit),
+    responses(
+        (status = 200, description = "node", body = NodeDetail),
+        (status = 400, description = "bad query", body = ErrorBody),
+        (status = 404, description = "no such node", body = ErrorBody),
+    )
+)]
+pub(crate) async fn node(
     State(state): St,
     Extension(_who): Extension<Caller>,
     Path(name): Path<String>,
@@ -1325,22 +1374,29 @@ async fn node(
     }))
 }
 
-async fn queues(
+#[utoipa::path(
+    get, path = "/api/queues", summary = "quota, usage, borrowing and fair share per queue",
+    responses((status = 200, description = "queues", body = Vec<QueueView>))
+)]
+pub(crate) async fn queues(
     State(state): St,
     Extension(_who): Extension<Caller>,
 ) -> Result<Json<Vec<QueueView>>> {
     Ok(Json(state.live.view().queues.clone()))
 }
 
-#[derive(Debug, Deserialize)]
-struct HistoryQuery {
-    /// Only samples taken after this time, ms since the epoch (all kept ones when absent).
-    since: Option<u64>,
-}
-
 /// Each queue's usage, quota, lending, fair share and pending jobs over the last hour, sampled
 /// by the scheduling loop every few seconds; `since` fetches only what is new.
-async fn queue_history(
+#[utoipa::path(
+    get, path = "/api/queues/history",
+    summary = "each queue's usage, quota, lending, fair share and pending jobs over the last hour, sampled every 5 s",
+    params(HistoryQuery),
+    responses(
+        (status = 200, description = "history", body = QueueHistoryView),
+        (status = 400, description = "bad query", body = ErrorBody),
+    )
+)]
+pub(crate) async fn queue_history(
     State(state): St,
     Extension(_who): Extension<Caller>,
     Query(q): Query<HistoryQuery>,
@@ -1348,33 +1404,19 @@ async fn queue_history(
     Ok(Json(state.live.queue_history(q.since.unwrap_or(0))))
 }
 
-#[derive(Debug, Deserialize)]
-struct JobQuery {
-    /// Part of the job's name, case-insensitive.
-    q: Option<String>,
-    queue: Option<String>,
-    /// The namespace: the part of a job's name before its `/`.
-    namespace: Option<String>,
-    /// `pending` or `running`.
-    state: Option<String>,
-    /// `position` (by default: pending first, by queue and place in it) or `wait` (longest
-    /// waiting first).
-    sort: Option<String>,
-    limit: Option<usize>,
-}
-
-/// A job pending or running now, as the job list shows it.
-#[derive(Debug, Serialize)]
-struct JobRow {
-    name: String,
-    #[serde(flatten)]
-    job: gantry_engine::JobView,
-}
-
 /// Jobs pending or running now, for search and for each queue's pending list: pending first,
 /// by queue and place in it, then running ones by name. Balloon pods are left out: they hold
 /// idle capacity and are nobody's work.
-async fn jobs(
+#[utoipa::path(
+    get, path = "/api/jobs",
+    summary = "jobs pending or running now (balloons left out): pending first, by queue and place in it",
+    params(JobQuery),
+    responses(
+        (status = 200, description = "jobs", body = Vec<JobRow>),
+        (status = 400, description = "bad state or sort", body = ErrorBody),
+    )
+)]
+pub(crate) async fn jobs(
     State(state): St,
     Extension(_who): Extension<Caller>,
     Query(q): Query<JobQuery>,

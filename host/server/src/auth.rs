@@ -21,33 +21,17 @@ use serde::{Deserialize, Serialize};
 
 use crate::error::{ApiError, Result};
 
-/// What a token may do.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
-#[serde(rename_all = "lowercase")]
-pub enum Role {
-    Viewer,
-    Admin,
-}
+pub use gantry_contract::{Caller, Role};
 
-impl Role {
-    pub fn as_str(self) -> &'static str {
-        match self {
-            Role::Viewer => "viewer",
-            Role::Admin => "admin",
-        }
-    }
-}
-
-/// The caller of a request, once its token checked out.
-#[derive(Debug, Clone, PartialEq, Eq, Serialize)]
-pub struct Caller {
-    pub name: String,
-    pub role: Role,
-}
-
-impl Caller {
+/// Refusing a viewer: the one check every mutating route makes. A trait because [`Caller`] is
+/// the contract's type and the refusal is the server's error.
+pub trait RequireAdmin {
     /// Refuses a viewer with 403, naming what it tried.
-    pub fn require_admin(&self, action: &str) -> Result<()> {
+    fn require_admin(&self, action: &str) -> Result<()>;
+}
+
+impl RequireAdmin for Caller {
+    fn require_admin(&self, action: &str) -> Result<()> {
         match self.role {
             Role::Admin => Ok(()),
             Role::Viewer => Err(ApiError::Forbidden {

@@ -96,7 +96,9 @@ impl IntoResponse for ApiError {
         }
         let mut response = (
             status,
-            Json(serde_json::json!({ "error": self.to_string() })),
+            Json(gantry_contract::ErrorBody {
+                error: self.to_string(),
+            }),
         )
             .into_response();
         if status == StatusCode::UNAUTHORIZED {

@@ -26,11 +26,15 @@ impl Actor {
 
 /// One audit-log entry, as stored and as served to admins.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[cfg_attr(feature = "schema", derive(utoipa::ToSchema))]
 pub struct AuditEntry {
     /// Unique and increasing across restarts (sled's id generator).
     pub id: u64,
+    /// When (ms since the epoch).
     pub at_ms: u64,
+    /// Who: a token's name (and role), or who a refused token was.
     pub who: String,
+    /// The client's address.
     pub from: String,
     /// A short verb: `policy.upload`, `policy.validate`, `set.create`, `set.activate`,
     /// `set.rollback`, `shadow.start`, `shadow.stop`, `compact`, or `request.refused` (a 401 or

@@ -46,11 +46,14 @@ pub struct NewDecision {
 
 /// A stored decision, as read back.
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[cfg_attr(feature = "schema", derive(utoipa::ToSchema))]
 pub struct DecisionRecord {
+    /// When the cycle that decided ran (ms since the epoch).
     pub time_ms: u64,
     /// Unique and increasing in append order, across restarts; breaks ties between records with
     /// the same time.
     pub seq: u64,
+    /// What was decided, and why.
     pub explanation: Explanation,
 }
 

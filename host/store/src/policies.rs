@@ -18,9 +18,13 @@ fn tx_err(e: TransactionError<StoreError>) -> StoreError {
 /// The world a policy implements; decides which hook of the cycle calls it.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Serialize, Deserialize)]
 #[serde(rename_all = "kebab-case")]
+#[cfg_attr(feature = "schema", derive(utoipa::ToSchema))]
 pub enum PolicyRole {
+    /// Rejects nodes.
     Filter,
+    /// Ranks feasible nodes.
     Score,
+    /// Admits or refuses a job for its queue.
     Quota,
 }
 
@@ -38,10 +42,14 @@ impl std::fmt::Display for PolicyRole {
 /// fails open) unless a set entry overrides it.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Default, Serialize, Deserialize)]
 #[serde(rename_all = "kebab-case")]
+#[cfg_attr(feature = "schema", derive(utoipa::ToSchema))]
 pub enum FailurePolicy {
+    /// The role's default.
     #[default]
     Default,
+    /// A fault lets the node or job through.
     FailOpen,
+    /// A fault rejects the node or job.
     FailClosed,
 }
 
@@ -57,15 +65,23 @@ pub struct NewPolicy {
 
 /// A stored policy's manifest, kept apart from its bytes so listings stay cheap.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[cfg_attr(feature = "schema", derive(utoipa::ToSchema))]
 pub struct PolicyManifest {
     /// Lowercase hex sha256 of the `.wasm` bytes; the artifact's identity.
     pub sha256: String,
+    /// The name the policy declares.
     pub name: String,
+    /// The world it implements.
     pub role: PolicyRole,
+    /// The version the policy declares.
     pub version: String,
+    /// Its default config, the JSON string passed to its init.
     pub config: String,
+    /// Size of the `.wasm`, in bytes.
     pub size: u64,
+    /// The token name that uploaded it.
     pub uploaded_by: String,
+    /// When (ms since the epoch).
     pub uploaded_at_ms: u64,
 }
 
@@ -79,9 +95,13 @@ pub struct PutPolicy {
 
 /// One entry of a policy set: which policy, how it weighs, how it fails and its config.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[cfg_attr(feature = "schema", derive(utoipa::ToSchema))]
 pub struct SetEntry {
+    /// The policy's sha256 (a unique prefix of 8 or more hex characters when creating a set).
     pub sha256: String,
+    /// The weight of a score policy's scores.
     pub weight: u32,
+    /// What a fault of this policy does.
     #[serde(default)]
     pub failure: FailurePolicy,
     /// JSON config for this use of the policy, passed to its init.
@@ -90,18 +110,23 @@ pub struct SetEntry {
     /// default. Per entry, because an interpreted policy on a large cluster needs more time
     /// than the default grants every other policy.
     #[serde(default)]
+    #[cfg_attr(feature = "schema", schema(minimum = 1, maximum = 10000))]
     pub deadline_ms: Option<u64>,
 }
 
 /// One version of the policy set: immutable once written.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[cfg_attr(feature = "schema", derive(utoipa::ToSchema))]
 pub struct PolicySet {
     /// 1, 2, 3…; never reused.
     pub version: u64,
     /// In the order the cycle runs them.
     pub entries: Vec<SetEntry>,
+    /// The token name that created it.
     pub created_by: String,
+    /// When (ms since the epoch).
     pub created_at_ms: u64,
+    /// The creator's note: why this version.
     pub note: String,
 }
 

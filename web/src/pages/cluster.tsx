@@ -4,7 +4,7 @@
 // focus cell with the arrow keys (a box drawn over the canvas, so moving it redraws nothing),
 // hear the focused node named through a live region, and open it with Enter.
 import { useEffect, useMemo, useRef, useState } from "preact/hooks";
-import { get, message, type NodeColumns, type Queue, type DecisionRecord } from "../api";
+import { get, message, type NodeColumns, type NodeDetail, type Queue } from "../api";
 import { Status, time } from "../ui";
 
 const CELL = 6, GAP = 1, STEP = CELL + GAP, LABEL = 14, PANEL_GAP = 10, WIDTH = 980;
@@ -106,10 +106,6 @@ function draw(canvas: HTMLCanvasElement, cols: NodeColumns, lay: Layout, f: Filt
   paint(FILTERED, grey);
 }
 
-interface NodeDetail {
-  name: string; gpu_type: string; gpu_total: number; gpu_free: number; health: string;
-  domains: string[]; jobs: string[]; recent_decisions: DecisionRecord[];
-}
 
 declare global {
   interface Window { __gantryCluster?: { updates: number[]; draws: number[] } }

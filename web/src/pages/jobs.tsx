@@ -3,7 +3,7 @@
 // for a pending job, when the planner expects it to start, and what would start it sooner.
 import { useEffect, useState } from "preact/hooks";
 import {
-  get, message, post, type DecisionRecord, type Estimate, type Explain, type Explanation, type JobRow, type Queue, type WhatIfAnswer,
+  get, message, post, type DecisionRecord, type Estimate, type Explain, type Explanation, type JobRow, type Queue, type WhatIfAnswer, type WhatIfJob,
 } from "../api";
 import { Status, time, short } from "../ui";
 
@@ -143,7 +143,7 @@ function StartCard({ job, estimate }: { job: string; estimate: Estimate | null }
   useEffect(() => { setAnswer(null); setError(null); }, [job]);
   const ask = async () => {
     setBusy(true); setError(null);
-    try { setAnswer(await post<WhatIfAnswer>("/api/whatif", { like: job, variations: true })); }
+    try { setAnswer(await post<WhatIfAnswer, WhatIfJob>("/api/whatif", { like: job, variations: true })); }
     catch (err) { setError(message(err)); }
     finally { setBusy(false); }
   };

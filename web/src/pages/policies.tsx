@@ -2,14 +2,9 @@
 // first), shadow mode, activate and roll back, each behind a confirmation. A viewer's page has
 // none of those in it at all (the server refuses a viewer the audit log).
 import { useEffect, useState } from "preact/hooks";
-import { call, get, message, post, type AuditEntry, type Manifest, type PolicySet, type SetEntry, type ShadowReport, type Validation } from "../api";
+import { call, get, message, post, type AuditEntry, type Explanation, type Manifest, type NewSet, type PolicySet, type SetEntry, type SetList, type ShadowReport, type Upload as UploadAnswer, type Validation } from "../api";
 import { Confirm, Status, dateTime, short, time } from "../ui";
 
-interface RunningPolicy {
-  name: string; version: string; role: string; sha256: string; calls: number; faults: number;
-  consecutive_faults: number; quarantined: boolean; probe_in_ms: number | null; quarantines: number; last_fault: string | null;
-}
-interface SetList { active: number; sets: PolicySet[]; running: RunningPolicy[] }
 interface Pending { title: string; text: string; run: () => Promise<string> }
 
 export function PoliciesPage({ admin }: { admin: boolean }) {
@@ -128,7 +123,7 @@ export function PoliciesPage({ admin }: { admin: boolean }) {
 
 const plural = (n: number, word: string) => `${n.toLocaleString()} ${word}${n === 1 ? "" : "s"}`;
 
-function outcome(x: { outcome: { kind: string; nodes?: [string, number][] }; domain: string | null }) {
+function outcome(x: Pick<Explanation, "outcome" | "domain">) {
   return x.outcome.kind === "placed" ? `placed on ${x.outcome.nodes!.map(([n]) => n).slice(0, 3).join(", ")}${x.domain ? ` (${x.domain})` : ""}` : "pending";
 }
 
@@ -158,13 +153,13 @@ function Upload({ sets, byHash, ask }: { sets: SetList | null; byHash: Map<strin
       title: `Upload ${file.name}?`,
       text: `The policy is validated and stored, and a new set version is created from the active set v${sets.active} with it (replacing the policy of the same name). Nothing changes until you activate that version.`,
       run: async () => {
-        const up = await call<{ manifest: Manifest; validation: Validation }>(`/api/policies?${query()}`, { method: "POST", body: file });
+        const up = await call<UploadAnswer>(`/api/policies?${query()}`, { method: "POST", body: file });
         setValidation(up.validation);
         const entry: SetEntry = { sha256: up.manifest.sha256, weight, config: config.trim() || "{}", deadline_ms: deadline ? Number(deadline) : null };
         const entries = (active?.entries ?? []).map((e) => ({ ...e }));
         const same = entries.findIndex((e) => byHash.get(e.sha256)?.name === up.manifest.name);
         if (same >= 0) entries[same] = entry; else entries.push(entry);
-        const set = await post<PolicySet>("/api/sets", { entries, note: `upload of ${file.name} from the web UI` });
+        const set = await post<PolicySet, NewSet>("/api/sets", { entries, note: `upload of ${file.name} from the web UI` });
         return `Uploaded ${up.manifest.name} ${up.manifest.version} (${short(up.manifest.sha256)}) and created policy set v${set.version}.`;
       },
     });
@@ -227,7 +222,7 @@ function Compose({ sets, policies, ask }: { sets: SetList; policies: Manifest[];
       title: "Create a policy set version?",
       text: `A new version is made from v${from} with ${entries.length} policies. Nothing changes until you activate it.`,
       run: async () => {
-        const set = await post<PolicySet>("/api/sets", { entries: body, note: note.trim() || `composed from v${from} in the web UI` });
+        const set = await post<PolicySet, NewSet>("/api/sets", { entries: body, note: note.trim() || `composed from v${from} in the web UI` });
         return `Created policy set v${set.version}.`;
       },
     });
@@ -254,7 +249,7 @@ function Compose({ sets, policies, ask }: { sets: SetList; policies: Manifest[];
             <td><input aria-label={`Weight of entry ${i + 1}`} type="number" min={0} max={1000} value={e.weight} onInput={(x) => edit(i, { weight: Number((x.target as HTMLInputElement).value) || 0 })} /></td>
             <td><textarea aria-label={`Config of entry ${i + 1}`} rows={1} value={e.config} onInput={(x) => edit(i, { config: (x.target as HTMLTextAreaElement).value })} /></td>
             <td>
-              <select aria-label={`On fault, entry ${i + 1}`} value={e.failure ?? "default"} onChange={(x) => edit(i, { failure: (x.target as HTMLSelectElement).value })}>
+              <select aria-label={`On fault, entry ${i + 1}`} value={e.failure ?? "default"} onChange={(x) => edit(i, { failure: (x.target as HTMLSelectElement).value as SetEntry["failure"] })}>
                 <option value="default">role's default</option><option value="fail-open">fail open</option><option value="fail-closed">fail closed</option>
               </select>
             </td>

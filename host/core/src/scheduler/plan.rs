@@ -79,6 +79,7 @@ impl Default for PlanConfig {
 /// Where a runtime estimate came from.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
 #[serde(tag = "kind", rename_all = "kebab-case")]
+#[cfg_attr(feature = "schema", derive(utoipa::ToSchema))]
 pub enum EstimateSource {
     /// The job said how long it runs (`gantry.dev/expected-runtime`, `expected_runtime_s`).
     Declared,
@@ -93,21 +94,30 @@ pub enum EstimateSource {
 
 /// A job's runtime as the planner believes it, in seconds.
 #[derive(Debug, Clone, Copy, PartialEq, Serialize, Deserialize)]
+#[cfg_attr(feature = "schema", derive(utoipa::ToSchema))]
 pub struct RuntimeEstimate {
+    /// As short as this (10%).
     pub p10_s: f64,
+    /// Most likely about this long (the median).
     pub p50_s: f64,
+    /// At most this long, 90% of the time.
     pub p90_s: f64,
+    /// Where the figures came from.
     pub source: EstimateSource,
 }
 
 /// When a pending job is expected to start (seconds, on the scheduler's clock), and what holds
 /// it: a reservation, or only the estimate.
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[cfg_attr(feature = "schema", derive(utoipa::ToSchema))]
 pub struct StartEstimate {
     /// When the plan was made.
     pub planned_at_s: f64,
+    /// As early as this (10%).
     pub p10_s: f64,
+    /// Most likely about then (the median).
     pub p50_s: f64,
+    /// By then, 90% of the time.
     pub p90_s: f64,
     /// The nodes held for it, when it holds a reservation: e.g. `16 nodes in rack 3`.
     pub reservation: Option<String>,
