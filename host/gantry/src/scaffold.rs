@@ -68,8 +68,11 @@ pub struct NewArgs {
 }
 
 const WIT: &str = include_str!("../../../wit/policy-0.1.0/policy.wit");
+/// The SDK's `v0_2` module binds contract 0.2.0 too, so a copy of the SDK needs its WIT.
+const WIT_0_2: &str = include_str!("../../../wit/policy-0.2.0/policy.wit");
 const SDK_LIB: &str = include_str!("../../../plugins/sdk/src/lib.rs");
 const SDK_VIEW: &str = include_str!("../../../plugins/sdk/src/view.rs");
+const SDK_V0_2: &str = include_str!("../../../plugins/sdk/src/v0_2.rs");
 const SDK_BINDINGS: &str = include_str!("../../../plugins/sdk/src/bindings.rs");
 const TOOLCHAIN: &str = include_str!("../../../rust-toolchain.toml");
 const PY_HELPER: &str = include_str!("../../../plugins/python/sdk/gantry_policy.py");
@@ -175,9 +178,12 @@ pub fn files(name: &str, lang: Lang, role: Role, sdk: Option<&Path>) -> Vec<(Str
                 Some(path) => path.display().to_string(),
                 None => {
                     // The SDK reads the WIT from its own folder's parent: here, the project's.
-                    let bindings =
-                        SDK_BINDINGS.replace("../../wit/policy-0.1.0", "../wit/policy-0.1.0");
+                    let bindings = SDK_BINDINGS.replace("\"../../wit/", "\"../wit/");
                     out.extend([
+                        (
+                            "wit/policy-0.2.0/policy.wit".to_string(),
+                            WIT_0_2.to_string(),
+                        ),
                         (
                             "gantry-policy-sdk/Cargo.toml".to_string(),
                             format!(
@@ -186,6 +192,7 @@ pub fn files(name: &str, lang: Lang, role: Role, sdk: Option<&Path>) -> Vec<(Str
                         ),
                         ("gantry-policy-sdk/src/lib.rs".into(), SDK_LIB.into()),
                         ("gantry-policy-sdk/src/view.rs".into(), SDK_VIEW.into()),
+                        ("gantry-policy-sdk/src/v0_2.rs".into(), SDK_V0_2.into()),
                         ("gantry-policy-sdk/src/bindings.rs".into(), bindings),
                     ]);
                     "gantry-policy-sdk".to_string()
@@ -395,7 +402,16 @@ mod tests {
             .expect("bindings")
             .1;
         assert!(bindings.contains("\"../wit/policy-0.1.0\""), "{bindings}");
+        assert!(bindings.contains("\"../wit/policy-0.2.0\""), "{bindings}");
         assert!(!bindings.contains("../../wit"), "{bindings}");
+        // Every WIT folder the copy reads is written beside it, and every module it declares.
+        for path in [
+            "wit/policy-0.1.0/policy.wit",
+            "wit/policy-0.2.0/policy.wit",
+            "gantry-policy-sdk/src/v0_2.rs",
+        ] {
+            assert!(files.iter().any(|(p, _)| p == path), "{path} is missing");
+        }
         let workspace = include_str!("../../../Cargo.toml");
         assert!(
             workspace.contains(&format!("wit-bindgen = {{ version = \"{WIT_BINDGEN}\"")),
