@@ -493,18 +493,19 @@ impl Policy {
                     &pod,
                     nodes.raw(),
                 )),
-                Exports::FilterV2(filter) => {
-                    let labels = nodes.label_columns(&inner.label_keys);
-                    instance.store.data_mut().domains = Some(nodes.domain_names());
-                    let codes = filter.gantry_policy_filter_policy().call_filter(
-                        &mut instance.store,
-                        &pod,
-                        nodes.raw(),
-                        &labels,
-                    );
-                    instance.store.data_mut().domains = None;
-                    Some(codes)
-                }
+                Exports::FilterV2(filter) => Some(v2_call(
+                    &mut instance.store,
+                    nodes,
+                    &inner.label_keys,
+                    |store, labels| {
+                        filter.gantry_policy_filter_policy().call_filter(
+                            store,
+                            &pod,
+                            nodes.raw(),
+                            labels,
+                        )
+                    },
+                )),
                 _ => None,
             })?;
             if codes.len() != nodes.len() {
@@ -562,15 +563,19 @@ impl Policy {
                         }),
                 ),
                 Exports::ScoreV2(score) => {
-                    let labels = nodes.label_columns(&inner.label_keys);
-                    instance.store.data_mut().domains = Some(nodes.domain_names());
-                    let scored = score.gantry_policy_score_policy().call_score(
+                    let scored = v2_call(
                         &mut instance.store,
-                        &pod,
-                        nodes.raw(),
-                        &labels,
+                        nodes,
+                        &inner.label_keys,
+                        |store, labels| {
+                            score.gantry_policy_score_policy().call_score(
+                                store,
+                                &pod,
+                                nodes.raw(),
+                                labels,
+                            )
+                        },
                     );
-                    instance.store.data_mut().domains = None;
                     Some(scored.map(|scored| {
                         Scored {
                             scores: scored.scores,
@@ -1176,3 +1181,22 @@ impl Pool {
 #[cfg(test)]
 #[path = "policy_tests.rs"]
 mod tests;
+
+/// Runs a `gantry:policy@0.2.0` `filter` or `score` call with what only that version gets: the
+/// label columns of the keys it asked for, and the domain names `host.domain-name` answers from
+/// during the call, cleared after it so that no other call (nor `init`) sees them.
+fn v2_call<T>(
+    store: &mut wasmtime::Store<crate::instance::HostState>,
+    nodes: &WasmNodes,
+    label_keys: &[gantry_core::Sym],
+    call: impl FnOnce(
+        &mut wasmtime::Store<crate::instance::HostState>,
+        &[crate::bindings::v2::labels::LabelColumn],
+    ) -> T,
+) -> T {
+    let labels = nodes.label_columns(label_keys);
+    store.data_mut().domains = Some(nodes.domain_names());
+    let out = call(store, &labels);
+    store.data_mut().domains = None;
+    out
+}
