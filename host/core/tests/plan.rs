@@ -119,6 +119,46 @@ fn a_blocked_gang_holds_a_reservation_and_only_short_jobs_backfill_it() {
 }
 
 #[test]
+fn a_job_waiting_for_quota_gets_its_start_from_the_forecast() {
+    // One node's worth of quota (8 GPUs) on four nodes; single 8-GPU jobs are known to run
+    // 600 s. The second job waits for quota, not room, so only the forecast estimates it.
+    let run = |forecast_every_s: f64| {
+        let mut fx = Fixture::single_queue(&[Pool::h100(4, 4, None)], 8);
+        fx.sched.set_plan_config(gantry_core::PlanConfig {
+            forecast_every_s,
+            ..gantry_core::PlanConfig::default()
+        });
+        teach(&mut fx, 600.0, 5);
+        let t0 = fx.now_s;
+        let first = fx.submit(fx.job("first", "default", 0, 1, 8));
+        fx.checked_cycle();
+        assert!(fx.sched.is_running(first));
+        let next = fx.submit(fx.job("next", "default", 0, 1, 8));
+        let out = fx.checked_cycle();
+        match &fx.decision(&out, next).explanation.outcome {
+            gantry_core::Outcome::Pending { waiting_for } => {
+                assert!(waiting_for.starts_with("quota"), "{waiting_for}")
+            }
+            other => panic!("next: {other:?}"),
+        }
+        (t0, fx.decision(&out, next).explanation.estimate.clone())
+    };
+    let (t0, estimate) = run(gantry_core::PlanConfig::default().forecast_every_s);
+    let estimate = estimate.expect("the forecast estimates a job waiting for quota");
+    // It starts when `first` gives its quota back, in every scenario (no runtime varies).
+    assert_eq!(
+        (estimate.p10_s, estimate.p50_s, estimate.p90_s),
+        (t0 + 600.0, t0 + 600.0, t0 + 600.0)
+    );
+    assert_eq!(estimate.reservation, None);
+    let (_, without) = run(f64::INFINITY);
+    assert_eq!(
+        without, None,
+        "without the forecast, only the timeline estimates"
+    );
+}
+
+#[test]
 fn what_if_answers_from_the_plan_without_submitting() {
     // Four nodes of 8 GPUs, all busy with jobs known to run 600 s; a gang of 4 × 8 waits.
     let mut fx = Fixture::single_queue(&[Pool::h100(4, 4, None)], 64);

@@ -8,6 +8,8 @@
 //! - [`preempt`]: the victims that make room;
 //! - [`plan`]: runtime estimates, reservations for jobs blocked for room, the backfill rule and
 //!   start estimates;
+//! - [`forecast`]: start estimates for the jobs the plan does not cover, from the cycle run
+//!   forward on a copy, with the last hour's submissions expected again;
 //! - [`baselines`]: the anchors Gantry is measured against (`k8s-default`, `coscheduling`);
 //! - [`explain`]: the explanation record's blank and its "waiting for" texts.
 //!
@@ -17,6 +19,7 @@
 mod baselines;
 mod evaluate;
 mod explain;
+mod forecast;
 mod place;
 pub mod plan;
 mod preempt;
@@ -353,6 +356,7 @@ impl Scheduler {
         let next_id = self.next_id;
         let cycle_no = self.cycle_no;
         let runtimes = std::mem::take(&mut self.plan.runtimes);
+        let arrivals = std::mem::take(&mut self.plan.arrivals);
         let (clock_s, plan_config) = (self.clock_s, self.plan_config.clone());
         *self = Self::new(state, queues, self.symbols.clone(), self.config.clone());
         self.next_id = next_id;
@@ -360,6 +364,7 @@ impl Scheduler {
         self.clock_s = clock_s;
         self.plan_config = plan_config;
         self.plan.runtimes = runtimes;
+        self.plan.arrivals = arrivals;
     }
 
     /// Take a placed job off its nodes and back to the front of its queue, to be placed again
@@ -375,6 +380,9 @@ impl Scheduler {
     }
 
     pub fn submit(&mut self, spec: JobSpec) -> JobId {
+        if self.plan_config.enabled {
+            self.plan.arrivals.record(&spec);
+        }
         let id = self.next_id;
         self.next_id += 1;
         self.queue.push(id, spec.queue_key());
@@ -462,6 +470,7 @@ impl Scheduler {
     pub fn finish(&mut self, id: JobId) {
         if let Some(entry) = self.job_to_entry.get(&id)
             && let JobState::Running { started_s, .. } = entry.state
+            && !self.plan.is_forecast_copy
         {
             self.plan
                 .runtimes

@@ -1,5 +1,6 @@
 //! The plan stage: runtime estimates, reservations for jobs blocked for room, the backfill
-//! rule, and an estimated start for the jobs it planned.
+//! rule, and an estimated start for the jobs it planned (the other pending jobs get theirs
+//! from [`super::forecast`]).
 //!
 //! - [`RuntimeModel`]: a job's runtime as it declares it, else as finished jobs of its queue
 //!   and shape took (a distribution: p10, p50, p90), else a wide prior. The planner never sees
@@ -62,6 +63,11 @@ pub struct PlanConfig {
     /// capacity idle until it starts, so a few (Slurm's EASY backfill holds one) keep the
     /// cluster busier than many. The README's planner section shows what other values gave.
     pub max_reservations: usize,
+    /// Run the forecast (see [`super::forecast`]) at most this often (seconds on the
+    /// scheduler's clock); `f64::INFINITY` never runs it. It gives a start estimate to the
+    /// pending jobs the timeline does not plan (waiting for quota, or far down the queue), and
+    /// costs three forward runs of the cycle (`gantry bench schedule` prints it).
+    pub forecast_every_s: f64,
 }
 
 impl Default for PlanConfig {
@@ -72,6 +78,7 @@ impl Default for PlanConfig {
             replan_every_s: 1.0,
             reserve_after_s: 3600.0,
             max_reservations: 4,
+            forecast_every_s: 60.0,
         }
     }
 }
@@ -458,6 +465,15 @@ pub(super) struct Plan {
     /// Counters for reports: reservations made, jobs started on reserved nodes, reservations
     /// that slipped (planned again later than before), backfilled jobs evicted for overrunning.
     pub(super) stats: PlanStats,
+    /// Recent submissions, which the forecast expects again.
+    pub(super) arrivals: super::forecast::Arrivals,
+    /// The last forecast's start per pending job it reached, and when it ran: the estimate
+    /// of the jobs the timeline does not plan, until the next one.
+    pub(super) job_to_forecast: BTreeMap<JobId, super::forecast::Forecast>,
+    pub(super) forecast_at_s: Option<f64>,
+    /// Set on the forecast's copies: the ends they simulate are guesses, not runtimes to
+    /// learn from.
+    pub(super) is_forecast_copy: bool,
 }
 
 /// What the planner did, for reports.
@@ -496,6 +512,17 @@ impl Scheduler {
         self.plan.planned_for = None;
         self.plan.planned_at_s = f64::NEG_INFINITY;
         self.replan(self.clock_s);
+    }
+
+    /// Runs the forecast now, on the scheduler's clock, whatever the interval (see
+    /// [`super::forecast`]), and replans so the estimates take it: for the bench. Returns how
+    /// many pending jobs it reached.
+    pub fn forecast_now(&mut self) -> usize {
+        self.plan.forecast_at_s = None;
+        let every_s = std::mem::replace(&mut self.plan_config.forecast_every_s, 0.0);
+        self.replan_now();
+        self.plan_config.forecast_every_s = every_s;
+        self.plan.job_to_forecast.len()
     }
 
     /// When a job of `spec` would start if it were submitted now, without submitting it: the
@@ -732,11 +759,52 @@ impl Scheduler {
         }
         self.plan.reserved_claims = reserved_claims;
         self.plan.planned_claims = planned_claims;
+
+        // Every other pending job: its forecast, as it is (the calibration learns only the
+        // timeline's bias), while it is pending.
+        self.forecast_if_due(now_s);
+        if let Some(forecast_at_s) = self.plan.forecast_at_s {
+            for (&id, forecast) in &self.plan.job_to_forecast {
+                let pending = matches!(
+                    self.job_to_entry.get(&id).map(|entry| &entry.state),
+                    Some(JobState::Pending)
+                );
+                if pending && !self.plan.job_to_estimate.contains_key(&id) {
+                    self.plan.job_to_estimate.insert(
+                        id,
+                        StartEstimate {
+                            planned_at_s: forecast_at_s,
+                            p10_s: forecast.p10_s.max(now_s),
+                            p50_s: forecast.p50_s.max(now_s),
+                            p90_s: forecast.p90_s.max(now_s),
+                            reservation: None,
+                        },
+                    );
+                }
+            }
+        }
     }
 
     /// Free resources from now on, as the running jobs end by their estimates (a job past its
     /// estimate is expected to end soon, not in the past). Balloons give way, so what they
     /// hold counts as free now.
+    /// When a job of `spec` running since `started_s` is expected to end (p10, p50, p90), seen
+    /// at `now_s`: by its runtime estimate, and a job past it soon, never in the past.
+    pub(super) fn expected_end(
+        &self,
+        spec: &JobSpec,
+        started_s: f64,
+        now_s: f64,
+    ) -> (f64, f64, f64) {
+        let estimate = self.plan.runtimes.estimate(spec);
+        let end = |runtime: f64| (started_s + runtime).max(now_s + 0.1 * runtime.min(600.0));
+        (
+            end(estimate.p10_s),
+            end(estimate.p50_s),
+            end(estimate.p90_s),
+        )
+    }
+
     pub(super) fn timeline(&self, now_s: f64) -> Timeline {
         let t = &self.state.nodes;
         let mut free_now: Vec<[u32; 3]> = (0..self.state.len())
@@ -772,12 +840,11 @@ impl Scheduler {
                 }
                 continue;
             }
-            let estimate = self.plan.runtimes.estimate(&entry.spec);
-            let end = |runtime: f64| (started_s + runtime).max(now_s + 0.1 * runtime.min(600.0));
+            let (p10_s, p50_s, p90_s) = self.expected_end(&entry.spec, *started_s, now_s);
             steps.push(Step {
-                p10_s: end(estimate.p10_s),
-                p50_s: end(estimate.p50_s),
-                p90_s: end(estimate.p90_s),
+                p10_s,
+                p50_s,
+                p90_s,
                 frees,
             });
         }

@@ -1,0 +1,320 @@
+//! The forecast: when the pending jobs the timeline does not plan are expected to start.
+//!
+//! The timeline ([`super::plan`]) plans only the first jobs waiting for room. A job waiting
+//! for quota, or far down a long queue, starts when the cycles get to it, and that depends on
+//! fair share, quota given back and the jobs submitted after it. So the forecast runs the
+//! cycles themselves forward, on a copy of the scheduler:
+//!
+//! - [`Arrivals`]: the jobs submitted in the last [`ARRIVAL_WINDOW_S`]. A copy of them, one
+//!   window later, is what the forecast expects to be submitted next: later jobs of a queue
+//!   below its fair share overtake, and a forecast without them is far too early.
+//! - [`SCENARIOS`]: three runs. Early: every running job ends at its p10 and nothing new
+//!   arrives. Expected: p50 ends, and the last window's submissions again. Late: p90 ends,
+//!   and twice those submissions. A job's p10, p50 and p90 start are when each run started
+//!   it.
+//! - [`Scheduler::forecast_if_due`]: runs them at most every
+//!   [`super::plan::PlanConfig::forecast_every_s`] when a job was submitted since the last
+//!   one, else every [`REFRESH_EVERY`] intervals; bounded in cycles and attempts.
+//!
+//! It knows what a live scheduler knows: runtimes from [`super::plan::RuntimeModel`], never a
+//! job's true duration; submissions that already happened, never the trace's next row. It
+//! runs the built-in filters, scores and quota, not the policy set's Wasm components: a
+//! forecast calls no plugin.
+
+use std::cmp::Reverse;
+use std::collections::{BTreeMap, BTreeSet, BinaryHeap, VecDeque};
+
+use crate::model::Seconds;
+
+use super::{JobId, JobSpec, JobState, Scheduler};
+
+/// How far back submissions are remembered, and how far ahead one copy of them is expected.
+pub const ARRIVAL_WINDOW_S: f64 = 3600.0;
+/// Most cycles one scenario runs (one per expected end or expected submission).
+const SIMULATED_CYCLES: usize = 256;
+/// Most jobs one scenario tries, over all its cycles. A job no scenario reached has no
+/// forecast.
+const SIMULATED_ATTEMPTS: u64 = 1024;
+/// Most attempts × nodes one scenario spends: an attempt costs about one filter and score
+/// pass over the nodes, so a big cluster gets fewer attempts and a forecast costs about the
+/// same everywhere (`gantry bench schedule` prints it at 7,500 nodes).
+const SIMULATED_NODE_ATTEMPTS: u64 = 1 << 21;
+/// Fewest attempts one scenario gets, however big the cluster.
+const MIN_SIMULATED_ATTEMPTS: u64 = 64;
+/// With no new submission, a forecast is made again only after this many intervals: the
+/// cluster moved on, but its last forecast mostly still holds.
+const REFRESH_EVERY: f64 = 10.0;
+
+/// Which runtime quantile a scenario expects every running job to end at.
+#[derive(Debug, Clone, Copy)]
+enum Quantile {
+    P10,
+    P50,
+    P90,
+}
+
+/// One forward run: when running jobs end, and how many windows of recent submissions arrive.
+#[derive(Debug, Clone, Copy)]
+struct Scenario {
+    ends_at: Quantile,
+    arrival_windows: u32,
+}
+
+/// Early, expected and late: a job's p10, p50 and p90 start.
+const SCENARIOS: [Scenario; 3] = [
+    Scenario {
+        ends_at: Quantile::P10,
+        arrival_windows: 0,
+    },
+    Scenario {
+        ends_at: Quantile::P50,
+        arrival_windows: 1,
+    },
+    Scenario {
+        ends_at: Quantile::P90,
+        arrival_windows: 2,
+    },
+];
+
+/// The jobs submitted in the last [`ARRIVAL_WINDOW_S`] (balloons aside), oldest first: what
+/// the forecast expects the next window to bring.
+#[derive(Debug, Clone, Default)]
+pub(super) struct Arrivals {
+    recent: VecDeque<JobSpec>,
+}
+
+impl Arrivals {
+    /// A job was submitted (at its `submit_s`); submissions older than the window go.
+    pub(super) fn record(&mut self, spec: &JobSpec) {
+        // A balloon is no demand; a job submitted long ago (a live cluster's relist submits
+        // every pending job again) is no arrival.
+        let stale = self
+            .recent
+            .back()
+            .is_some_and(|newest| spec.submit_s <= newest.submit_s - ARRIVAL_WINDOW_S);
+        if spec.balloon || stale {
+            return;
+        }
+        while self
+            .recent
+            .front()
+            .is_some_and(|old| old.submit_s <= spec.submit_s - ARRIVAL_WINDOW_S)
+        {
+            self.recent.pop_front();
+        }
+        self.recent.push_back(spec.clone());
+    }
+
+    /// When the latest job was submitted.
+    fn latest_s(&self) -> Option<f64> {
+        self.recent.back().map(|spec| spec.submit_s)
+    }
+
+    /// The submissions expected after `now_s`: each of the last window's, `windows` times,
+    /// one window apart, latest first (so the next is popped from the end).
+    fn expected(&self, now_s: f64, windows: u32) -> Vec<JobSpec> {
+        let mut expected: Vec<JobSpec> = (1..=windows)
+            .flat_map(|k| {
+                self.recent
+                    .iter()
+                    .filter(move |spec| spec.submit_s > now_s - ARRIVAL_WINDOW_S)
+                    .map(move |spec| JobSpec {
+                        submit_s: spec.submit_s + ARRIVAL_WINDOW_S * f64::from(k),
+                        ..spec.clone()
+                    })
+            })
+            .filter(|spec| spec.submit_s > now_s)
+            .collect();
+        expected.sort_by(|a, b| b.submit_s.total_cmp(&a.submit_s));
+        expected
+    }
+}
+
+/// A pending job's forecast start (seconds on the scheduler's clock).
+#[derive(Debug, Clone, Copy, PartialEq)]
+pub(super) struct Forecast {
+    pub(super) p10_s: f64,
+    pub(super) p50_s: f64,
+    pub(super) p90_s: f64,
+}
+
+impl Scheduler {
+    /// Runs the forecast if the last one is older than the configured interval: the three
+    /// scenarios, and each pending job's forecast where the expected one reached it (the late
+    /// one not reaching it puts its p90 at twice its expected wait). Returns whether it ran.
+    pub(super) fn forecast_if_due(&mut self, now_s: f64) -> bool {
+        let every_s = self.plan_config.forecast_every_s;
+        let due = match self.plan.forecast_at_s {
+            _ if !every_s.is_finite() => false,
+            None => true,
+            // Between refreshes, only a new submission makes one worth its cost.
+            Some(at_s) => {
+                now_s - at_s >= every_s
+                    && (now_s - at_s >= REFRESH_EVERY * every_s
+                        || self.plan.arrivals.latest_s().is_some_and(|s| s > at_s))
+            }
+        };
+        if !due {
+            return false;
+        }
+        self.plan.forecast_at_s = Some(now_s);
+        let [early, expected, late] =
+            SCENARIOS.map(|scenario| self.simulate_starts(now_s, scenario));
+        self.plan.job_to_forecast = expected
+            .into_iter()
+            .map(|(id, p50_s)| {
+                let p10_s = early.get(&id).map_or(p50_s, |&s| s.min(p50_s));
+                let p90_s = late
+                    .get(&id)
+                    .map_or(p50_s + 2.0 * (p50_s - now_s), |&s| s.max(p50_s));
+                (
+                    id,
+                    Forecast {
+                        p10_s,
+                        p50_s,
+                        p90_s,
+                    },
+                )
+            })
+            .collect();
+        true
+    }
+
+    /// When each pending job (balloons aside) starts in one scenario: a copy of the
+    /// scheduler, with the built-in policies and the reservations as they stand, runs a cycle
+    /// at each expected end and each expected submission, as the live loop would. A job it
+    /// did not reach within [`SIMULATED_CYCLES`] and its attempt budget is absent.
+    fn simulate_starts(&self, now_s: f64, scenario: Scenario) -> BTreeMap<JobId, f64> {
+        let mut waiting: BTreeSet<JobId> = self
+            .queue
+            .all()
+            .into_iter()
+            .filter(|id| !self.job_to_entry[id].spec.balloon)
+            .collect();
+        let mut starts = BTreeMap::new();
+        if waiting.is_empty() {
+            return starts;
+        }
+        let mut sim = self.clone();
+        sim.plan_config.enabled = false;
+        sim.plan.is_forecast_copy = true;
+        // Nor are its starts waits to calibrate by.
+        sim.plan.job_to_first_wait.clear();
+        let end_of = |spec: &JobSpec, started_s: f64, at_s: f64| {
+            let (p10, p50, p90) = self.expected_end(spec, started_s, at_s);
+            match scenario.ends_at {
+                Quantile::P10 => p10,
+                Quantile::P50 => p50,
+                Quantile::P90 => p90,
+            }
+        };
+        // Expected ends: (when, job, when it started), so an end planned for a run the
+        // simulation preempted does not end the job's next run.
+        let mut ends: BinaryHeap<Reverse<(Seconds, JobId, Seconds)>> = BinaryHeap::new();
+        for &id in &self.running {
+            let entry = &self.job_to_entry[&id];
+            if let JobState::Running { started_s, .. } = entry.state
+                && !entry.spec.balloon
+            {
+                let end = end_of(&entry.spec, started_s, now_s);
+                ends.push(Reverse((Seconds(end), id, Seconds(started_s))));
+            }
+        }
+        let mut submissions = self.plan.arrivals.expected(now_s, scenario.arrival_windows);
+        let mut hooks = crate::hooks::BuiltinOnly;
+        let mut attempts = 0u64;
+        let budget = (SIMULATED_NODE_ATTEMPTS / (self.state.len() as u64).max(1))
+            .clamp(MIN_SIMULATED_ATTEMPTS, SIMULATED_ATTEMPTS);
+        for _ in 0..SIMULATED_CYCLES {
+            let next_end = ends.peek().map(|Reverse((Seconds(at_s), ..))| *at_s);
+            let next_submission = submissions.last().map(|spec| spec.submit_s);
+            let Some(at_s) = [next_end, next_submission]
+                .into_iter()
+                .flatten()
+                .reduce(f64::min)
+            else {
+                break;
+            };
+            sim.advance_clock(at_s);
+            while let Some(&Reverse((Seconds(end_s), id, Seconds(started)))) = ends.peek()
+                && end_s <= at_s
+            {
+                ends.pop();
+                let runs_that = sim.job_to_entry.get(&id).is_some_and(|entry| {
+                    matches!(entry.state, JobState::Running { started_s, .. } if started_s == started)
+                });
+                if runs_that {
+                    sim.finish(id);
+                }
+            }
+            while submissions.last().is_some_and(|spec| spec.submit_s <= at_s) {
+                sim.submit(submissions.pop().expect("peeked"));
+            }
+            let out = sim.cycle(at_s, &mut hooks);
+            attempts += u64::from(out.attempts);
+            for decision in out.decisions.iter().filter(|d| d.placed) {
+                if waiting.remove(&decision.job) {
+                    starts.insert(decision.job, at_s);
+                }
+                let spec = &sim.job_to_entry[&decision.job].spec;
+                if !spec.balloon {
+                    let end = end_of(spec, at_s, at_s);
+                    ends.push(Reverse((Seconds(end), decision.job, Seconds(at_s))));
+                }
+            }
+            if waiting.is_empty() || attempts > budget {
+                break;
+            }
+        }
+        starts
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn spec(submit_s: f64) -> JobSpec {
+        JobSpec {
+            name: format!("j{submit_s}"),
+            queue: 0,
+            priority: 0,
+            pods: 1,
+            shape: crate::PodShape::default(),
+            balloon: false,
+            topology: Default::default(),
+            submit_s,
+            expected_runtime_s: None,
+        }
+    }
+
+    #[test]
+    fn the_next_window_brings_the_last_windows_submissions_again() {
+        let mut arrivals = Arrivals::default();
+        for t in [0.0, 100.0, 3000.0, 4000.0] {
+            arrivals.record(&spec(t));
+        }
+        // 0 fell out of the window when 4000 came; at 4000 the window is (400, 4000].
+        let once: Vec<f64> = arrivals
+            .expected(4000.0, 1)
+            .iter()
+            .map(|s| s.submit_s)
+            .collect();
+        assert_eq!(once, vec![7600.0, 6600.0]);
+        let twice: Vec<f64> = arrivals
+            .expected(4000.0, 2)
+            .iter()
+            .map(|s| s.submit_s)
+            .collect();
+        assert_eq!(twice, vec![11_200.0, 10_200.0, 7600.0, 6600.0]);
+        assert!(arrivals.expected(4000.0, 0).is_empty());
+        let mut balloon = spec(4100.0);
+        balloon.balloon = true;
+        arrivals.record(&balloon);
+        assert_eq!(
+            arrivals.expected(4100.0, 1).len(),
+            2,
+            "a balloon is not expected again"
+        );
+    }
+}
