@@ -726,6 +726,8 @@ fn incremental_against_rebuild(
 const PLANNED_PENDING: usize = 5000;
 /// Nodes left free in them: every other node runs a job.
 const PLANNED_FREE: usize = 20;
+/// Forecasts timed in them: each is three forward runs of the cycle, so a few.
+const FORECAST_ROUNDS: usize = 3;
 
 /// The planner's cost on a full cluster: a replan after one job ends, and a what-if's answer,
 /// with every node but `PLANNED_FREE` running an 8-GPU job (declared runtimes of 10 min to
@@ -738,8 +740,10 @@ fn planner_figures(
 ) -> anyhow::Result<serde_json::Value> {
     let (mut scheduler, set, _) = bench_scheduler(args, engine, symbols)?;
     scheduler.config.max_attempts = 1000;
+    // The forecast is timed on its own, below.
     scheduler.set_plan_config(gantry_core::PlanConfig {
         enabled: true,
+        forecast_every_s: f64::INFINITY,
         ..gantry_core::PlanConfig::default()
     });
     let queue = |i: usize| {
@@ -813,8 +817,19 @@ fn planner_figures(
             answered += usize::from(answer.start.is_some());
         }
     }
+    let mut forecasts = Vec::with_capacity(FORECAST_ROUNDS);
+    let mut forecast_reached = 0;
+    let forecast_bar = self::bar(FORECAST_ROUNDS as u64, "planner: forecasts");
+    for _ in 0..FORECAST_ROUNDS {
+        let t = Instant::now();
+        forecast_reached = scheduler.forecast_now();
+        forecasts.push(t.elapsed());
+        forecast_bar.inc(1);
+    }
+    forecast_bar.finish_and_clear();
     replans.sort_unstable();
     what_ifs.sort_unstable();
+    forecasts.sort_unstable();
     Ok(json!({
         "nodes": nodes,
         "running_jobs": nodes - PLANNED_FREE - ROUNDS,
@@ -825,6 +840,9 @@ fn planner_figures(
         "what_if_ms_p50": round2(ns(percentile(&what_ifs, 50.0)) / 1e6),
         "what_if_ms_p99": round2(ns(percentile(&what_ifs, 99.0)) / 1e6),
         "what_ifs_answered": format!("{answered} of {}", what_ifs.len()),
+        "forecast_ms_p50": round2(ns(percentile(&forecasts, 50.0)) / 1e6),
+        "forecast_ms_max": round2(ns(percentile(&forecasts, 100.0)) / 1e6),
+        "jobs_forecast": forecast_reached,
     }))
 }
 

@@ -58,6 +58,14 @@ pub struct SimulateArgs {
     /// Most reservations held at once.
     #[arg(long, value_name = "N", default_value_t = PlanConfig::default().max_reservations)]
     max_reservations: usize,
+    /// Forecast the start of the jobs the plan does not cover (waiting for quota, or far down
+    /// the queue) at most this often (seconds of the replay's clock), by running the cycle
+    /// forward on a copy.
+    #[arg(long, value_name = "S", default_value_t = PlanConfig::default().forecast_every_s)]
+    forecast_every_s: f64,
+    /// Make no forecast: only the jobs the plan covers get a start estimate.
+    #[arg(long, conflicts_with = "forecast_every_s")]
+    no_forecast: bool,
 }
 
 #[derive(clap::ValueEnum, Clone, Copy, Debug)]
@@ -130,7 +138,16 @@ pub fn run(args: SimulateArgs) -> anyhow::Result<()> {
     );
     options.plan.reservations = !args.no_reservations;
     options.plan.reserve_after_s = args.reserve_after_s;
+    anyhow::ensure!(
+        args.forecast_every_s.is_finite() && args.forecast_every_s >= 0.0,
+        "--forecast-every-s must be a number of seconds, 0 or more"
+    );
     options.plan.max_reservations = args.max_reservations;
+    options.plan.forecast_every_s = if args.no_forecast {
+        f64::INFINITY
+    } else {
+        args.forecast_every_s
+    };
     options.scheduler.mode = match args.baseline {
         None => Mode::Gantry,
         Some(Baseline::K8sDefault) => Mode::K8sDefault,

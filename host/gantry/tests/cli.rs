@@ -283,12 +283,37 @@ fn the_alibaba_sample_queues_on_its_divided_cluster_so_its_estimates_are_judged(
     let report = simulate(
         cluster,
         &shared("traces/alibaba-openb-default.gantry.csv"),
-        &["--no-wall-clock"],
+        // A forecast every 10 minutes keeps this run short; the README's figures use the
+        // default.
+        &["--no-wall-clock", "--forecast-every-s", "600"],
         &temp("alibaba-128.json"),
     );
     assert_eq!(report["jobs_submitted"], 8151, "{report}");
     let judged = report["estimates"]["jobs"].as_u64().expect("a count");
     assert!(judged >= 1000, "only {judged} jobs were judged: {report}");
+}
+
+#[test]
+fn a_negative_forecast_interval_is_refused_by_name() {
+    let (cluster, trace) = gang_burst();
+    let report = temp("negative-forecast.json");
+    let out = gantry(&[
+        "simulate",
+        "--cluster",
+        &cluster,
+        "--trace",
+        &trace,
+        "--forecast-every-s=-5",
+        "--report",
+        report.to_str().expect("path"),
+    ]);
+    assert_eq!(out.status.code(), Some(1));
+    let stderr = text(&out.stderr);
+    assert_eq!(
+        stderr,
+        "error: --forecast-every-s must be a number of seconds, 0 or more\n"
+    );
+    assert!(!report.exists(), "no report is written");
 }
 
 #[test]
