@@ -126,9 +126,18 @@ impl ClusterState {
                 *d = *d - old_free + free;
             }
         }
+        self.log_change(node);
+    }
+
+    /// Logs that `node` changed. The log keeps about the last twice-the-nodes changes (at
+    /// least 1,024): a cursor further back refreshes every node, which costs about what reading
+    /// that many changes would, and a log this short keeps every copy of the state cheap (a
+    /// preemption trial copies it per victim set; it grew with the whole run before).
+    fn log_change(&mut self, node: usize) {
         self.changes.push(node as u32);
-        if self.changes.len() > 1 << 20 {
-            let drop = self.changes.len() / 2;
+        let keep = 2 * self.nodes.len().max(512);
+        if self.changes.len() > keep {
+            let drop = self.changes.len() - keep / 2;
             self.changes.drain(..drop);
             self.changes_base += drop as u64;
         }
@@ -249,7 +258,7 @@ impl ClusterState {
     pub fn set_health(&mut self, node: usize, health: crate::model::Health) {
         self.nodes.health[node] = health as u8;
         self.releases += 1;
-        self.changes.push(node as u32);
+        self.log_change(node);
     }
 
     /// Nodes changed since `cursor` (from an earlier call), and the new cursor. `None` when the
