@@ -94,10 +94,14 @@ fn one_replica_leads_and_the_other_takes_over_when_it_dies() {
         "/api/decisions/job/default%2Ffirst",
         &|a| a.0 == 200,
     );
-    let (status, _) = replicas[follower]
+    let (status, body) = replicas[follower]
         .get("/api/decisions/job/default%2Ffirst")
         .unwrap();
-    assert_eq!(status, 404, "the follower stored a decision");
+    // Not found, or (once its watch has delivered the pod) known with no decision.
+    assert!(
+        status == 404 || (status == 200 && body.trim() == "[]"),
+        "the follower stored a decision: {status} {body}"
+    );
     let (_, body) = wait_for(&replicas[follower], "/api/cluster", &|a| {
         a.1.contains("follower") && a.1.contains(&leader_id)
     });
@@ -156,9 +160,10 @@ fn one_replica_leads_and_the_other_takes_over_when_it_dies() {
         let (status, body) = replicas[leader]
             .get(&format!("/api/decisions/job/default%2F{job}"))
             .unwrap();
-        assert_eq!(
-            status, 404,
-            "the thawed ex-leader decided about {job}: {body}"
+        // Not found, or (once its watch has delivered the pod) known with no decision.
+        assert!(
+            status == 404 || (status == 200 && body.trim() == "[]"),
+            "the thawed ex-leader decided about {job}: {status} {body}"
         );
     }
     // The roles swapped.
