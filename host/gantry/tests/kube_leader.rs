@@ -97,9 +97,8 @@ fn one_replica_leads_and_the_other_takes_over_when_it_dies() {
     let (status, body) = replicas[follower]
         .get("/api/decisions/job/default%2Ffirst")
         .unwrap();
-    // Not found, or (once its watch has delivered the pod) known with no decision.
     assert!(
-        status == 404 || (status == 200 && body.trim() == "[]"),
+        stored_nothing(status, &body),
         "the follower stored a decision: {status} {body}"
     );
     let (_, body) = wait_for(&replicas[follower], "/api/cluster", &|a| {
@@ -160,9 +159,8 @@ fn one_replica_leads_and_the_other_takes_over_when_it_dies() {
         let (status, body) = replicas[leader]
             .get(&format!("/api/decisions/job/default%2F{job}"))
             .unwrap();
-        // Not found, or (once its watch has delivered the pod) known with no decision.
         assert!(
-            status == 404 || (status == 200 && body.trim() == "[]"),
+            stored_nothing(status, &body),
             "the thawed ex-leader decided about {job}: {status} {body}"
         );
     }
@@ -201,4 +199,10 @@ fn one_replica_leads_and_the_other_takes_over_when_it_dies() {
         failover <= Duration::from_secs(18),
         "failover took {failover:?}: over the 15 s lease plus 3 s for a cycle and polling"
     );
+}
+
+/// A job's decision history as a replica answered it holds nothing: not found, or (once its
+/// watch has delivered the pod) known with an empty history.
+fn stored_nothing(status: u16, body: &str) -> bool {
+    status == 404 || (status == 200 && body.trim() == "[]")
 }

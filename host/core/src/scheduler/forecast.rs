@@ -196,10 +196,9 @@ impl Scheduler {
             return starts;
         }
         let mut sim = self.clone();
+        // A copy that does not plan learns nothing: its ends are guesses, not runtimes, and
+        // its starts are not waits to calibrate by.
         sim.plan_config.enabled = false;
-        sim.plan.is_forecast_copy = true;
-        // Nor are its starts waits to calibrate by.
-        sim.plan.job_to_first_wait.clear();
         let end_of = |spec: &JobSpec, started_s: f64, at_s: f64| {
             let (p10, p50, p90) = self.expected_end(spec, started_s, at_s);
             match scenario.ends_at {

@@ -470,7 +470,7 @@ impl Scheduler {
     pub fn finish(&mut self, id: JobId) {
         if let Some(entry) = self.job_to_entry.get(&id)
             && let JobState::Running { started_s, .. } = entry.state
-            && !self.plan.is_forecast_copy
+            && self.plan_config.enabled
         {
             self.plan
                 .runtimes

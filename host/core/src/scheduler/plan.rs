@@ -471,9 +471,6 @@ pub(super) struct Plan {
     /// of the jobs the timeline does not plan, until the next one.
     pub(super) job_to_forecast: BTreeMap<JobId, super::forecast::Forecast>,
     pub(super) forecast_at_s: Option<f64>,
-    /// Set on the forecast's copies: the ends they simulate are guesses, not runtimes to
-    /// learn from.
-    pub(super) is_forecast_copy: bool,
 }
 
 /// What the planner did, for reports.
@@ -605,7 +602,10 @@ impl Scheduler {
 
     /// Records that `id` was placed: a placement on reserved nodes counts as backfill.
     pub(super) fn note_placed(&mut self, id: JobId, placement: &[(usize, u32)]) {
-        if let Some((planned_at_s, estimated)) = self.plan.job_to_first_wait.remove(&id) {
+        // A scheduler that does not plan (the forecast's copies) learns nothing for the plan.
+        if let Some((planned_at_s, estimated)) = self.plan.job_to_first_wait.remove(&id)
+            && self.plan_config.enabled
+        {
             self.plan
                 .calibration
                 .observe(self.clock_s - planned_at_s, estimated);
