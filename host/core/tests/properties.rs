@@ -180,9 +180,10 @@ impl std::ops::AddAssign for Coverage {
     }
 }
 
-/// Per node, the pods of `id` the built-in filter and the planner's reservations (the
-/// backfill rule) leave room for now.
-fn room_for(fx: &Fixture, id: JobId) -> Vec<u32> {
+/// Per node, the pods of `id` the built-in filter leaves room for now, and, when `masked`,
+/// what the planner's reservations as they stand (the backfill rule, judged at `now_s`) leave
+/// of that.
+fn room_for(fx: &Fixture, id: JobId, now_s: f64, masked: bool) -> Vec<u32> {
     let spec = fx.sched.job(id);
     let state = &fx.sched.state;
     let codes = gantry_core::builtin::gpu_fit(&spec.shape, &state.nodes);
@@ -195,26 +196,28 @@ fn room_for(fx: &Fixture, id: JobId) -> Vec<u32> {
             }
         })
         .collect();
-    fx.sched.mask_reserved(id, spec, fx.now_s, &mut capacity);
+    if masked {
+        fx.sched.mask_reserved(id, spec, now_s, &mut capacity);
+    }
     capacity
 }
 
-/// Whether `spec` fits its queue's quota and the room `room_for` left it, as the built-in
-/// filter sees nodes: what the liveness property promises placement within one cycle for.
+/// Whether `spec` fits its queue's quota, as the built-in quota sees it: with the room
+/// `room_for` leaves it, what the liveness property promises placement within one cycle for.
 /// Jobs that require a topology level are left out (`None`): whether one domain holds them is
 /// the placement's own question.
-fn fits_now(fx: &Fixture, id: JobId) -> Option<bool> {
+fn admitted(fx: &Fixture, id: JobId) -> Option<bool> {
     let spec = fx.sched.get(id)?;
     if spec.topology.required {
         return None;
     }
-    let admitted = spec.balloon
-        || !matches!(
-            fx.sched.queues.admission(spec.queue, spec.total().gpus),
-            Admission::Denied { .. }
-        );
-    let room: u64 = room_for(fx, id).into_iter().map(u64::from).sum();
-    Some(admitted && room >= u64::from(spec.pods))
+    Some(
+        spec.balloon
+            || !matches!(
+                fx.sched.queues.admission(spec.queue, spec.total().gpus),
+                Admission::Denied { .. }
+            ),
+    )
 }
 
 fn cycle_checked(
@@ -226,22 +229,42 @@ fn cycle_checked(
     // Liveness: a new job that fits its quota and the idle capacity is placed in this cycle,
     // unless the cycle placed others in the room it saw. (Evictions free room mid-cycle that
     // an earlier decision could not see, so a cycle that evicted is not judged.)
-    // The reservations the cycle's attempts see are the ones planned before it.
-    let fitting: Vec<JobId> = new_jobs
+    // The reservations the cycle's attempts see are the ones planned before it, so the room
+    // a job is judged by after the cycle is what is still free of the room it had before it:
+    // the replan at the cycle's end may move a reservation off a node, which the next cycle
+    // may use.
+    let fitting: Vec<(JobId, Vec<u32>)> = new_jobs
         .drain(..)
-        .filter(|&id| fits_now(fx, id) == Some(true))
+        .filter(|&id| admitted(fx, id) == Some(true))
+        .map(|id| (id, room_for(fx, id, at, true)))
+        .filter(|(id, room)| {
+            room.iter().map(|&n| u64::from(n)).sum::<u64>() >= u64::from(fx.sched.job(*id).pods)
+        })
         .collect();
     let out = fx.cycle();
     check_cycle(fx, &out).map_err(|e| TestCaseError::fail(format!("cycle at {at} s: {e}")))?;
     check_state(fx).map_err(|e| TestCaseError::fail(format!("after the cycle at {at} s: {e}")))?;
     if out.evicted.is_empty() {
-        for id in fitting {
+        for (id, before) in fitting {
             let spec = fx.sched.job(id);
+            let still: u64 = room_for(fx, id, at, false)
+                .into_iter()
+                .zip(before)
+                .map(|(now, before)| u64::from(now.min(before)))
+                .sum();
+            let said = out
+                .decisions
+                .iter()
+                .find(|d| d.job == id)
+                .map(|d| format!("{:?}", d.explanation.outcome));
             prop_assert!(
-                fx.sched.is_running(id) || fits_now(fx, id) == Some(false),
+                fx.sched.is_running(id)
+                    || admitted(fx, id) == Some(false)
+                    || still < u64::from(spec.pods),
                 "cycle at {at} s: job {} fitted its quota and the idle capacity, and still does, \
-                 but was not placed",
-                spec.name
+                 but was not placed (the cycle said: {})",
+                spec.name,
+                said.as_deref().unwrap_or("nothing")
             );
         }
     }
