@@ -32,7 +32,8 @@ pub use scheduler::plan::{
     EstimateSource, PlanConfig, PlanStats, RuntimeEstimate, StartEstimate, WhatIf,
 };
 pub use scheduler::{
-    Blocked, CycleOutput, Decision, JobId, JobSpec, Mode, Scheduler, SchedulerConfig, TopologyPref,
+    Blocked, CycleOutput, Decision, ForecastRun, Forecasts, JobId, JobSpec, Mode, Scheduler,
+    SchedulerConfig, TopologyPref,
 };
 pub use shadow::{Disagreement, DisagreementKind, compare};
 pub use source::{BindOutcome, Binder, Changes, Cluster, ClusterSource, Step, step};

@@ -11,7 +11,9 @@ use std::sync::Arc;
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::time::{Duration, Instant};
 
-use gantry_core::{Admission, BindOutcome, Changes, Cluster, CycleOutput, Decision, Scheduler};
+use gantry_core::{
+    Admission, BindOutcome, Changes, Cluster, CycleOutput, Decision, Forecasts, Scheduler,
+};
 use gantry_policy::NodeCache;
 use serde::Serialize;
 
@@ -131,12 +133,20 @@ pub struct Engine {
     config: EngineConfig,
     stats: RunStats,
     tally: Tally,
+    /// The forecast running on its own thread, if one is: a pass takes its result once it is
+    /// done, and hands out the next due one only then, so at most one runs.
+    forecast: Option<std::thread::JoinHandle<Forecasts>>,
 }
 
 impl Engine {
     /// An engine for `scheduler` (its cluster and queues set up, no jobs needed yet).
-    pub fn new(live: Arc<Live>, scheduler: Scheduler, config: EngineConfig) -> Self {
+    pub fn new(live: Arc<Live>, mut scheduler: Scheduler, config: EngineConfig) -> Self {
         let gpus = total_gpus(&scheduler);
+        // A forecast's three forward runs would pause a cycle; the loop runs them beside it.
+        scheduler.set_plan_config(gantry_core::PlanConfig {
+            forecast_off_loop: true,
+            ..scheduler.plan_config().clone()
+        });
         let stats = RunStats {
             gpus,
             warmup_s: config.warmup_s,
@@ -149,6 +159,7 @@ impl Engine {
             config,
             stats,
             tally: Tally::default(),
+            forecast: None,
         }
     }
 
@@ -166,6 +177,7 @@ impl Engine {
     /// active policy set deciding, and what happened recorded.
     pub fn step(&mut self, cluster: &mut dyn Cluster, now_s: f64) -> Pass {
         let _span = tracing::debug_span!("pass", now_s).entered();
+        self.take_forecast();
         let time_ms = now_ms();
         let mut cycle_time = Duration::ZERO;
         let leading = cluster.leading();
@@ -240,12 +252,58 @@ impl Engine {
             .collect();
         self.live.record(&output, &outcomes, &preempted, time_ms);
         self.observe(now_s, &output, cycle_time);
+        self.start_forecast();
         self.live.beat();
         Pass {
             changes,
             output,
             outcomes,
             cycle_time,
+        }
+    }
+
+    /// Takes the forecast that finished on its thread, if one did: the pending jobs the plan
+    /// does not cover get its estimates.
+    fn take_forecast(&mut self) {
+        if !self.forecast.as_ref().is_some_and(|run| run.is_finished()) {
+            return;
+        }
+        let Some(run) = self.forecast.take() else {
+            return;
+        };
+        match run.join() {
+            Ok(forecasts) => {
+                self.scheduler.install_forecast(forecasts);
+            }
+            Err(_) => tracing::error!(
+                "the forecast failed on its thread; pending jobs keep their last forecast"
+            ),
+        }
+    }
+
+    /// Hands a forecast that came due to a thread of its own, unless one is still running
+    /// (the scheduler keeps it wanted until then).
+    fn start_forecast(&mut self) {
+        if self.forecast.is_some() {
+            return;
+        }
+        let Some(run) = self.scheduler.forecast_to_run() else {
+            return;
+        };
+        let duration = self.live.metrics.forecast_duration.clone();
+        let spawned = std::thread::Builder::new()
+            .name("gantry-forecast".into())
+            .spawn(move || {
+                let _span = tracing::debug_span!("forecast").entered();
+                let _timer = duration.start_timer();
+                run.run()
+            });
+        match spawned {
+            Ok(handle) => self.forecast = Some(handle),
+            Err(error) => tracing::warn!(
+                %error,
+                "could not start the forecast's thread; pending jobs keep their last forecast"
+            ),
         }
     }
 
@@ -454,6 +512,15 @@ mod tests {
 
     /// Four nodes of 8 GPUs in one queue of 32.
     fn scheduler(symbols: &Arc<Symbols>) -> Scheduler {
+        scheduler_with_quota(symbols, 32, None)
+    }
+
+    /// Four nodes of 8 GPUs in one queue of `nominal_gpus`, borrowing at most `borrowing`.
+    fn scheduler_with_quota(
+        symbols: &Arc<Symbols>,
+        nominal_gpus: u64,
+        borrowing: Option<u64>,
+    ) -> Scheduler {
         let n = 4;
         let mut nodes = NodeTable {
             name: (0..n)
@@ -477,9 +544,9 @@ mod tests {
             &[QueueDef {
                 name: "default".into(),
                 parent: None,
-                nominal_gpus: 32,
+                nominal_gpus,
                 weight: 1,
-                borrowing_limit_gpus: None,
+                borrowing_limit_gpus: borrowing,
                 lending_limit_gpus: None,
             }],
             Resources::gpus(32),
@@ -571,6 +638,11 @@ mod tests {
     }
 
     fn engine_with(store: gantry_store::StoreConfig) -> Engine {
+        engine_on(store, scheduler)
+    }
+
+    /// An engine on the scheduler `make` builds, storing in `store`.
+    fn engine_on(store: gantry_store::StoreConfig, make: fn(&Arc<Symbols>) -> Scheduler) -> Engine {
         let symbols = Symbols::new();
         let store = Store::open(store).expect("store");
         let policies = Arc::new(
@@ -582,7 +654,7 @@ mod tests {
             PolicySet::new(0, Vec::new()),
             LiveConfig::default(),
         );
-        Engine::new(live, scheduler(&symbols), EngineConfig::default())
+        Engine::new(live, make(&symbols), EngineConfig::default())
     }
 
     fn waiting_for(outcome: &Outcome) -> Option<&str> {
@@ -634,6 +706,55 @@ mod tests {
         assert_eq!(cluster.bound, ["ok", "denied"]);
         let stats = engine.stats();
         assert_eq!((stats.placed, stats.binding_failures), (2, 1));
+    }
+
+    #[test]
+    fn the_forecast_runs_beside_the_loop_and_reaches_a_job_waiting_for_quota() {
+        let dir = tempfile::tempdir().expect("tempdir");
+        // One queue of 8 GPUs that may not borrow: the second job waits for quota, which the
+        // timeline does not plan; only the forecast gives it a start.
+        let mut engine = engine_on(gantry_store::StoreConfig::new(dir.path()), |symbols| {
+            scheduler_with_quota(symbols, 8, Some(0))
+        });
+        let mut cluster = Memory {
+            to_submit: vec![("first".into(), 1, 8), ("second".into(), 1, 8)],
+            ..Memory::default()
+        };
+        engine.step(&mut cluster, 0.0);
+        assert_eq!(cluster.bound, ["first"]);
+        let second = engine
+            .scheduler()
+            .pending()
+            .into_iter()
+            .find(|&id| engine.scheduler().job(id).name == "second")
+            .expect("the second job waits");
+        assert!(
+            engine.forecast.is_some() || engine.scheduler().start_estimate(second).is_some(),
+            "the pass handed the due forecast to its thread"
+        );
+        // Passes go on while it runs; one of them takes its result. The wait is bounded by
+        // passes, not by a time the test asserts.
+        let mut now_s = 0.0;
+        while engine.scheduler().start_estimate(second).is_none() && now_s < 600.0 {
+            std::thread::sleep(Duration::from_millis(20));
+            now_s += 1.0;
+            engine.step(&mut cluster, now_s);
+        }
+        let estimate = engine
+            .scheduler()
+            .start_estimate(second)
+            .expect("the forecast's estimate reached the job waiting for quota");
+        // It is the forecast of the state at 0 s: the second job starts when the first ends.
+        assert_eq!(estimate.planned_at_s, 0.0);
+        let runtime = engine
+            .scheduler()
+            .runtime_estimate(engine.scheduler().job(second));
+        assert_eq!(estimate.p50_s, runtime.p50_s);
+        assert!(engine.forecast.is_none(), "no second forecast was due");
+        assert_eq!(
+            engine.live().metrics.forecast_duration.get_sample_count(),
+            1
+        );
     }
 
     #[test]

@@ -53,6 +53,9 @@ pub struct Metrics {
     /// `gantry_cycle_budget_exhausted_total`: cycles whose policy-call budget ran out, leaving
     /// jobs it had not reached for the next cycle.
     pub budget_exhausted: IntCounter,
+    /// `gantry_forecast_duration_seconds`: the time of each forecast (the start estimates of
+    /// the jobs the plan does not cover), run on a thread of its own beside the loop.
+    pub forecast_duration: Histogram,
 }
 
 impl Default for Metrics {
@@ -151,6 +154,14 @@ impl Metrics {
             "Cycles whose policy-call budget ran out before they reached every job.",
         )
         .expect("valid metric");
+        let forecast_duration = Histogram::with_opts(
+            HistogramOpts::new(
+                "gantry_forecast_duration_seconds",
+                "Time of each forecast of pending jobs' starts, run beside the loop.",
+            )
+            .buckets(prometheus::exponential_buckets(0.001, 2.0, 16).expect("buckets")),
+        )
+        .expect("valid metric");
         for collector in [
             Box::new(attempts.clone()) as Box<dyn prometheus::core::Collector>,
             Box::new(attempt_duration.clone()),
@@ -165,6 +176,7 @@ impl Metrics {
             Box::new(shadow_disagreements.clone()),
             Box::new(shadow_cycles.clone()),
             Box::new(budget_exhausted.clone()),
+            Box::new(forecast_duration.clone()),
         ] {
             registry.register(collector).expect("unique metric names");
         }
@@ -183,6 +195,7 @@ impl Metrics {
             shadow_disagreements,
             shadow_cycles,
             budget_exhausted,
+            forecast_duration,
         }
     }
 

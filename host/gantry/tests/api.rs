@@ -378,6 +378,7 @@ fn shadow_activate_rollback_explain_and_lookups() {
         "scheduler_schedule_attempts_total{profile=\"gantry\",result=\"scheduled\"}",
         "scheduler_scheduling_attempt_duration_seconds_bucket",
         "gantry_scheduling_cycle_duration_seconds_count",
+        "gantry_forecast_duration_seconds_count",
         "scheduler_pending_pods{queue=\"active\"}",
         "gantry_policy_calls_total{policy=\"gpu-fit\"",
         "gantry_policy_faults_total{policy=\"team-quota\"",

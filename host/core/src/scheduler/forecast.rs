@@ -138,13 +138,53 @@ pub(super) struct Forecast {
     pub(super) p90_s: f64,
 }
 
+/// A forecast to run away from the loop (see [`super::plan::PlanConfig::forecast_off_loop`]):
+/// a copy of the scheduler as it stood when the forecast came due. Running it takes the three
+/// scenarios' time (`gantry bench schedule` prints it) and touches nothing the loop holds.
+#[derive(Clone)]
+pub struct ForecastRun {
+    /// The scheduler as it stood; its clock is when the forecast is of.
+    base: Box<Scheduler>,
+}
+
+impl ForecastRun {
+    /// Runs the three scenarios; [`Scheduler::install_forecast`] takes what it returns.
+    pub fn run(self) -> Forecasts {
+        let at_s = self.base.clock_s;
+        Forecasts {
+            at_s,
+            job_to_forecast: self.base.forecast_starts(at_s),
+        }
+    }
+}
+
+/// One forecast's starts: each pending job it reached, and when the forecast was of (a job's
+/// estimate says it was planned then).
+#[derive(Debug, Clone, Default)]
+pub struct Forecasts {
+    pub(super) at_s: f64,
+    /// Per pending job it reached, its p10, p50 and p90 start.
+    pub(super) job_to_forecast: BTreeMap<JobId, Forecast>,
+}
+
+impl Forecasts {
+    /// How many pending jobs it reached.
+    pub fn len(&self) -> usize {
+        self.job_to_forecast.len()
+    }
+
+    /// Whether it reached none.
+    pub fn is_empty(&self) -> bool {
+        self.job_to_forecast.is_empty()
+    }
+}
+
 impl Scheduler {
-    /// Runs the forecast if the last one is older than the configured interval: the three
-    /// scenarios, and each pending job's forecast where the expected one reached it (the late
-    /// one not reaching it puts its p90 at twice its expected wait). Returns whether it ran.
-    pub(super) fn forecast_if_due(&mut self, now_s: f64) -> bool {
+    /// Whether a forecast is due at `now_s`: the last one is older than the configured
+    /// interval and a job was submitted since, or it is [`REFRESH_EVERY`] intervals old.
+    fn forecast_due(&self, now_s: f64) -> bool {
         let every_s = self.plan_config.forecast_every_s;
-        let due = match self.plan.forecast_at_s {
+        match self.plan.forecast_at_s {
             _ if !every_s.is_finite() => false,
             None => true,
             // Between refreshes, only a new submission makes one worth its cost.
@@ -153,14 +193,57 @@ impl Scheduler {
                     && (now_s - at_s >= REFRESH_EVERY * every_s
                         || self.plan.arrivals.latest_s().is_some_and(|s| s > at_s))
             }
-        };
-        if !due {
-            return false;
+        }
+    }
+
+    /// Runs the forecast if it is due, or, off the loop, marks it wanted for
+    /// [`Scheduler::forecast_to_run`].
+    pub(super) fn forecast_if_due(&mut self, now_s: f64) {
+        if !self.forecast_due(now_s) {
+            return;
         }
         self.plan.forecast_at_s = Some(now_s);
+        if self.plan_config.forecast_off_loop {
+            self.plan.forecast_wanted = true;
+        } else {
+            self.plan.forecasts = Forecasts {
+                at_s: now_s,
+                job_to_forecast: self.forecast_starts(now_s),
+            };
+        }
+    }
+
+    /// The forecast that came due off the loop, if one did since the last call: the caller
+    /// runs it on a thread of its own and hands the result to
+    /// [`Scheduler::install_forecast`]. Costs one copy of the scheduler.
+    pub fn forecast_to_run(&mut self) -> Option<ForecastRun> {
+        std::mem::take(&mut self.plan.forecast_wanted).then(|| self.forecast_run_now())
+    }
+
+    /// A forecast of the scheduler as it stands, due or not (for the bench): one copy of it.
+    pub fn forecast_run_now(&self) -> ForecastRun {
+        ForecastRun {
+            base: Box::new(self.clone()),
+        }
+    }
+
+    /// Takes a forecast's starts as the estimates of the pending jobs the timeline does not
+    /// plan, unless a newer one is already in. Returns whether it was taken.
+    pub fn install_forecast(&mut self, forecasts: Forecasts) -> bool {
+        if forecasts.at_s < self.plan.forecasts.at_s {
+            return false;
+        }
+        self.plan.forecasts = forecasts;
+        self.estimate_from_forecast(self.clock_s);
+        true
+    }
+
+    /// The three scenarios from `now_s`, and each pending job's forecast where the expected
+    /// one reached it (the late one not reaching it puts its p90 at twice its expected wait).
+    fn forecast_starts(&self, now_s: f64) -> BTreeMap<JobId, Forecast> {
         let [early, expected, late] =
             SCENARIOS.map(|scenario| self.simulate_starts(now_s, scenario));
-        self.plan.job_to_forecast = expected
+        expected
             .into_iter()
             .map(|(id, p50_s)| {
                 let p10_s = early.get(&id).map_or(p50_s, |&s| s.min(p50_s));
@@ -176,8 +259,7 @@ impl Scheduler {
                     },
                 )
             })
-            .collect();
-        true
+            .collect()
     }
 
     /// When each pending job (balloons aside) starts in one scenario: a copy of the

@@ -38,6 +38,7 @@ use crate::model::{PodShape, Resources};
 use crate::queues::{Admission, QueueId, Queues};
 use crate::symbols::Symbols;
 
+pub use forecast::{ForecastRun, Forecasts};
 pub use queue::{Blocked, Epochs, JobKey, SchedulingQueue};
 
 /// A job's key in the scheduler: stable for the job's life and never reused, so a caller may
@@ -292,6 +293,11 @@ impl Scheduler {
     /// Sets the planner's knobs (on by default for Gantry's cycle).
     pub fn set_plan_config(&mut self, config: plan::PlanConfig) {
         self.plan_config = config;
+    }
+
+    /// The planner's knobs, as set.
+    pub fn plan_config(&self) -> &plan::PlanConfig {
+        &self.plan_config
     }
 
     /// The scheduler's clock, in seconds: what start times and estimates are measured on.

@@ -68,6 +68,12 @@ pub struct PlanConfig {
     /// pending jobs the timeline does not plan (waiting for quota, or far down the queue), and
     /// costs three forward runs of the cycle (`gantry bench schedule` prints it).
     pub forecast_every_s: f64,
+    /// Leave the forecast to the caller instead of running it inside the replan: a due
+    /// forecast is handed out by [`Scheduler::forecast_to_run`] and its result taken by
+    /// [`Scheduler::install_forecast`]. The live loop runs it on a thread of its own, so no
+    /// cycle waits for its three forward runs; a replay runs it inline, so its report does not
+    /// depend on how threads were timed.
+    pub forecast_off_loop: bool,
 }
 
 impl Default for PlanConfig {
@@ -79,6 +85,7 @@ impl Default for PlanConfig {
             reserve_after_s: 3600.0,
             max_reservations: 4,
             forecast_every_s: 60.0,
+            forecast_off_loop: false,
         }
     }
 }
@@ -467,10 +474,13 @@ pub(super) struct Plan {
     pub(super) stats: PlanStats,
     /// Recent submissions, which the forecast expects again.
     pub(super) arrivals: super::forecast::Arrivals,
-    /// The last forecast's start per pending job it reached, and when it ran: the estimate
-    /// of the jobs the timeline does not plan, until the next one.
-    pub(super) job_to_forecast: BTreeMap<JobId, super::forecast::Forecast>,
+    /// The last forecast's starts: the estimate of the jobs the timeline does not plan, until
+    /// the next one is in.
+    pub(super) forecasts: super::forecast::Forecasts,
+    /// When the last forecast came due (run inline, or handed out off the loop).
     pub(super) forecast_at_s: Option<f64>,
+    /// A forecast came due off the loop and was not handed out yet.
+    pub(super) forecast_wanted: bool,
 }
 
 /// What the planner did, for reports.
@@ -509,17 +519,6 @@ impl Scheduler {
         self.plan.planned_for = None;
         self.plan.planned_at_s = f64::NEG_INFINITY;
         self.replan(self.clock_s);
-    }
-
-    /// Runs the forecast now, on the scheduler's clock, whatever the interval (see
-    /// [`super::forecast`]), and replans so the estimates take it: for the bench. Returns how
-    /// many pending jobs it reached.
-    pub fn forecast_now(&mut self) -> usize {
-        self.plan.forecast_at_s = None;
-        let every_s = std::mem::replace(&mut self.plan_config.forecast_every_s, 0.0);
-        self.replan_now();
-        self.plan_config.forecast_every_s = every_s;
-        self.plan.job_to_forecast.len()
     }
 
     /// When a job of `spec` would start if it were submitted now, without submitting it: the
@@ -760,34 +759,34 @@ impl Scheduler {
         self.plan.reserved_claims = reserved_claims;
         self.plan.planned_claims = planned_claims;
 
-        // Every other pending job: its forecast, as it is (the calibration learns only the
-        // timeline's bias), while it is pending.
         self.forecast_if_due(now_s);
-        if let Some(forecast_at_s) = self.plan.forecast_at_s {
-            for (&id, forecast) in &self.plan.job_to_forecast {
-                let pending = matches!(
-                    self.job_to_entry.get(&id).map(|entry| &entry.state),
-                    Some(JobState::Pending)
+        self.estimate_from_forecast(now_s);
+    }
+
+    /// Every pending job the timeline did not estimate gets the last forecast's start, as it
+    /// is (the calibration learns only the timeline's bias), never earlier than `now_s`.
+    pub(super) fn estimate_from_forecast(&mut self, now_s: f64) {
+        let forecast_at_s = self.plan.forecasts.at_s;
+        for (&id, forecast) in &self.plan.forecasts.job_to_forecast {
+            let pending = matches!(
+                self.job_to_entry.get(&id).map(|entry| &entry.state),
+                Some(JobState::Pending)
+            );
+            if pending && !self.plan.job_to_estimate.contains_key(&id) {
+                self.plan.job_to_estimate.insert(
+                    id,
+                    StartEstimate {
+                        planned_at_s: forecast_at_s,
+                        p10_s: forecast.p10_s.max(now_s),
+                        p50_s: forecast.p50_s.max(now_s),
+                        p90_s: forecast.p90_s.max(now_s),
+                        reservation: None,
+                    },
                 );
-                if pending && !self.plan.job_to_estimate.contains_key(&id) {
-                    self.plan.job_to_estimate.insert(
-                        id,
-                        StartEstimate {
-                            planned_at_s: forecast_at_s,
-                            p10_s: forecast.p10_s.max(now_s),
-                            p50_s: forecast.p50_s.max(now_s),
-                            p90_s: forecast.p90_s.max(now_s),
-                            reservation: None,
-                        },
-                    );
-                }
             }
         }
     }
 
-    /// Free resources from now on, as the running jobs end by their estimates (a job past its
-    /// estimate is expected to end soon, not in the past). Balloons give way, so what they
-    /// hold counts as free now.
     /// When a job of `spec` running since `started_s` is expected to end (p10, p50, p90), seen
     /// at `now_s`: by its runtime estimate, and a job past it soon, never in the past.
     pub(super) fn expected_end(
@@ -805,6 +804,9 @@ impl Scheduler {
         )
     }
 
+    /// Free resources from now on, as the running jobs end by their estimates (a job past its
+    /// estimate is expected to end soon, not in the past). Balloons give way, so what they
+    /// hold counts as free now.
     pub(super) fn timeline(&self, now_s: f64) -> Timeline {
         let t = &self.state.nodes;
         let mut free_now: Vec<[u32; 3]> = (0..self.state.len())
