@@ -657,6 +657,15 @@ mod tests {
         Engine::new(live, make(&symbols), EngineConfig::default())
     }
 
+    /// The pending job called `name`, if one is.
+    fn pending_named(engine: &Engine, name: &str) -> Option<JobId> {
+        let scheduler = engine.scheduler();
+        scheduler
+            .pending()
+            .into_iter()
+            .find(|&id| scheduler.job(id).name == name)
+    }
+
     fn waiting_for(outcome: &Outcome) -> Option<&str> {
         match outcome {
             Outcome::Pending { waiting_for } => Some(waiting_for),
@@ -691,12 +700,7 @@ mod tests {
             waiting_for(&last.outcome),
             Some("its binding to be retried (it failed: admission webhook denied the binding)")
         );
-        let id = engine
-            .scheduler()
-            .pending()
-            .into_iter()
-            .find(|&id| engine.scheduler().job(id).name == "denied")
-            .expect("the failed job is pending again");
+        let id = pending_named(&engine, "denied").expect("the failed job is pending again");
         assert!(!engine.scheduler().is_running(id));
         // Within its backoff it is not tried again; after it, it binds.
         let pass = engine.step(&mut cluster, 0.5);
@@ -722,12 +726,7 @@ mod tests {
         };
         engine.step(&mut cluster, 0.0);
         assert_eq!(cluster.bound, ["first"]);
-        let second = engine
-            .scheduler()
-            .pending()
-            .into_iter()
-            .find(|&id| engine.scheduler().job(id).name == "second")
-            .expect("the second job waits");
+        let second = pending_named(&engine, "second").expect("the second job waits");
         assert!(
             engine.forecast.is_some() || engine.scheduler().start_estimate(second).is_some(),
             "the pass handed the due forecast to its thread"
