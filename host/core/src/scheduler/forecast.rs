@@ -15,6 +15,10 @@
 //! - [`Scheduler::forecast_if_due`]: runs them at most every
 //!   [`super::plan::PlanConfig::forecast_every_s`] when a job was submitted since the last
 //!   one, else every [`REFRESH_EVERY`] intervals; bounded in cycles and attempts.
+//! - [`ForecastRun`] and [`Forecasts`]: off the loop
+//!   ([`super::plan::PlanConfig::forecast_off_loop`]), a due forecast is a copy of the
+//!   scheduler handed out by [`Scheduler::forecast_to_run`], run on the caller's thread, and
+//!   its starts taken back by [`Scheduler::install_forecast`].
 //!
 //! It knows what a live scheduler knows: runtimes from [`super::plan::RuntimeModel`], never a
 //! job's true duration; submissions that already happened, never the trace's next row. It
