@@ -1158,14 +1158,29 @@ fn a_blocked_pod_group_holds_a_reservation_and_short_pods_backfill_around_it() {
             "{waiting}"
         );
 
-        // run-0 ends early. A pod declared to end before the reservation starts takes its
-        // node; one declared to run an hour would delay the gang, and waits.
-        let delete = kube::api::DeleteParams::default().grace_period(0);
-        pods.delete("run-0", &delete).await.unwrap();
-        pods.create(&pp, &pod_declaring("short", 8, team.clone(), "20s"))
+        // A pod declared to run an hour would delay the gang. It waits for room first; once
+        // run-0 ends early, it waits because that node is held for the reservation. (It is
+        // tried before the short pod exists, so the freed node is still free when it is.)
+        pods.create(&pp, &pod_declaring("long", 8, team.clone(), "1h"))
             .await
             .unwrap();
-        pods.create(&pp, &pod_declaring("long", 8, team.clone(), "1h"))
+        until("long's first FailedScheduling", || async {
+            let list = events.list(&ListParams::default()).await.ok()?;
+            notes(&list.items, "long", "FailedScheduling").pop()
+        })
+        .await;
+        let delete = kube::api::DeleteParams::default().grace_period(0);
+        pods.delete("run-0", &delete).await.unwrap();
+        let refused = until("long's FailedScheduling naming the reservation", || async {
+            let list = events.list(&ListParams::default()).await.ok()?;
+            notes(&list.items, "long", "FailedScheduling")
+                .into_iter()
+                .find(|note| note.contains("1 node is held for the reservation of default/big"))
+        })
+        .await;
+        assert_eq!(node_of(&pods.get("long").await.unwrap()), None, "{refused}");
+        // A pod declared to end before the reservation starts takes the node.
+        pods.create(&pp, &pod_declaring("short", 8, team.clone(), "20s"))
             .await
             .unwrap();
         let short_node = until("short to backfill", || async {
@@ -1174,16 +1189,7 @@ fn a_blocked_pod_group_holds_a_reservation_and_short_pods_backfill_around_it() {
         })
         .await;
         assert_eq!(short_node, run_nodes["run-0"]);
-        let refused = until("long's FailedScheduling", || async {
-            let list = events.list(&ListParams::default()).await.ok()?;
-            notes(&list.items, "long", "FailedScheduling").pop()
-        })
-        .await;
-        assert_eq!(node_of(&pods.get("long").await.unwrap()), None, "{refused}");
-        assert!(
-            refused.contains("1 node is held for the reservation of default/big"),
-            "{refused}"
-        );
+        assert_eq!(node_of(&pods.get("long").await.unwrap()), None);
 
         // The rest end: the gang starts on its reserved nodes, ahead of the long pod.
         for name in ["run-1", "run-2", "run-3", "short"] {
