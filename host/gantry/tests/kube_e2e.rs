@@ -1098,6 +1098,21 @@ fn pod_declaring(name: &str, gpus: u32, labels: serde_json::Value, runtime: &str
     pod
 }
 
+/// The first FailedScheduling note posted for `pod` that contains `containing` (any note for
+/// ""), once there is one.
+async fn failed_scheduling(events: &Api<Event>, pod: &str, containing: &str) -> String {
+    until(
+        &format!("{pod}'s FailedScheduling containing {containing:?}"),
+        || async {
+            let list = events.list(&ListParams::default()).await.ok()?;
+            notes(&list.items, pod, "FailedScheduling")
+                .into_iter()
+                .find(|note| note.contains(containing))
+        },
+    )
+    .await
+}
+
 /// The planner on a live cluster: a PodGroup blocked for room gets a reservation, and says so
 /// with its estimate in its pods' FailedScheduling message; a pod declared to end before the
 /// reservation starts backfills a node freed early, one declared to run past it waits; the
@@ -1145,13 +1160,7 @@ fn a_blocked_pod_group_holds_a_reservation_and_short_pods_backfill_around_it() {
                 .unwrap();
         }
         let events: Api<Event> = Api::namespaced(client.clone(), "default");
-        let waiting = until("big-0's FailedScheduling with its estimate", || async {
-            let list = events.list(&ListParams::default()).await.ok()?;
-            notes(&list.items, "big-0", "FailedScheduling")
-                .into_iter()
-                .find(|note| note.contains("holds a reservation"))
-        })
-        .await;
+        let waiting = failed_scheduling(&events, "big-0", "holds a reservation").await;
         assert!(
             waiting.contains("Expected to start in about 10 min")
                 && waiting.contains("it holds a reservation on 4 nodes in rack"),
@@ -1164,19 +1173,14 @@ fn a_blocked_pod_group_holds_a_reservation_and_short_pods_backfill_around_it() {
         pods.create(&pp, &pod_declaring("long", 8, team.clone(), "1h"))
             .await
             .unwrap();
-        until("long's first FailedScheduling", || async {
-            let list = events.list(&ListParams::default()).await.ok()?;
-            notes(&list.items, "long", "FailedScheduling").pop()
-        })
-        .await;
+        failed_scheduling(&events, "long", "").await;
         let delete = kube::api::DeleteParams::default().grace_period(0);
         pods.delete("run-0", &delete).await.unwrap();
-        let refused = until("long's FailedScheduling naming the reservation", || async {
-            let list = events.list(&ListParams::default()).await.ok()?;
-            notes(&list.items, "long", "FailedScheduling")
-                .into_iter()
-                .find(|note| note.contains("1 node is held for the reservation of default/big"))
-        })
+        let refused = failed_scheduling(
+            &events,
+            "long",
+            "1 node is held for the reservation of default/big",
+        )
         .await;
         assert_eq!(node_of(&pods.get("long").await.unwrap()), None, "{refused}");
         // A pod declared to end before the reservation starts takes the node.
