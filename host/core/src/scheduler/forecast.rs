@@ -360,17 +360,7 @@ mod tests {
     use super::*;
 
     fn spec(submit_s: f64) -> JobSpec {
-        JobSpec {
-            name: format!("j{submit_s}"),
-            queue: 0,
-            priority: 0,
-            pods: 1,
-            shape: crate::PodShape::default(),
-            balloon: false,
-            topology: Default::default(),
-            submit_s,
-            expected_runtime_s: None,
-        }
+        JobSpec::one_pod(submit_s)
     }
 
     #[test]

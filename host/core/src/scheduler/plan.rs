@@ -155,30 +155,41 @@ pub struct WhatIf {
 /// A runtime class: queue, gang size (powers of two) and GPUs per pod.
 type Class = (QueueId, u8, u32);
 
-/// Finished runtimes, newest last, and their quantiles, recomputed on each new sample.
+/// Finished runtimes, newest last, and the same in ascending order (kept sorted as samples
+/// come and go): quantiles of all of them, and of those longer than a running job's age.
 #[derive(Debug, Clone, Default)]
 struct Runtimes {
     samples: VecDeque<f32>,
-    quantiles: Option<(f64, f64, f64)>,
+    sorted: Vec<f32>,
+}
+
+/// The p10, p50 and p90 of `sorted` (ascending, not empty), each less `minus`.
+fn quantiles_of(sorted: &[f32], minus: f64) -> (f64, f64, f64) {
+    let at = |q: f64| f64::from(sorted[((sorted.len() - 1) as f64 * q).round() as usize]) - minus;
+    (at(0.1), at(0.5), at(0.9))
 }
 
 impl Runtimes {
     fn add(&mut self, runtime_s: f64) {
-        if self.samples.len() == SAMPLES {
-            self.samples.pop_front();
+        if self.samples.len() == SAMPLES
+            && let Some(oldest) = self.samples.pop_front()
+        {
+            let at = self.sorted.partition_point(|&x| x < oldest);
+            self.sorted.remove(at);
         }
-        self.samples.push_back(runtime_s as f32);
-        let mut sorted: Vec<f32> = self.samples.iter().copied().collect();
-        sorted.sort_by(f32::total_cmp);
-        let at = |q: f64| f64::from(sorted[((sorted.len() - 1) as f64 * q).round() as usize]);
-        self.quantiles = Some((at(0.1), at(0.5), at(0.9)));
+        let runtime = runtime_s as f32;
+        self.samples.push_back(runtime);
+        let at = self.sorted.partition_point(|&x| x < runtime);
+        self.sorted.insert(at, runtime);
+    }
+
+    /// The p10, p50 and p90 of every sample, once there are [`MIN_SAMPLES`].
+    fn quantiles(&self) -> Option<(f64, f64, f64)> {
+        (self.sorted.len() >= MIN_SAMPLES).then(|| quantiles_of(&self.sorted, 0.0))
     }
 
     fn estimate(&self) -> Option<RuntimeEstimate> {
-        if self.samples.len() < MIN_SAMPLES {
-            return None;
-        }
-        let (p10_s, p50_s, p90_s) = self.quantiles?;
+        let (p10_s, p50_s, p90_s) = self.quantiles()?;
         Some(RuntimeEstimate {
             p10_s,
             p50_s,
@@ -186,6 +197,22 @@ impl Runtimes {
             source: EstimateSource::Learned {
                 samples: self.samples.len() as u32,
             },
+        })
+    }
+
+    /// What is left of a run that has lasted `age_s` (p10, p50, p90): what the finished runs
+    /// longer than that took beyond it. A run longer than all but a few finished ones is out
+    /// on the tail, where runtimes are heavy-tailed and what is left is about as long as what
+    /// has run (a Pareto tail of index 1: p10 age / 9, p50 age, p90 9 × age). Without this, a
+    /// job past its median was expected to end at once, and a reservation behind a job that
+    /// had run for days kept its nodes idle for it.
+    fn remaining(&self, age_s: f64) -> Option<(f64, f64, f64)> {
+        self.quantiles()?;
+        let longer = &self.sorted[self.sorted.partition_point(|&x| f64::from(x) <= age_s)..];
+        Some(if longer.len() >= MIN_SAMPLES {
+            quantiles_of(longer, age_s)
+        } else {
+            (age_s / 9.0, age_s, 9.0 * age_s)
         })
     }
 }
@@ -223,10 +250,7 @@ impl RuntimeModel {
     /// The runtime of a job of `spec`: declared, else learned (its class, its queue, all
     /// jobs), else the prior.
     pub fn estimate(&self, spec: &JobSpec) -> RuntimeEstimate {
-        if let Some(declared) = spec
-            .expected_runtime_s
-            .filter(|d| d.is_finite() && *d > 0.0)
-        {
+        if let Some(declared) = declared(spec) {
             return RuntimeEstimate {
                 p10_s: declared,
                 p50_s: declared,
@@ -234,17 +258,38 @@ impl RuntimeModel {
                 source: EstimateSource::Declared,
             };
         }
-        self.class_to_runtimes
-            .get(&class_of(spec))
+        self.learned(spec)
             .and_then(Runtimes::estimate)
-            .or_else(|| {
-                self.queue_to_runtimes
-                    .get(&spec.queue)
-                    .and_then(Runtimes::estimate)
-            })
-            .or_else(|| self.all.estimate())
             .unwrap_or(PRIOR)
     }
+
+    /// What is left (p10, p50, p90) of a job of `spec` that has run `age_s`, when its runtime
+    /// is learned (see `Runtimes::remaining`); `None` when it is declared or only the prior.
+    fn remaining(&self, spec: &JobSpec, age_s: f64) -> Option<(f64, f64, f64)> {
+        if declared(spec).is_some() {
+            return None;
+        }
+        self.learned(spec)?.remaining(age_s)
+    }
+
+    /// The finished runs a job of `spec` is judged by: its class's, else its queue's, else
+    /// all jobs', the first with enough samples.
+    fn learned(&self, spec: &JobSpec) -> Option<&Runtimes> {
+        [
+            self.class_to_runtimes.get(&class_of(spec)),
+            self.queue_to_runtimes.get(&spec.queue),
+            Some(&self.all),
+        ]
+        .into_iter()
+        .flatten()
+        .find(|runtimes| runtimes.sorted.len() >= MIN_SAMPLES)
+    }
+}
+
+/// The runtime a job of `spec` declares, if a usable one.
+fn declared(spec: &JobSpec) -> Option<f64> {
+    spec.expected_runtime_s
+        .filter(|d| d.is_finite() && *d > 0.0)
 }
 
 /// Nodes held for a job from a planned start.
@@ -369,7 +414,7 @@ impl Calibration {
     /// The reported (p10, p50, p90) start for a raw plan `start` made at `now_s`.
     fn apply(&self, now_s: f64, start: (f64, f64, f64)) -> (f64, f64, f64) {
         let wait = start.1 - now_s;
-        match self.ratios.quantiles {
+        match self.ratios.quantiles() {
             Some((q10, q50, q90))
                 if self.ratios.samples.len() >= CALIBRATE_AFTER && wait >= 1.0 =>
             {
@@ -788,14 +833,21 @@ impl Scheduler {
     }
 
     /// When a job of `spec` running since `started_s` is expected to end (p10, p50, p90), seen
-    /// at `now_s`: by its runtime estimate, and a job past it soon, never in the past.
+    /// at `now_s`, never in the past: a learned runtime by what the finished runs longer than
+    /// it has run took (see `Runtimes::remaining`); a declared one or the prior by the
+    /// runtime itself, and a job past it soon.
     pub(super) fn expected_end(
         &self,
         spec: &JobSpec,
         started_s: f64,
         now_s: f64,
     ) -> (f64, f64, f64) {
-        let estimate = self.plan.runtimes.estimate(spec);
+        let runtimes = &self.plan.runtimes;
+        if let Some((p10, p50, p90)) = runtimes.remaining(spec, (now_s - started_s).max(0.0)) {
+            let end = |left: f64| now_s + left.max(0.0);
+            return (end(p10), end(p50), end(p90));
+        }
+        let estimate = runtimes.estimate(spec);
         let end = |runtime: f64| (started_s + runtime).max(now_s + 0.1 * runtime.min(600.0));
         (
             end(estimate.p10_s),
@@ -1133,5 +1185,43 @@ mod tests {
             calibration.apply(100.0, (100.0, 100.0, 100.0)),
             (100.0, 100.0, 100.0)
         );
+    }
+
+    #[test]
+    fn a_run_past_the_typical_runtime_is_expected_to_run_as_the_longer_ones_did() {
+        let mut runtimes = Runtimes::default();
+        assert_eq!(runtimes.remaining(10.0), None, "no history, no estimate");
+        // 1,000 runs of 1 to 1,000 s; only the last 256 (745 to 1,000 s) are kept.
+        for runtime in 1..=1000 {
+            runtimes.add(f64::from(runtime));
+        }
+        assert_eq!(runtimes.sorted.len(), SAMPLES);
+        assert!(runtimes.sorted.is_sorted());
+        assert_eq!(runtimes.quantiles(), Some((771.0, 873.0, 975.0)));
+        // A young run: any kept runtime, less its age.
+        assert_eq!(runtimes.remaining(100.0), Some((671.0, 773.0, 875.0)));
+        // Past the median: the 128 longer runs (873 to 1,000 s) less 872 s.
+        assert_eq!(runtimes.remaining(872.0), Some((14.0, 65.0, 115.0)));
+        // Longer than all but 4: as long again as it has run, p10 a ninth, p90 nine times.
+        assert_eq!(
+            runtimes.remaining(996.0),
+            Some((996.0 / 9.0, 996.0, 8964.0))
+        );
+    }
+
+    #[test]
+    fn a_declared_runtime_is_not_judged_by_its_age() {
+        let mut model = RuntimeModel::default();
+        let mut spec = JobSpec::one_pod(0.0);
+        for runtime in 1..=100 {
+            model.observe(&spec, f64::from(runtime));
+        }
+        assert!(
+            model
+                .remaining(&spec, 99.5)
+                .is_some_and(|(_, p50, _)| p50 == 99.5)
+        );
+        spec.expected_runtime_s = Some(50.0);
+        assert_eq!(model.remaining(&spec, 99.5), None);
     }
 }
