@@ -1,6 +1,6 @@
 //! The plan stage: runtime estimates, reservations for jobs blocked for room, the backfill
-//! rule, and an estimated start for the jobs it planned (the other pending jobs get theirs
-//! from [`super::forecast`]).
+//! rule, and an estimated start for the jobs it planned: the reservations' holders, and the
+//! others until [`super::forecast`] gives them theirs.
 //!
 //! - [`RuntimeModel`]: a job's runtime as it declares it, else as finished jobs of its queue
 //!   and shape took (a distribution: p10, p50, p90), else a wide prior. The planner never sees
@@ -200,6 +200,11 @@ impl Runtimes {
         })
     }
 
+    /// The finished runs longer than `age_s`.
+    fn longer_than(&self, age_s: f64) -> &[f32] {
+        &self.sorted[self.sorted.partition_point(|&x| f64::from(x) <= age_s)..]
+    }
+
     /// What is left of a run that has lasted `age_s` (p10, p50, p90): what the finished runs
     /// longer than that took beyond it. A run longer than all but a few finished ones is out
     /// on the tail, where runtimes are heavy-tailed and what is left is about as long as what
@@ -208,11 +213,24 @@ impl Runtimes {
     /// had run for days kept its nodes idle for it.
     fn remaining(&self, age_s: f64) -> Option<(f64, f64, f64)> {
         self.quantiles()?;
-        let longer = &self.sorted[self.sorted.partition_point(|&x| f64::from(x) <= age_s)..];
+        let longer = self.longer_than(age_s);
         Some(if longer.len() >= MIN_SAMPLES {
             quantiles_of(longer, age_s)
         } else {
             (age_s / 9.0, age_s, 9.0 * age_s)
+        })
+    }
+
+    /// One draw of what is left of a run that has lasted `age_s`, at quantile `u` (in (0, 1))
+    /// of the distribution [`Runtimes::remaining`] summarises.
+    fn remaining_at(&self, age_s: f64, u: f64) -> Option<f64> {
+        self.quantiles()?;
+        let longer = self.longer_than(age_s);
+        Some(if longer.len() >= MIN_SAMPLES {
+            let at = ((u * longer.len() as f64) as usize).min(longer.len() - 1);
+            f64::from(longer[at]) - age_s
+        } else {
+            age_s * u / (1.0 - u)
         })
     }
 }
@@ -270,6 +288,15 @@ impl RuntimeModel {
             return None;
         }
         self.learned(spec)?.remaining(age_s)
+    }
+
+    /// One draw (at quantile `u`, in (0, 1)) of what is left of a job of `spec` that has run
+    /// `age_s`, when its runtime is learned; `None` when it is declared or only the prior.
+    pub(super) fn remaining_at(&self, spec: &JobSpec, age_s: f64, u: f64) -> Option<f64> {
+        if declared(spec).is_some() {
+            return None;
+        }
+        self.learned(spec)?.remaining_at(age_s, u)
     }
 
     /// The finished runs a job of `spec` is judged by: its class's, else its queue's, else
@@ -808,8 +835,12 @@ impl Scheduler {
         self.estimate_from_forecast(now_s);
     }
 
-    /// Every pending job the timeline did not estimate gets the last forecast's start, as it
-    /// is (the calibration learns only the timeline's bias), never earlier than `now_s`.
+    /// Every pending job the last forecast reached gets its start, as it is (the calibration
+    /// learns only the timeline's bias), never earlier than `now_s`, unless it holds a
+    /// reservation: that start is the plan's, and the forecast only widens its interval (a
+    /// reservation slips as the plan changes, which the plan's own interval does not see).
+    /// The timeline's estimate stands for the jobs the forecast did not reach, such as one
+    /// submitted since.
     pub(super) fn estimate_from_forecast(&mut self, now_s: f64) {
         let forecast_at_s = self.plan.forecasts.at_s;
         for (&id, forecast) in &self.plan.forecasts.job_to_forecast {
@@ -817,17 +848,31 @@ impl Scheduler {
                 self.job_to_entry.get(&id).map(|entry| &entry.state),
                 Some(JobState::Pending)
             );
-            if pending && !self.plan.job_to_estimate.contains_key(&id) {
-                self.plan.job_to_estimate.insert(
-                    id,
-                    StartEstimate {
-                        planned_at_s: forecast_at_s,
-                        p10_s: forecast.p10_s.max(now_s),
-                        p50_s: forecast.p50_s.max(now_s),
-                        p90_s: forecast.p90_s.max(now_s),
-                        reservation: None,
-                    },
-                );
+            if !pending {
+                continue;
+            }
+            let (p10_s, p50_s, p90_s) = (
+                forecast.p10_s.max(now_s),
+                forecast.p50_s.max(now_s),
+                forecast.p90_s.max(now_s),
+            );
+            match self.plan.job_to_estimate.get_mut(&id) {
+                Some(planned) if planned.reservation.is_some() => {
+                    planned.p10_s = planned.p10_s.min(p10_s);
+                    planned.p90_s = planned.p90_s.max(p90_s);
+                }
+                _ => {
+                    self.plan.job_to_estimate.insert(
+                        id,
+                        StartEstimate {
+                            planned_at_s: forecast_at_s,
+                            p10_s,
+                            p50_s,
+                            p90_s,
+                            reservation: None,
+                        },
+                    );
+                }
             }
         }
     }
@@ -854,6 +899,17 @@ impl Scheduler {
             end(estimate.p50_s),
             end(estimate.p90_s),
         )
+    }
+
+    /// One draw of when a job running since `started_s` ends, seen at `now_s`: a learned
+    /// runtime at quantile `u` (in (0, 1)) of what is left of it, a declared one or the prior
+    /// at its expected (p50) end.
+    pub(super) fn end_at(&self, spec: &JobSpec, started_s: f64, now_s: f64, u: f64) -> f64 {
+        let age_s = (now_s - started_s).max(0.0);
+        match self.plan.runtimes.remaining_at(spec, age_s, u) {
+            Some(left) => now_s + left.max(0.0),
+            None => self.expected_end(spec, started_s, now_s).1,
+        }
     }
 
     /// Free resources from now on, as the running jobs end by their estimates (a job past its
@@ -1207,6 +1263,12 @@ mod tests {
             runtimes.remaining(996.0),
             Some((996.0 / 9.0, 996.0, 8964.0))
         );
+        // Draws follow the same distribution.
+        assert_eq!(runtimes.remaining_at(872.0, 0.5), Some(65.0));
+        assert_eq!(runtimes.remaining_at(872.0, 0.999), Some(128.0));
+        assert_eq!(runtimes.remaining_at(996.0, 0.5), Some(996.0));
+        let p90 = runtimes.remaining_at(996.0, 0.9).expect("a draw");
+        assert!((p90 - 8964.0).abs() < 1e-6, "{p90}");
     }
 
     #[test]
