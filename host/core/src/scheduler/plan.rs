@@ -120,6 +120,32 @@ pub struct RuntimeEstimate {
     pub source: EstimateSource,
 }
 
+impl RuntimeEstimate {
+    /// Its quantile `u` (in (0, 1)): log-linear through its p10, p50 and p90, and beyond them
+    /// along the nearest segment.
+    fn quantile(&self, u: f64) -> f64 {
+        let (l10, l50, l90) = (self.p10_s.ln(), self.p50_s.ln(), self.p90_s.ln());
+        let slope = if u < 0.5 { l50 - l10 } else { l90 - l50 };
+        (l50 + slope * (u - 0.5) / 0.4).exp()
+    }
+
+    /// One draw at quantile `u` (in (0, 1)) of what is left of a run that has lasted `age_s`:
+    /// of the runtimes above the age, less the age.
+    fn remaining_at(&self, age_s: f64, u: f64) -> f64 {
+        // The quantile the age is at, by bisection (the quantile function rises).
+        let (mut below, mut above) = (0.0f64, 1.0f64);
+        for _ in 0..48 {
+            let mid = (below + above) / 2.0;
+            if self.quantile(mid) <= age_s {
+                below = mid;
+            } else {
+                above = mid;
+            }
+        }
+        (self.quantile(below + u * (1.0 - below)) - age_s).max(0.0)
+    }
+}
+
 /// When a pending job is expected to start (seconds, on the scheduler's clock), and what holds
 /// it: a reservation, or only the estimate.
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
@@ -291,12 +317,16 @@ impl RuntimeModel {
     }
 
     /// One draw (at quantile `u`, in (0, 1)) of what is left of a job of `spec` that has run
-    /// `age_s`, when its runtime is learned; `None` when it is declared or only the prior.
+    /// `age_s`: from the finished runs, else from the prior; `None` when its runtime is
+    /// declared (a point, not a distribution).
     pub(super) fn remaining_at(&self, spec: &JobSpec, age_s: f64, u: f64) -> Option<f64> {
         if declared(spec).is_some() {
             return None;
         }
-        self.learned(spec)?.remaining_at(age_s, u)
+        Some(match self.learned(spec) {
+            Some(runtimes) => runtimes.remaining_at(age_s, u)?,
+            None => PRIOR.remaining_at(age_s, u),
+        })
     }
 
     /// The finished runs a job of `spec` is judged by: its class's, else its queue's, else
@@ -1269,6 +1299,20 @@ mod tests {
         assert_eq!(runtimes.remaining_at(996.0, 0.5), Some(996.0));
         let p90 = runtimes.remaining_at(996.0, 0.9).expect("a draw");
         assert!((p90 - 8964.0).abs() < 1e-6, "{p90}");
+    }
+
+    #[test]
+    fn the_prior_is_drawn_from_above_a_runs_age() {
+        let close = |a: f64, b: f64| (a - b).abs() < 1e-6 * b;
+        assert!(close(PRIOR.quantile(0.1), PRIOR.p10_s));
+        assert!(close(PRIOR.quantile(0.5), PRIOR.p50_s));
+        assert!(close(PRIOR.quantile(0.9), PRIOR.p90_s));
+        // A new run: the prior itself.
+        assert!(close(PRIOR.remaining_at(0.0, 0.5), PRIOR.p50_s));
+        // A run at the prior's median: its median remainder is the prior's p75 less its age.
+        let left = PRIOR.remaining_at(PRIOR.p50_s, 0.5);
+        assert!(close(left, PRIOR.quantile(0.75) - PRIOR.p50_s), "{left}");
+        assert!(left > 0.0);
     }
 
     #[test]
