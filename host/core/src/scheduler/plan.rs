@@ -332,14 +332,12 @@ impl RuntimeModel {
     /// The finished runs a job of `spec` is judged by: its class's, else its queue's, else
     /// all jobs', the first with enough samples.
     fn learned(&self, spec: &JobSpec) -> Option<&Runtimes> {
-        [
-            self.class_to_runtimes.get(&class_of(spec)),
-            self.queue_to_runtimes.get(&spec.queue),
-            Some(&self.all),
-        ]
-        .into_iter()
-        .flatten()
-        .find(|runtimes| runtimes.sorted.len() >= MIN_SAMPLES)
+        let enough = |runtimes: &&Runtimes| runtimes.sorted.len() >= MIN_SAMPLES;
+        self.class_to_runtimes
+            .get(&class_of(spec))
+            .filter(enough)
+            .or_else(|| self.queue_to_runtimes.get(&spec.queue).filter(enough))
+            .or_else(|| Some(&self.all).filter(enough))
     }
 }
 
