@@ -238,7 +238,9 @@ impl Runtimes {
     /// job past its median was expected to end at once, and a reservation behind a job that
     /// had run for days kept its nodes idle for it.
     fn remaining(&self, age_s: f64) -> Option<(f64, f64, f64)> {
-        self.quantiles()?;
+        if self.sorted.len() < MIN_SAMPLES {
+            return None;
+        }
         let longer = self.longer_than(age_s);
         Some(if longer.len() >= MIN_SAMPLES {
             quantiles_of(longer, age_s)
@@ -250,7 +252,9 @@ impl Runtimes {
     /// One draw of what is left of a run that has lasted `age_s`, at quantile `u` (in (0, 1))
     /// of the distribution [`Runtimes::remaining`] summarises.
     fn remaining_at(&self, age_s: f64, u: f64) -> Option<f64> {
-        self.quantiles()?;
+        if self.sorted.len() < MIN_SAMPLES {
+            return None;
+        }
         let longer = self.longer_than(age_s);
         Some(if longer.len() >= MIN_SAMPLES {
             let at = ((u * longer.len() as f64) as usize).min(longer.len() - 1);
