@@ -158,7 +158,7 @@ pub(super) struct Forecast {
 }
 
 /// A forecast to run away from the loop (see [`super::plan::PlanConfig::forecast_off_loop`]):
-/// a copy of the scheduler as it stood when the forecast came due. Running it takes the three
+/// a copy of the scheduler as it stood when the forecast came due. Running it takes the seven
 /// scenarios' time (`gantry bench schedule` prints it) and touches nothing the loop holds.
 #[derive(Clone)]
 pub struct ForecastRun {
@@ -167,7 +167,7 @@ pub struct ForecastRun {
 }
 
 impl ForecastRun {
-    /// Runs the three scenarios; [`Scheduler::install_forecast`] takes what it returns.
+    /// Runs the forecast's runs; [`Scheduler::install_forecast`] takes what it returns.
     pub fn run(self) -> Forecasts {
         let at_s = self.base.clock_s;
         Forecasts {

@@ -64,14 +64,13 @@ pub struct PlanConfig {
     /// cluster busier than many. The README's planner section shows what other values gave.
     pub max_reservations: usize,
     /// Run the forecast (see [`super::forecast`]) at most this often (seconds on the
-    /// scheduler's clock); `f64::INFINITY` never runs it. It gives a start estimate to the
-    /// pending jobs the timeline does not plan (waiting for quota, or far down the queue), and
-    /// costs three forward runs of the cycle (`gantry bench schedule` prints it).
+    /// scheduler's clock); `f64::INFINITY` never runs it. It gives the start estimate of
+    /// every pending job it reaches that holds no reservation, and costs seven forward runs of the cycle (`gantry bench schedule` prints it).
     pub forecast_every_s: f64,
     /// Leave the forecast to the caller instead of running it inside the replan: a due
     /// forecast is handed out by [`Scheduler::forecast_to_run`] and its result taken by
     /// [`Scheduler::install_forecast`]. The live loop runs it on a thread of its own, so no
-    /// cycle waits for its three forward runs; a replay runs it inline, so its report does not
+    /// cycle waits for its forward runs; a replay runs it inline, so its report does not
     /// depend on how threads were timed.
     pub forecast_off_loop: bool,
 }
