@@ -334,19 +334,16 @@ pub struct Replica {
 
 impl Replica {
     /// Starts `gantry serve --kubeconfig KUBECONFIG` with `extra` arguments and the tests'
-    /// tokens (see `common::write_tokens`), on a free loopback port.
+    /// tokens (see `common::write_tokens`), on a loopback port it chooses itself (a port the
+    /// test picked and let go could be taken by the next replica before this one binds it),
+    /// and waits until it prints its API address.
     pub fn start(kubeconfig: &Path, extra: &[&str]) -> Self {
         use std::io::BufRead;
         let data = tempfile::tempdir().unwrap();
         let tokens = super::write_tokens(data.path());
-        let port = std::net::TcpListener::bind("127.0.0.1:0")
-            .unwrap()
-            .local_addr()
-            .unwrap()
-            .port();
         let mut child = gantry(&["serve", "--no-policies", "--kubeconfig"])
             .arg(kubeconfig)
-            .args(["--listen", &format!("127.0.0.1:{port}")])
+            .args(["--listen", "127.0.0.1:0"])
             .arg("--data-dir")
             .arg(data.path().join("data"))
             .arg("--tokens")
@@ -359,16 +356,30 @@ impl Replica {
         let stdout = std::sync::Arc::new(std::sync::Mutex::new(String::new()));
         let pipe = child.stdout.take().unwrap();
         let sink = stdout.clone();
+        let (base_tx, base_rx) = std::sync::mpsc::channel();
         std::thread::spawn(move || {
             for line in std::io::BufReader::new(pipe).lines().map_while(Result::ok) {
+                if let Some(rest) = line.trim().strip_prefix("API on ") {
+                    let url = rest.split_whitespace().next().unwrap_or_default();
+                    let _ = base_tx.send(url.trim_end_matches("/api").to_string());
+                }
                 let mut s = sink.lock().unwrap_or_else(|e| e.into_inner());
                 s.push_str(&line);
                 s.push('\n');
             }
         });
+        let process = Running(child);
+        let base = base_rx
+            .recv_timeout(Duration::from_secs(60))
+            .unwrap_or_else(|_| {
+                panic!(
+                    "gantry serve printed no API address; it printed:\n{}",
+                    stdout.lock().unwrap_or_else(|e| e.into_inner())
+                )
+            });
         Self {
-            process: Running(child),
-            base: format!("http://127.0.0.1:{port}"),
+            process,
+            base,
             stdout,
             data,
         }
