@@ -142,7 +142,7 @@ impl Engine {
     /// An engine for `scheduler` (its cluster and queues set up, no jobs needed yet).
     pub fn new(live: Arc<Live>, mut scheduler: Scheduler, config: EngineConfig) -> Self {
         let gpus = total_gpus(&scheduler);
-        // A forecast's seven forward runs would pause a cycle; the loop runs them beside it.
+        // A forecast's three forward runs would pause a cycle; the loop runs them beside it.
         scheduler.set_plan_config(gantry_core::PlanConfig {
             forecast_off_loop: true,
             ..scheduler.plan_config().clone()
