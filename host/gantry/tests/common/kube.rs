@@ -359,9 +359,8 @@ impl Replica {
         let (base_tx, base_rx) = std::sync::mpsc::channel();
         std::thread::spawn(move || {
             for line in std::io::BufReader::new(pipe).lines().map_while(Result::ok) {
-                if let Some(rest) = line.trim().strip_prefix("API on ") {
-                    let url = rest.split_whitespace().next().unwrap_or_default();
-                    let _ = base_tx.send(url.trim_end_matches("/api").to_string());
+                if let Some(base) = super::api_base(&line) {
+                    let _ = base_tx.send(base);
                 }
                 let mut s = sink.lock().unwrap_or_else(|e| e.into_inner());
                 s.push_str(&line);

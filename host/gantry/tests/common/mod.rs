@@ -47,6 +47,13 @@ pub fn write_tokens(dir: &Path) -> PathBuf {
     path
 }
 
+/// The base URL in `gantry serve`'s "API on http://…/api" line, if `line` is that line.
+pub fn api_base(line: &str) -> Option<String> {
+    let rest = line.trim().strip_prefix("API on ")?;
+    let url = rest.split_whitespace().next().unwrap_or_default();
+    Some(url.trim_end_matches("/api").to_string())
+}
+
 impl Server {
     /// Starts `gantry serve` with `extra` arguments and waits until it is ready.
     pub fn start(extra: &[&str]) -> Server {
@@ -88,9 +95,8 @@ impl Server {
         let sink = stdout.clone();
         std::thread::spawn(move || {
             for line in BufReader::new(pipe).lines().map_while(Result::ok) {
-                if let Some(rest) = line.trim().strip_prefix("API on ") {
-                    let url = rest.split_whitespace().next().unwrap_or("").to_string();
-                    let _ = tx.send(url.trim_end_matches("/api").to_string());
+                if let Some(base) = api_base(&line) {
+                    let _ = tx.send(base);
                 }
                 let mut s = sink.lock().unwrap_or_else(|e| e.into_inner());
                 s.push_str(&line);
