@@ -559,7 +559,7 @@ impl Scheduler {
 
     /// The backfill rule: on a node reserved for a job ahead of `id` whose reservation starts
     /// before `spec` is expected to end (its p50 from `now_s`), `capacity` keeps only the pods
-    /// that fit in what the node has free now and will still have beside the reservation. A
+    /// that fit now and in what the node will still have beside the reservation. A
     /// job expected to end before a reservation starts may use its node freely; a job ahead of
     /// the reservation's owner is not held by it (the owner was planned around it). Returns
     /// how many nodes it lowered and whose reservation one of them holds, for the
@@ -577,20 +577,17 @@ impl Scheduler {
         let ends = now_s + self.plan.runtimes.estimate(spec).p50_s;
         let needs = pod_needs(&spec.shape);
         let rank = Rank::of(id, spec);
-        let t = &self.state.nodes;
         let mut held: Option<(u32, JobId)> = None;
         for claim in &self.plan.reserved_claims {
             let node = claim.node as usize;
             if !claim.rank.ahead_of(&rank) || node >= capacity.len() || claim.start_s >= ends {
                 continue;
             }
-            let free = [
-                t.gpu_free[node],
-                t.cpu_free_milli[node],
-                t.memory_free_mib[node],
-            ];
-            let usable = [0, 1, 2].map(|k| free[k].min(claim.spare[k]));
-            let left = capacity[node].min(pods_in(usable, needs));
+            // `capacity` already says what fits now. The claim's spare bounds what may still
+            // be held at its start, each pod counted as a whole GPU as the plan counts it. (Not
+            // the whole GPUs free now: a fractional pod fits beside others on a GPU in use, so
+            // that count falls as other jobs are placed while the room it bounds does not.)
+            let left = capacity[node].min(pods_in(claim.spare, needs));
             if left < capacity[node] {
                 capacity[node] = left;
                 held.get_or_insert((0, claim.rank.id)).0 += 1;
