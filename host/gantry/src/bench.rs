@@ -726,7 +726,7 @@ fn incremental_against_rebuild(
 const PLANNED_PENDING: usize = 5000;
 /// Nodes left free in them: every other node runs a job.
 const PLANNED_FREE: usize = 20;
-/// Forecasts timed in them: each is three forward runs of the cycle, so a few.
+/// Forecasts timed in them: each is seven forward runs of the cycle, so a few.
 const FORECAST_ROUNDS: usize = 3;
 
 /// The planner's cost on a full cluster: a replan after one job ends, and a what-if's answer,
@@ -818,7 +818,7 @@ fn planner_figures(
         }
     }
     // The whole forecast, and the part of it the live loop waits for: the copy it hands to
-    // the forecast's thread and taking the result (the three runs happen beside it).
+    // the forecast's thread and taking the result (the runs happen beside it).
     let mut forecasts = Vec::with_capacity(FORECAST_ROUNDS);
     let mut loop_pauses = Vec::with_capacity(FORECAST_ROUNDS);
     let mut forecast_reached = 0;

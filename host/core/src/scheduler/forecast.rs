@@ -1,17 +1,23 @@
-//! The forecast: when the pending jobs the timeline does not plan are expected to start.
+//! The forecast: when the pending jobs are expected to start, all but those holding a
+//! reservation.
 //!
-//! The timeline ([`super::plan`]) plans only the first jobs waiting for room. A job waiting
-//! for quota, or far down a long queue, starts when the cycles get to it, and that depends on
+//! The timeline ([`super::plan`]) plans only the first jobs waiting for room, each around the
+//! claims of every job ahead of it, though only the reservations hold nodes: a small job
+//! behind an unreserved gang starts in the gaps the gang cannot use. A job waiting for
+//! quota, or far down a long queue, starts when the cycles get to it, and that depends on
 //! fair share, quota given back and the jobs submitted after it. So the forecast runs the
-//! cycles themselves forward, on a copy of the scheduler:
+//! cycles themselves forward, on a copy of the scheduler, and its starts are the estimates
+//! of every pending job it reached that holds no reservation (a reservation's start is the
+//! plan's own):
 //!
 //! - [`Arrivals`]: the jobs submitted in the last [`ARRIVAL_WINDOW_S`]. A copy of them, one
 //!   window later, is what the forecast expects to be submitted next: later jobs of a queue
 //!   below its fair share overtake, and a forecast without them is far too early.
-//! - [`SCENARIOS`]: three runs. Early: every running job ends at its p10 and nothing new
-//!   arrives. Expected: p50 ends, and the last window's submissions again. Late: p90 ends,
-//!   and twice those submissions. A job's p10, p50 and p90 start are when each run started
-//!   it.
+//! - [`DRAWS`] runs in which each running job ends at a draw from what is left of its
+//!   runtime, and the last window's submissions come again: a job's p50 start is its median
+//!   start over them. [`BOUNDS`]: two more runs, early (every running job ends at its p10,
+//!   nothing new arrives) and late (p90 ends, twice those submissions), whose starts are its
+//!   p10 and p90.
 //! - [`Scheduler::forecast_if_due`]: runs them at most every
 //!   [`super::plan::PlanConfig::forecast_every_s`] when a job was submitted since the last
 //!   one, else every [`REFRESH_EVERY`] intervals; bounded in cycles and attempts.
@@ -20,7 +26,8 @@
 //!   scheduler handed out by [`Scheduler::forecast_to_run`], run on the caller's thread, and
 //!   its starts taken back by [`Scheduler::install_forecast`].
 //!
-//! It knows what a live scheduler knows: runtimes from [`super::plan::RuntimeModel`], never a
+//! It knows what a live scheduler knows: runtimes from [`super::plan::RuntimeModel`] (its
+//! draws are seeded by the run, the job and its start, so a replay is reproducible), never a
 //! job's true duration; submissions that already happened, never the trace's next row. It
 //! runs the built-in filters, scores and quota, not the policy set's Wasm components: a
 //! forecast calls no plugin.
@@ -49,36 +56,44 @@ const MIN_SIMULATED_ATTEMPTS: u64 = 64;
 /// cluster moved on, but its last forecast mostly still holds.
 const REFRESH_EVERY: f64 = 10.0;
 
-/// Which runtime quantile a scenario expects every running job to end at.
+/// When a scenario expects each running job to end.
 #[derive(Debug, Clone, Copy)]
-enum Quantile {
+enum Ends {
+    /// Every job at its p10 end.
     P10,
-    P50,
+    /// Every job at its p90 end.
     P90,
+    /// Each job at a draw from its own runtime distribution (given its age), drawn with this
+    /// seed: see [`DRAWS`].
+    Drawn(u64),
 }
 
 /// One forward run: when running jobs end, and how many windows of recent submissions arrive.
 #[derive(Debug, Clone, Copy)]
 struct Scenario {
-    ends_at: Quantile,
+    ends: Ends,
     arrival_windows: u32,
 }
 
-/// Early, expected and late: a job's p10, p50 and p90 start.
-const SCENARIOS: [Scenario; 3] = [
+/// The bounds of a job's interval: early (every running job ends at its p10 and nothing new
+/// arrives) and late (p90 ends, and twice the last window's submissions).
+const BOUNDS: [Scenario; 2] = [
     Scenario {
-        ends_at: Quantile::P10,
+        ends: Ends::P10,
         arrival_windows: 0,
     },
     Scenario {
-        ends_at: Quantile::P50,
-        arrival_windows: 1,
-    },
-    Scenario {
-        ends_at: Quantile::P90,
+        ends: Ends::P90,
         arrival_windows: 2,
     },
 ];
+
+/// Runs with drawn runtimes (and the last window's submissions again) whose median start is a
+/// job's p50. A run in which every job ends at its p50 starts the next job too late: the first
+/// of many running jobs to end does so well before the first of their p50 ends. Odd, so the
+/// median is a run's start; each costs one forward run (`gantry bench schedule` prints the
+/// forecast's cost).
+const DRAWS: u64 = 5;
 
 /// The jobs submitted in the last [`ARRIVAL_WINDOW_S`] (balloons aside), oldest first: what
 /// the forecast expects the next window to bring.
@@ -143,7 +158,7 @@ pub(super) struct Forecast {
 }
 
 /// A forecast to run away from the loop (see [`super::plan::PlanConfig::forecast_off_loop`]):
-/// a copy of the scheduler as it stood when the forecast came due. Running it takes the three
+/// a copy of the scheduler as it stood when the forecast came due. Running it takes the seven
 /// scenarios' time (`gantry bench schedule` prints it) and touches nothing the loop holds.
 #[derive(Clone)]
 pub struct ForecastRun {
@@ -152,7 +167,7 @@ pub struct ForecastRun {
 }
 
 impl ForecastRun {
-    /// Runs the three scenarios; [`Scheduler::install_forecast`] takes what it returns.
+    /// Runs the forecast's runs; [`Scheduler::install_forecast`] takes what it returns.
     pub fn run(self) -> Forecasts {
         let at_s = self.base.clock_s;
         Forecasts {
@@ -242,14 +257,34 @@ impl Scheduler {
         true
     }
 
-    /// The three scenarios from `now_s`, and each pending job's forecast where the expected
-    /// one reached it (the late one not reaching it puts its p90 at twice its expected wait).
+    /// The runs from `now_s`, and each pending job's forecast: its p50 the median of its
+    /// starts in the [`DRAWS`] runs, where most of them reached it; its p10 and p90 the
+    /// [`BOUNDS`]' starts (the late run not reaching it puts its p90 at twice its expected
+    /// wait).
     fn forecast_starts(&self, now_s: f64) -> BTreeMap<JobId, Forecast> {
-        let [early, expected, late] =
-            SCENARIOS.map(|scenario| self.simulate_starts(now_s, scenario));
-        expected
+        let [early, late] = BOUNDS.map(|scenario| self.simulate_starts(now_s, scenario));
+        let drawn: Vec<BTreeMap<JobId, f64>> = (0..DRAWS)
+            .map(|seed| {
+                let scenario = Scenario {
+                    ends: Ends::Drawn(seed),
+                    arrival_windows: 1,
+                };
+                self.simulate_starts(now_s, scenario)
+            })
+            .collect();
+        let mut reached: BTreeMap<JobId, Vec<f64>> = BTreeMap::new();
+        for starts in &drawn {
+            for (&id, &start_s) in starts {
+                reached.entry(id).or_default().push(start_s);
+            }
+        }
+        reached
             .into_iter()
-            .map(|(id, p50_s)| {
+            .filter(|(_, starts)| 2 * starts.len() as u64 > DRAWS)
+            .map(|(id, mut starts)| {
+                // Runs that did not reach it started it later than any that did.
+                starts.sort_by(f64::total_cmp);
+                let p50_s = starts[(DRAWS / 2) as usize];
                 let p10_s = early.get(&id).map_or(p50_s, |&s| s.min(p50_s));
                 let p90_s = late
                     .get(&id)
@@ -285,13 +320,10 @@ impl Scheduler {
         // A copy that does not plan learns nothing: its ends are guesses, not runtimes, and
         // its starts are not waits to calibrate by.
         sim.plan_config.enabled = false;
-        let end_of = |spec: &JobSpec, started_s: f64, at_s: f64| {
-            let (p10, p50, p90) = self.expected_end(spec, started_s, at_s);
-            match scenario.ends_at {
-                Quantile::P10 => p10,
-                Quantile::P50 => p50,
-                Quantile::P90 => p90,
-            }
+        let end_of = |id: JobId, spec: &JobSpec, started_s: f64, at_s: f64| match scenario.ends {
+            Ends::P10 => self.expected_end(spec, started_s, at_s).0,
+            Ends::P90 => self.expected_end(spec, started_s, at_s).2,
+            Ends::Drawn(seed) => self.end_at(spec, started_s, at_s, draw(seed, id, started_s)),
         };
         // Expected ends: (when, job, when it started), so an end planned for a run the
         // simulation preempted does not end the job's next run.
@@ -301,7 +333,7 @@ impl Scheduler {
             if let JobState::Running { started_s, .. } = entry.state
                 && !entry.spec.balloon
             {
-                let end = end_of(&entry.spec, started_s, now_s);
+                let end = end_of(id, &entry.spec, started_s, now_s);
                 ends.push(Reverse((Seconds(end), id, Seconds(started_s))));
             }
         }
@@ -343,7 +375,7 @@ impl Scheduler {
                 }
                 let spec = &sim.job_to_entry[&decision.job].spec;
                 if !spec.balloon {
-                    let end = end_of(spec, at_s, at_s);
+                    let end = end_of(decision.job, spec, at_s, at_s);
                     ends.push(Reverse((Seconds(end), decision.job, Seconds(at_s))));
                 }
             }
@@ -355,22 +387,26 @@ impl Scheduler {
     }
 }
 
+/// A quantile in (0, 1) for one run's draw of one job's end: the same for the same seed, job
+/// and start, so a replay gives the same report every time (splitmix64).
+fn draw(seed: u64, id: JobId, started_s: f64) -> f64 {
+    let mut x = seed
+        .wrapping_mul(0x9E37_79B9_7F4A_7C15)
+        .wrapping_add(u64::from(id).rotate_left(32))
+        ^ started_s.to_bits();
+    x = (x ^ (x >> 30)).wrapping_mul(0xBF58_476D_1CE4_E5B9);
+    x = (x ^ (x >> 27)).wrapping_mul(0x94D0_49BB_1331_11EB);
+    x ^= x >> 31;
+    // The top 53 bits, centred in their step: never 0 nor 1.
+    ((x >> 11) as f64 + 0.5) / (1u64 << 53) as f64
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
 
     fn spec(submit_s: f64) -> JobSpec {
-        JobSpec {
-            name: format!("j{submit_s}"),
-            queue: 0,
-            priority: 0,
-            pods: 1,
-            shape: crate::PodShape::default(),
-            balloon: false,
-            topology: Default::default(),
-            submit_s,
-            expected_runtime_s: None,
-        }
+        JobSpec::one_pod(submit_s)
     }
 
     #[test]

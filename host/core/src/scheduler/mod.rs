@@ -77,6 +77,24 @@ pub struct JobSpec {
     pub expected_runtime_s: Option<f64>,
 }
 
+#[cfg(test)]
+impl JobSpec {
+    /// A one-pod job of queue 0 submitted at `submit_s`, for unit tests.
+    pub(crate) fn one_pod(submit_s: f64) -> Self {
+        JobSpec {
+            name: format!("j{submit_s}"),
+            queue: 0,
+            priority: 0,
+            pods: 1,
+            shape: crate::PodShape::default(),
+            balloon: false,
+            topology: Default::default(),
+            submit_s,
+            expected_runtime_s: None,
+        }
+    }
+}
+
 impl JobSpec {
     pub fn total(&self) -> Resources {
         let pods = u64::from(self.pods);

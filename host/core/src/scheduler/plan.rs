@@ -1,6 +1,6 @@
 //! The plan stage: runtime estimates, reservations for jobs blocked for room, the backfill
-//! rule, and an estimated start for the jobs it planned (the other pending jobs get theirs
-//! from [`super::forecast`]).
+//! rule, and an estimated start for the jobs it planned: the reservations' holders, and the
+//! others until [`super::forecast`] gives them theirs.
 //!
 //! - [`RuntimeModel`]: a job's runtime as it declares it, else as finished jobs of its queue
 //!   and shape took (a distribution: p10, p50, p90), else a wide prior. The planner never sees
@@ -64,14 +64,14 @@ pub struct PlanConfig {
     /// cluster busier than many. The README's planner section shows what other values gave.
     pub max_reservations: usize,
     /// Run the forecast (see [`super::forecast`]) at most this often (seconds on the
-    /// scheduler's clock); `f64::INFINITY` never runs it. It gives a start estimate to the
-    /// pending jobs the timeline does not plan (waiting for quota, or far down the queue), and
-    /// costs three forward runs of the cycle (`gantry bench schedule` prints it).
+    /// scheduler's clock); `f64::INFINITY` never runs it. It gives the start estimate of
+    /// every pending job it reaches that holds no reservation, and costs seven forward runs
+    /// of the cycle (`gantry bench schedule` prints it).
     pub forecast_every_s: f64,
     /// Leave the forecast to the caller instead of running it inside the replan: a due
     /// forecast is handed out by [`Scheduler::forecast_to_run`] and its result taken by
     /// [`Scheduler::install_forecast`]. The live loop runs it on a thread of its own, so no
-    /// cycle waits for its three forward runs; a replay runs it inline, so its report does not
+    /// cycle waits for its forward runs; a replay runs it inline, so its report does not
     /// depend on how threads were timed.
     pub forecast_off_loop: bool,
 }
@@ -120,6 +120,32 @@ pub struct RuntimeEstimate {
     pub source: EstimateSource,
 }
 
+impl RuntimeEstimate {
+    /// Its quantile `u` (in (0, 1)): log-linear through its p10, p50 and p90, and beyond them
+    /// along the nearest segment.
+    fn quantile(&self, u: f64) -> f64 {
+        let (l10, l50, l90) = (self.p10_s.ln(), self.p50_s.ln(), self.p90_s.ln());
+        let slope = if u < 0.5 { l50 - l10 } else { l90 - l50 };
+        (l50 + slope * (u - 0.5) / 0.4).exp()
+    }
+
+    /// One draw at quantile `u` (in (0, 1)) of what is left of a run that has lasted `age_s`:
+    /// of the runtimes above the age, less the age.
+    fn remaining_at(&self, age_s: f64, u: f64) -> f64 {
+        // The quantile the age is at, by bisection (the quantile function rises).
+        let (mut below, mut above) = (0.0f64, 1.0f64);
+        for _ in 0..48 {
+            let mid = (below + above) / 2.0;
+            if self.quantile(mid) <= age_s {
+                below = mid;
+            } else {
+                above = mid;
+            }
+        }
+        (self.quantile(below + u * (1.0 - below)) - age_s).max(0.0)
+    }
+}
+
 /// When a pending job is expected to start (seconds, on the scheduler's clock), and what holds
 /// it: a reservation, or only the estimate.
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
@@ -155,30 +181,41 @@ pub struct WhatIf {
 /// A runtime class: queue, gang size (powers of two) and GPUs per pod.
 type Class = (QueueId, u8, u32);
 
-/// Finished runtimes, newest last, and their quantiles, recomputed on each new sample.
+/// Finished runtimes, newest last, and the same in ascending order (kept sorted as samples
+/// come and go): quantiles of all of them, and of those longer than a running job's age.
 #[derive(Debug, Clone, Default)]
 struct Runtimes {
     samples: VecDeque<f32>,
-    quantiles: Option<(f64, f64, f64)>,
+    sorted: Vec<f32>,
+}
+
+/// The p10, p50 and p90 of `sorted` (ascending, not empty), each less `minus`.
+fn quantiles_of(sorted: &[f32], minus: f64) -> (f64, f64, f64) {
+    let at = |q: f64| f64::from(sorted[((sorted.len() - 1) as f64 * q).round() as usize]) - minus;
+    (at(0.1), at(0.5), at(0.9))
 }
 
 impl Runtimes {
     fn add(&mut self, runtime_s: f64) {
-        if self.samples.len() == SAMPLES {
-            self.samples.pop_front();
+        if self.samples.len() == SAMPLES
+            && let Some(oldest) = self.samples.pop_front()
+        {
+            let at = self.sorted.partition_point(|&x| x < oldest);
+            self.sorted.remove(at);
         }
-        self.samples.push_back(runtime_s as f32);
-        let mut sorted: Vec<f32> = self.samples.iter().copied().collect();
-        sorted.sort_by(f32::total_cmp);
-        let at = |q: f64| f64::from(sorted[((sorted.len() - 1) as f64 * q).round() as usize]);
-        self.quantiles = Some((at(0.1), at(0.5), at(0.9)));
+        let runtime = runtime_s as f32;
+        self.samples.push_back(runtime);
+        let at = self.sorted.partition_point(|&x| x < runtime);
+        self.sorted.insert(at, runtime);
+    }
+
+    /// The p10, p50 and p90 of every sample, once there are [`MIN_SAMPLES`].
+    fn quantiles(&self) -> Option<(f64, f64, f64)> {
+        (self.sorted.len() >= MIN_SAMPLES).then(|| quantiles_of(&self.sorted, 0.0))
     }
 
     fn estimate(&self) -> Option<RuntimeEstimate> {
-        if self.samples.len() < MIN_SAMPLES {
-            return None;
-        }
-        let (p10_s, p50_s, p90_s) = self.quantiles?;
+        let (p10_s, p50_s, p90_s) = self.quantiles()?;
         Some(RuntimeEstimate {
             p10_s,
             p50_s,
@@ -186,6 +223,44 @@ impl Runtimes {
             source: EstimateSource::Learned {
                 samples: self.samples.len() as u32,
             },
+        })
+    }
+
+    /// The finished runs longer than `age_s`.
+    fn longer_than(&self, age_s: f64) -> &[f32] {
+        &self.sorted[self.sorted.partition_point(|&x| f64::from(x) <= age_s)..]
+    }
+
+    /// What is left of a run that has lasted `age_s` (p10, p50, p90): what the finished runs
+    /// longer than that took beyond it. A run longer than all but a few finished ones is out
+    /// on the tail, where runtimes are heavy-tailed and what is left is about as long as what
+    /// has run (a Pareto tail of index 1: p10 age / 9, p50 age, p90 9 × age). Without this, a
+    /// job past its median was expected to end at once, and a reservation behind a job that
+    /// had run for days kept its nodes idle for it.
+    fn remaining(&self, age_s: f64) -> Option<(f64, f64, f64)> {
+        if self.sorted.len() < MIN_SAMPLES {
+            return None;
+        }
+        let longer = self.longer_than(age_s);
+        Some(if longer.len() >= MIN_SAMPLES {
+            quantiles_of(longer, age_s)
+        } else {
+            (age_s / 9.0, age_s, 9.0 * age_s)
+        })
+    }
+
+    /// One draw of what is left of a run that has lasted `age_s`, at quantile `u` (in (0, 1))
+    /// of the distribution [`Runtimes::remaining`] summarises.
+    fn remaining_at(&self, age_s: f64, u: f64) -> Option<f64> {
+        if self.sorted.len() < MIN_SAMPLES {
+            return None;
+        }
+        let longer = self.longer_than(age_s);
+        Some(if longer.len() >= MIN_SAMPLES {
+            let at = ((u * longer.len() as f64) as usize).min(longer.len() - 1);
+            f64::from(longer[at]) - age_s
+        } else {
+            age_s * u / (1.0 - u)
         })
     }
 }
@@ -223,10 +298,7 @@ impl RuntimeModel {
     /// The runtime of a job of `spec`: declared, else learned (its class, its queue, all
     /// jobs), else the prior.
     pub fn estimate(&self, spec: &JobSpec) -> RuntimeEstimate {
-        if let Some(declared) = spec
-            .expected_runtime_s
-            .filter(|d| d.is_finite() && *d > 0.0)
-        {
+        if let Some(declared) = declared(spec) {
             return RuntimeEstimate {
                 p10_s: declared,
                 p50_s: declared,
@@ -234,17 +306,49 @@ impl RuntimeModel {
                 source: EstimateSource::Declared,
             };
         }
-        self.class_to_runtimes
-            .get(&class_of(spec))
+        self.learned(spec)
             .and_then(Runtimes::estimate)
-            .or_else(|| {
-                self.queue_to_runtimes
-                    .get(&spec.queue)
-                    .and_then(Runtimes::estimate)
-            })
-            .or_else(|| self.all.estimate())
             .unwrap_or(PRIOR)
     }
+
+    /// What is left (p10, p50, p90) of a job of `spec` that has run `age_s`, when its runtime
+    /// is learned (see `Runtimes::remaining`); `None` when it is declared or only the prior.
+    fn remaining(&self, spec: &JobSpec, age_s: f64) -> Option<(f64, f64, f64)> {
+        if declared(spec).is_some() {
+            return None;
+        }
+        self.learned(spec)?.remaining(age_s)
+    }
+
+    /// One draw (at quantile `u`, in (0, 1)) of what is left of a job of `spec` that has run
+    /// `age_s`: from the finished runs, else from the prior; `None` when its runtime is
+    /// declared (a point, not a distribution).
+    pub(super) fn remaining_at(&self, spec: &JobSpec, age_s: f64, u: f64) -> Option<f64> {
+        if declared(spec).is_some() {
+            return None;
+        }
+        Some(match self.learned(spec) {
+            Some(runtimes) => runtimes.remaining_at(age_s, u)?,
+            None => PRIOR.remaining_at(age_s, u),
+        })
+    }
+
+    /// The finished runs a job of `spec` is judged by: its class's, else its queue's, else
+    /// all jobs', the first with enough samples.
+    fn learned(&self, spec: &JobSpec) -> Option<&Runtimes> {
+        let enough = |runtimes: &&Runtimes| runtimes.sorted.len() >= MIN_SAMPLES;
+        self.class_to_runtimes
+            .get(&class_of(spec))
+            .filter(enough)
+            .or_else(|| self.queue_to_runtimes.get(&spec.queue).filter(enough))
+            .or_else(|| Some(&self.all).filter(enough))
+    }
+}
+
+/// The runtime a job of `spec` declares, if a usable one.
+fn declared(spec: &JobSpec) -> Option<f64> {
+    spec.expected_runtime_s
+        .filter(|d| d.is_finite() && *d > 0.0)
 }
 
 /// Nodes held for a job from a planned start.
@@ -369,7 +473,7 @@ impl Calibration {
     /// The reported (p10, p50, p90) start for a raw plan `start` made at `now_s`.
     fn apply(&self, now_s: f64, start: (f64, f64, f64)) -> (f64, f64, f64) {
         let wait = start.1 - now_s;
-        match self.ratios.quantiles {
+        match self.ratios.quantiles() {
             Some((q10, q50, q90))
                 if self.ratios.samples.len() >= CALIBRATE_AFTER && wait >= 1.0 =>
             {
@@ -760,8 +864,12 @@ impl Scheduler {
         self.estimate_from_forecast(now_s);
     }
 
-    /// Every pending job the timeline did not estimate gets the last forecast's start, as it
-    /// is (the calibration learns only the timeline's bias), never earlier than `now_s`.
+    /// Every pending job the last forecast reached gets its start, as it is (the calibration
+    /// learns only the timeline's bias), never earlier than `now_s`, unless it holds a
+    /// reservation: that start is the plan's, and the forecast only widens its interval (a
+    /// reservation slips as the plan changes, which the plan's own interval does not see).
+    /// The timeline's estimate stands for the jobs the forecast did not reach, such as one
+    /// submitted since.
     pub(super) fn estimate_from_forecast(&mut self, now_s: f64) {
         let forecast_at_s = self.plan.forecasts.at_s;
         for (&id, forecast) in &self.plan.forecasts.job_to_forecast {
@@ -769,36 +877,68 @@ impl Scheduler {
                 self.job_to_entry.get(&id).map(|entry| &entry.state),
                 Some(JobState::Pending)
             );
-            if pending && !self.plan.job_to_estimate.contains_key(&id) {
-                self.plan.job_to_estimate.insert(
-                    id,
-                    StartEstimate {
-                        planned_at_s: forecast_at_s,
-                        p10_s: forecast.p10_s.max(now_s),
-                        p50_s: forecast.p50_s.max(now_s),
-                        p90_s: forecast.p90_s.max(now_s),
-                        reservation: None,
-                    },
-                );
+            if !pending {
+                continue;
+            }
+            let (p10_s, p50_s, p90_s) = (
+                forecast.p10_s.max(now_s),
+                forecast.p50_s.max(now_s),
+                forecast.p90_s.max(now_s),
+            );
+            match self.plan.job_to_estimate.get_mut(&id) {
+                Some(planned) if planned.reservation.is_some() => {
+                    planned.p10_s = planned.p10_s.min(p10_s);
+                    planned.p90_s = planned.p90_s.max(p90_s);
+                }
+                _ => {
+                    self.plan.job_to_estimate.insert(
+                        id,
+                        StartEstimate {
+                            planned_at_s: forecast_at_s,
+                            p10_s,
+                            p50_s,
+                            p90_s,
+                            reservation: None,
+                        },
+                    );
+                }
             }
         }
     }
 
     /// When a job of `spec` running since `started_s` is expected to end (p10, p50, p90), seen
-    /// at `now_s`: by its runtime estimate, and a job past it soon, never in the past.
+    /// at `now_s`, never in the past: a learned runtime by what the finished runs longer than
+    /// it has run took (see `Runtimes::remaining`); a declared one or the prior by the
+    /// runtime itself, and a job past it soon.
     pub(super) fn expected_end(
         &self,
         spec: &JobSpec,
         started_s: f64,
         now_s: f64,
     ) -> (f64, f64, f64) {
-        let estimate = self.plan.runtimes.estimate(spec);
+        let runtimes = &self.plan.runtimes;
+        if let Some((p10, p50, p90)) = runtimes.remaining(spec, (now_s - started_s).max(0.0)) {
+            let end = |left: f64| now_s + left.max(0.0);
+            return (end(p10), end(p50), end(p90));
+        }
+        let estimate = runtimes.estimate(spec);
         let end = |runtime: f64| (started_s + runtime).max(now_s + 0.1 * runtime.min(600.0));
         (
             end(estimate.p10_s),
             end(estimate.p50_s),
             end(estimate.p90_s),
         )
+    }
+
+    /// One draw of when a job running since `started_s` ends, seen at `now_s`: a learned
+    /// runtime at quantile `u` (in (0, 1)) of what is left of it, a declared one or the prior
+    /// at its expected (p50) end.
+    pub(super) fn end_at(&self, spec: &JobSpec, started_s: f64, now_s: f64, u: f64) -> f64 {
+        let age_s = (now_s - started_s).max(0.0);
+        match self.plan.runtimes.remaining_at(spec, age_s, u) {
+            Some(left) => now_s + left.max(0.0),
+            None => self.expected_end(spec, started_s, now_s).1,
+        }
     }
 
     /// Free resources from now on, as the running jobs end by their estimates (a job past its
@@ -1130,5 +1270,63 @@ mod tests {
             calibration.apply(100.0, (100.0, 100.0, 100.0)),
             (100.0, 100.0, 100.0)
         );
+    }
+
+    #[test]
+    fn a_run_past_the_typical_runtime_is_expected_to_run_as_the_longer_ones_did() {
+        let mut runtimes = Runtimes::default();
+        assert_eq!(runtimes.remaining(10.0), None, "no history, no estimate");
+        // 1,000 runs of 1 to 1,000 s; only the last 256 (745 to 1,000 s) are kept.
+        for runtime in 1..=1000 {
+            runtimes.add(f64::from(runtime));
+        }
+        assert_eq!(runtimes.sorted.len(), SAMPLES);
+        assert!(runtimes.sorted.is_sorted());
+        assert_eq!(runtimes.quantiles(), Some((771.0, 873.0, 975.0)));
+        // A young run: any kept runtime, less its age.
+        assert_eq!(runtimes.remaining(100.0), Some((671.0, 773.0, 875.0)));
+        // Past the median: the 128 longer runs (873 to 1,000 s) less 872 s.
+        assert_eq!(runtimes.remaining(872.0), Some((14.0, 65.0, 115.0)));
+        // Longer than all but 4: as long again as it has run, p10 a ninth, p90 nine times.
+        assert_eq!(
+            runtimes.remaining(996.0),
+            Some((996.0 / 9.0, 996.0, 8964.0))
+        );
+        // Draws follow the same distribution.
+        assert_eq!(runtimes.remaining_at(872.0, 0.5), Some(65.0));
+        assert_eq!(runtimes.remaining_at(872.0, 0.999), Some(128.0));
+        assert_eq!(runtimes.remaining_at(996.0, 0.5), Some(996.0));
+        let p90 = runtimes.remaining_at(996.0, 0.9).expect("a draw");
+        assert!((p90 - 8964.0).abs() < 1e-6, "{p90}");
+    }
+
+    #[test]
+    fn the_prior_is_drawn_from_above_a_runs_age() {
+        let close = |a: f64, b: f64| (a - b).abs() < 1e-6 * b;
+        assert!(close(PRIOR.quantile(0.1), PRIOR.p10_s));
+        assert!(close(PRIOR.quantile(0.5), PRIOR.p50_s));
+        assert!(close(PRIOR.quantile(0.9), PRIOR.p90_s));
+        // A new run: the prior itself.
+        assert!(close(PRIOR.remaining_at(0.0, 0.5), PRIOR.p50_s));
+        // A run at the prior's median: its median remainder is the prior's p75 less its age.
+        let left = PRIOR.remaining_at(PRIOR.p50_s, 0.5);
+        assert!(close(left, PRIOR.quantile(0.75) - PRIOR.p50_s), "{left}");
+        assert!(left > 0.0);
+    }
+
+    #[test]
+    fn a_declared_runtime_is_not_judged_by_its_age() {
+        let mut model = RuntimeModel::default();
+        let mut spec = JobSpec::one_pod(0.0);
+        for runtime in 1..=100 {
+            model.observe(&spec, f64::from(runtime));
+        }
+        assert!(
+            model
+                .remaining(&spec, 99.5)
+                .is_some_and(|(_, p50, _)| p50 == 99.5)
+        );
+        spec.expected_runtime_s = Some(50.0);
+        assert_eq!(model.remaining(&spec, 99.5), None);
     }
 }
