@@ -1134,7 +1134,7 @@ impl KubeCluster {
         let client = &self.write_client;
         let names = self.tracker.node_names();
         let leadership = self.leadership.as_deref();
-        let results: Vec<(JobId, PendingPod, usize, Result<bool>)> = self.runtime.block_on(
+        let results: Vec<(JobId, PendingPod, usize, Result<Bound>)> = self.runtime.block_on(
             futures::stream::iter(binds)
                 .map(|(job, pod, node)| async move {
                     // The Lease is checked before each binding, not once per cycle.
@@ -1148,13 +1148,24 @@ impl KubeCluster {
                 .buffer_unordered(CONCURRENCY)
                 .collect(),
         );
-        // Per job: its pods bound (and whether this pass bound each), and its first failure.
-        type JobResult = (Vec<(PendingPod, usize, bool)>, Option<String>);
+        // Per job: its pods bound (and how), and its first failure.
+        type JobResult = (Vec<(PendingPod, usize, Bound)>, Option<String>);
         let mut job_to_result: BTreeMap<JobId, JobResult> = BTreeMap::new();
         for (job, pod, node, result) in results {
             let entry = job_to_result.entry(job).or_default();
             match result {
-                Ok(fresh) => entry.0.push((pod, node, fresh)),
+                Ok(how) => {
+                    if how == Bound::Unanswered {
+                        tracing::warn!(
+                            pod = %pod.key(),
+                            node = %self.tracker.node_names()[node],
+                            "binder: the binding went out but no answer came back, and the pod \
+                             could not be read back; it counts as bound until the caches say \
+                             otherwise"
+                        );
+                    }
+                    entry.0.push((pod, node, how));
+                }
                 Err(error) => {
                     tracing::warn!(%error, "binder");
                     entry.1.get_or_insert_with(|| error.to_string());
@@ -1170,12 +1181,9 @@ impl KubeCluster {
             match failure {
                 None => {
                     scheduled.extend(
-                        bound
-                            .iter()
-                            .filter(|(_, _, fresh)| *fresh)
-                            .map(|(p, node, _)| {
-                                (p.clone(), self.tracker.node_names()[*node].clone())
-                            }),
+                        bound.iter().filter(|(_, _, how)| *how == Bound::Now).map(
+                            |(p, node, _)| (p.clone(), self.tracker.node_names()[*node].clone()),
+                        ),
                     );
                     let bound: Vec<(PendingPod, usize)> =
                         bound.into_iter().map(|(p, node, _)| (p, node)).collect();
@@ -1203,7 +1211,15 @@ impl KubeCluster {
                             .into_iter()
                             .map(|p| (p, message.clone())),
                     );
-                    rollback.extend(bound.into_iter().map(|(p, _, _)| p));
+                    // A member whose binding went unanswered is not deleted: it may be
+                    // pending still, and deleting a pending pod loses it. If it was bound,
+                    // the caches show it, and its gang is adopted as it runs.
+                    rollback.extend(
+                        bound
+                            .into_iter()
+                            .filter(|(_, _, how)| *how != Bound::Unanswered)
+                            .map(|(p, _, _)| p),
+                    );
                     claims_back.extend(job_to_claim_writes.remove(&job).unwrap_or_default());
                     outcomes.push(BindOutcome::Failed { job, reason });
                 }
@@ -1910,10 +1926,25 @@ async fn delete(client: &Client, pod: &PendingPod) -> std::result::Result<(), ku
     }
 }
 
-/// Binds `pod` to `node` through the `pods/binding` subresource: `true` when this call bound
-/// it. A 409 means the pod is bound already: fine when to `node` (a retry after a lost answer;
-/// `false`, and no second Scheduled Event), an error otherwise.
-async fn bind(client: &Client, pod: &PendingPod, node: &str) -> Result<bool> {
+/// What one binding call came to, when it did not fail.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum Bound {
+    /// This call bound the pod: it gets a Scheduled Event.
+    Now,
+    /// The pod was bound to the node already (a retry after a lost answer): no second Event.
+    Already,
+    /// The request went out and no answer came back, nor could the pod be read back: the API
+    /// server may have applied it (one killed mid-request does). The pod counts as bound, as
+    /// an assumed binding does, until the caches say otherwise; otherwise a rebuild from a
+    /// cache that has not relisted yet would place it again, elsewhere.
+    Unanswered,
+}
+
+/// Binds `pod` to `node` through the `pods/binding` subresource. A 409 means the pod is bound
+/// already: fine when to `node` ([`Bound::Already`]), an error otherwise. A request that may
+/// have been applied without an answer (see [`unanswered`]) is settled by reading the pod
+/// back, else it is [`Bound::Unanswered`].
+async fn bind(client: &Client, pod: &PendingPod, node: &str) -> Result<Bound> {
     let api: Api<Pod> = Api::namespaced(client.clone(), &pod.namespace);
     let binding = Binding {
         metadata: ObjectMeta {
@@ -1935,6 +1966,12 @@ async fn bind(client: &Client, pod: &PendingPod, node: &str) -> Result<bool> {
         node: node.into(),
         message,
     };
+    // Where the pod is bound now, if it is still the pod we meant (same uid).
+    let bound_to = |current: Pod| -> Option<String> {
+        (current.metadata.uid.as_deref() == Some(pod.uid.as_str()))
+            .then(|| current.spec.and_then(|s| s.node_name))
+            .flatten()
+    };
     match api
         .create_subresource::<_, serde_json::Value>(
             "binding",
@@ -1944,14 +1981,14 @@ async fn bind(client: &Client, pod: &PendingPod, node: &str) -> Result<bool> {
         )
         .await
     {
-        Ok(_) => Ok(true),
+        Ok(_) => Ok(Bound::Now),
         Err(kube::Error::Api(status)) if status.code == 409 => {
             let current = api
                 .get(&pod.name)
                 .await
                 .map_err(|e| bind_error(e.to_string()))?;
-            match current.spec.and_then(|s| s.node_name) {
-                Some(actual) if actual == node => Ok(false),
+            match bound_to(current) {
+                Some(actual) if actual == node => Ok(Bound::Already),
                 Some(actual) => Err(Error::BoundElsewhere {
                     pod: pod.key(),
                     wanted: node.into(),
@@ -1960,7 +1997,42 @@ async fn bind(client: &Client, pod: &PendingPod, node: &str) -> Result<bool> {
                 None => Err(bind_error(status.message.clone())),
             }
         }
+        Err(error) if unanswered(&error) => match api.get(&pod.name).await {
+            Ok(current) => match bound_to(current) {
+                Some(actual) if actual == node => Ok(Bound::Now),
+                Some(actual) => Err(Error::BoundElsewhere {
+                    pod: pod.key(),
+                    wanted: node.into(),
+                    actual,
+                }),
+                None => Err(bind_error(error.to_string())),
+            },
+            Err(_) => Ok(Bound::Unanswered),
+        },
         Err(error) => Err(bind_error(error.to_string())),
+    }
+}
+
+/// Whether a failed write may have been applied all the same: the request went out and no
+/// answer came (a connection reset or closed mid-request, a read timeout), or the API server
+/// said it timed out or failed inside (500, 504), which it says of writes it may still
+/// commit. A refused connection sent nothing, and any other status is an answer.
+fn unanswered(error: &kube::Error) -> bool {
+    match error {
+        kube::Error::Api(status) => matches!(status.code, 500 | 504),
+        kube::Error::HyperError(_) | kube::Error::Service(_) => {
+            let mut cause: Option<&(dyn std::error::Error + 'static)> = Some(error);
+            while let Some(e) = cause {
+                if e.downcast_ref::<std::io::Error>()
+                    .is_some_and(|io| io.kind() == std::io::ErrorKind::ConnectionRefused)
+                {
+                    return false;
+                }
+                cause = e.source();
+            }
+            true
+        }
+        _ => false,
     }
 }
 
@@ -2152,5 +2224,52 @@ mod tests {
             estimate(0.0, 0.0, None),
             "Room for it is free now: expected to start at its next attempt."
         );
+    }
+
+    #[test]
+    fn a_write_may_have_been_applied_unless_its_connection_was_refused_or_it_was_answered() {
+        use std::io::{Error as IoError, ErrorKind};
+        let io = |kind: ErrorKind| kube::Error::Service(Box::new(IoError::new(kind, "io")));
+        let status = |code: u16| {
+            kube::Error::Api(Box::new(
+                kube::core::Status::failure("no", "No").with_code(code),
+            ))
+        };
+        // Nothing was sent.
+        assert!(!unanswered(&io(ErrorKind::ConnectionRefused)));
+        // Sent, and the connection went away or timed out before the answer.
+        assert!(unanswered(&io(ErrorKind::ConnectionReset)));
+        assert!(unanswered(&io(ErrorKind::TimedOut)));
+        assert!(unanswered(&io(ErrorKind::UnexpectedEof)));
+        // A refusal found deeper in the chain of causes still means nothing was sent.
+        #[derive(Debug, thiserror::Error)]
+        #[error("tcp connect error")]
+        struct Connect(#[source] IoError);
+        let wrapped = Connect(IoError::new(ErrorKind::ConnectionRefused, "refused"));
+        assert!(!unanswered(&kube::Error::Service(Box::new(wrapped))));
+        // The API server's own timeouts and internal errors may still commit; other answers
+        // are answers.
+        assert!(unanswered(&status(504)));
+        assert!(unanswered(&status(500)));
+        for code in [400, 403, 404, 409, 422, 429, 503] {
+            assert!(!unanswered(&status(code)), "{code}");
+        }
+    }
+
+    #[test]
+    fn a_refused_connection_from_a_real_client_sent_nothing() {
+        // Port 1 on loopback: nothing listens there, so the connection is refused.
+        let runtime = tokio::runtime::Builder::new_current_thread()
+            .enable_all()
+            .build()
+            .unwrap();
+        let error = runtime.block_on(async {
+            let mut config = kube::Config::new("http://127.0.0.1:1".parse().unwrap());
+            config.connect_timeout = Some(CALL_TIMEOUT);
+            let client = Client::try_from(config).unwrap();
+            let pods: Api<Pod> = Api::namespaced(client, "default");
+            pods.get("p").await.expect_err("nothing listens on port 1")
+        });
+        assert!(!unanswered(&error), "{error:?}");
     }
 }

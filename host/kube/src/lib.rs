@@ -11,7 +11,8 @@
 //!   (topology from labels, GPUs from `nvidia.com/gpu`, health from conditions and taints)
 //!   with bound pods reserved, and one job per single pod or complete gang.
 //! - **Binder** (`KubeCluster`'s [`gantry_core::Binder`]): binds through the `pods/binding` subresource,
-//!   idempotently (409 means bound already, and `spec.nodeName` is read back), and posts
+//!   idempotently (409 means bound already, and `spec.nodeName` is read back; a binding sent
+//!   but never answered is read back too, else counted as bound until the caches say), and posts
 //!   `Scheduled` / `FailedScheduling` Events, the `PodScheduled` condition and an upstream
 //!   PodGroup's `PodGroupScheduled` condition the way kube-scheduler does.
 //! - **Preemption** ([`evict`]): bound pods of ours and balloons (`gantry.dev/balloon`) are
