@@ -344,9 +344,12 @@ fn pods_and_gangs_bind_on_a_real_control_plane() {
                 .await
                 .unwrap();
         }
-        let waiting = until("the PodGroup's Unschedulable condition", || async {
-            condition(&upstream_groups.get("up-workers").await.ok()?)
-                .filter(|c| c["status"] == "False")
+        // Gantry may see the first pod alone ("1 of its 3") before the second: wait for the
+        // condition written once it has seen both.
+        let waiting = until("the PodGroup's Unschedulable condition with both pods", || async {
+            condition(&upstream_groups.get("up-workers").await.ok()?).filter(|c| {
+                c["status"] == "False" && c["message"].as_str().is_some_and(|m| m.contains(" 2 of"))
+            })
         })
         .await;
         assert_eq!(waiting["reason"], "Unschedulable", "{waiting}");
@@ -354,7 +357,13 @@ fn pods_and_gangs_bind_on_a_real_control_plane() {
             waiting["message"], "gang default/up-workers has 2 of its 3 pods (0 bound, 2 pending)",
             "{waiting}"
         );
-        let (_, _, message) = scheduled_condition(&pods.get("up-0").await.unwrap()).unwrap();
+        // The pods' own PodScheduled condition says the same (it is patched beside the
+        // group's, so it may land a moment later).
+        let message = until("up-0's PodScheduled condition to name both pods", || async {
+            let (_, _, message) = scheduled_condition(&pods.get("up-0").await.ok()?)?;
+            message.contains(" 2 of").then_some(message)
+        })
+        .await;
         assert_eq!(message, waiting["message"].as_str().unwrap());
         pods.create(&pp, &member("up-2", "up-workers", 1))
             .await
