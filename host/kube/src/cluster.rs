@@ -163,6 +163,10 @@ pub struct KubeCluster {
     /// Our pods gone (deleted, or finished) since the last bind pass, as `(namespace, uid)`:
     /// the claims reserved for them are released there.
     gone: Vec<(String, String)>,
+    /// Pods whose binding went unanswered ([`Bound::Unanswered`]) and the node it named: read
+    /// back at each sync until the API server answers, so one that was not bound waits for
+    /// the next cycle, not for its assumption to run out.
+    unanswered: Vec<(PendingPod, String)>,
 }
 
 /// Kueue's API group, and the versions of `LocalQueue` Gantry reads, preferred first (only
@@ -464,6 +468,7 @@ impl KubeCluster {
             local_queues_ready: false,
             dra_ready: false,
             gone: Vec::new(),
+            unanswered: Vec::new(),
         };
         // The optional kinds: a kind the cluster does not serve is not watched (its cache
         // would never sync), and is looked for again every DISCOVER_EVERY, so a CRD installed
@@ -740,6 +745,44 @@ impl KubeCluster {
     }
 
     /// Whether this replica may write now: no election, or it holds the Lease.
+    /// Reads back the pods whose binding went unanswered. One bound where it was sent stays
+    /// as it is (the bound cache will show it); one not bound there, or gone, is judged by the
+    /// caches at this sync instead of when its assumption runs out; one that still cannot be
+    /// read is kept for the next sync.
+    fn read_back_unanswered(&mut self) {
+        if self.unanswered.is_empty() {
+            return;
+        }
+        let client = &self.write_client;
+        let results: Vec<(PendingPod, String, kube::Result<Option<Pod>>)> = self.runtime.block_on(
+            futures::stream::iter(std::mem::take(&mut self.unanswered))
+                .map(|(pod, node)| async move {
+                    let api: Api<Pod> = Api::namespaced(client.clone(), &pod.namespace);
+                    let current = api.get_opt(&pod.name).await;
+                    (pod, node, current)
+                })
+                .buffer_unordered(CONCURRENCY)
+                .collect(),
+        );
+        for (pod, node, current) in results {
+            match current {
+                Err(_) => self.unanswered.push((pod, node)),
+                Ok(Some(current))
+                    if current.metadata.uid.as_deref() == Some(pod.uid.as_str())
+                        && current.spec.as_ref().and_then(|s| s.node_name.as_deref())
+                            == Some(node.as_str()) =>
+                {
+                    tracing::info!(pod = %pod.key(), %node, "binder: the unanswered binding was applied");
+                }
+                Ok(_) => {
+                    tracing::info!(pod = %pod.key(), %node, "binder: the unanswered binding was not applied; the pod is pending again");
+                    self.tracker
+                        .unassume(&(pod.namespace.clone(), pod.name.clone()));
+                }
+            }
+        }
+    }
+
     fn may_write(&self) -> bool {
         self.leadership.as_ref().is_none_or(|l| l.is_leader())
     }
@@ -1156,13 +1199,14 @@ impl KubeCluster {
             match result {
                 Ok(how) => {
                     if how == Bound::Unanswered {
+                        let name = self.tracker.node_names()[node].clone();
                         tracing::warn!(
                             pod = %pod.key(),
-                            node = %self.tracker.node_names()[node],
+                            node = %name,
                             "binder: the binding went out but no answer came back, and the pod \
-                             could not be read back; it counts as bound until the caches say \
-                             otherwise"
+                             could not be read back; it counts as bound until it can be"
                         );
+                        self.unanswered.push((pod.clone(), name));
                     }
                     entry.0.push((pod, node, how));
                 }
@@ -1802,6 +1846,7 @@ impl ClusterSource for KubeCluster {
             .iter()
             .filter_map(|key| Some((key.clone(), self.tracker.our_uid(key)?)))
             .collect();
+        self.read_back_unanswered();
         let mut rebuild = !self.built || nodes.relisted || pods.relisted || slices_moved_gpus;
         if !rebuild {
             for (_, name) in &nodes.keys {

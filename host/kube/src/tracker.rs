@@ -698,6 +698,15 @@ impl Tracker {
         }
     }
 
+    /// A binding this process assumed did not happen after all (the pod was read back
+    /// unbound): its assumption ends now, so [`Tracker::expired_assumptions`] hands it back
+    /// to be judged by the caches.
+    pub fn unassume(&mut self, key: &PodKey) {
+        if let Some(bound) = self.key_to_bound.get_mut(key) {
+            bound.assumed = None;
+        }
+    }
+
     /// Pods bound by this process that the bound cache never confirmed within the assume
     /// window: looked up again by the caller.
     pub fn expired_assumptions(&self) -> Vec<PodKey> {
@@ -1788,6 +1797,30 @@ mod tests {
         assert_eq!(s.pending_count(), 0, "bound, not pending again");
         assert_eq!(s.running().count(), 1);
         assert_eq!(s.state.nodes.gpu_free, [0]);
+    }
+
+    #[test]
+    fn a_binding_read_back_unapplied_is_pending_again_at_once() {
+        let nodes = [node("a", 8, &[], true)];
+        let p = pod("p", 8, &[], None);
+        let (mut tracker, mut s) = build(&nodes, &[], std::slice::from_ref(&p), &[], &[]);
+        let job = cycle(&mut s).decisions[0].job;
+        // The binder could not tell whether the binding landed: it assumes it did.
+        bind_on_first_node(&mut tracker, job);
+        assert!(tracker.expired_assumptions().is_empty(), "assumed for now");
+        // Read back: the pod is still unbound, so its assumption ends at once.
+        let key = ("ns".to_string(), "p".to_string());
+        tracker.unassume(&key);
+        assert_eq!(tracker.expired_assumptions(), std::slice::from_ref(&key));
+        tracker.pod_changed(&mut s, key, Some(&p), None);
+        tracker.finish_sync(&mut s, Duration::from_secs(120));
+        assert_eq!(
+            s.running().count(),
+            0,
+            "not running on a binding that did not happen"
+        );
+        assert_eq!(s.pending_count(), 1, "pending again");
+        assert_eq!(s.state.nodes.gpu_free, [8]);
     }
 
     fn queue_def(name: &str, nominal: u64, borrowing_limit: Option<u64>) -> QueueDef {
