@@ -159,6 +159,39 @@ fn a_job_waiting_for_quota_gets_its_start_from_the_forecast() {
 }
 
 #[test]
+fn a_reservations_holder_is_told_when_the_last_of_its_blockers_is_likely_to_end() {
+    // Four nodes of 8 GPUs; single 8-GPU jobs ran 100, 300, 500, 700 and 900 s.
+    let mut fx = Fixture::single_queue(&[Pool::h100(4, 4, None)], 64);
+    fx.sched.set_plan_config(gantry_core::PlanConfig {
+        forecast_every_s: 1.0,
+        ..gantry_core::PlanConfig::default()
+    });
+    for (i, runtime_s) in [100.0, 300.0, 500.0, 700.0, 900.0].into_iter().enumerate() {
+        let id = fx.submit(fx.job(&format!("past-{i}"), "default", 0, 1, 8));
+        fx.cycle();
+        let started = fx.now_s - 60.0;
+        fx.now_s = started + runtime_s;
+        fx.sched.advance_clock(fx.now_s);
+        fx.finish(id);
+    }
+    let t0 = fx.now_s;
+    for i in 0..4 {
+        fx.submit(fx.job(&format!("run-{i}"), "default", 0, 1, 8));
+    }
+    fx.checked_cycle();
+    let gang = fx.submit(fx.job("gang", "default", 0, 4, 8));
+    fx.checked_cycle();
+    let estimate = fx.sched.start_estimate(gang).expect("an estimate");
+    assert!(estimate.reservation.is_some(), "{estimate:?}");
+    // The plan reserves the nodes from the running jobs' median end (t0 + 500 s), but the
+    // gang needs all four, so it starts when the last of them ends: in most of the
+    // forecast's drawn runs, later than that.
+    assert!(estimate.p50_s > t0 + 500.0, "{estimate:?}");
+    assert!(estimate.p10_s <= t0 + 500.0, "{estimate:?}");
+    assert!(estimate.p90_s >= estimate.p50_s, "{estimate:?}");
+}
+
+#[test]
 fn what_if_answers_from_the_plan_without_submitting() {
     // Four nodes of 8 GPUs, all busy with jobs known to run 600 s; a gang of 4 × 8 waits.
     let mut fx = Fixture::single_queue(&[Pool::h100(4, 4, None)], 64);

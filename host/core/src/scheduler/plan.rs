@@ -865,11 +865,11 @@ impl Scheduler {
     }
 
     /// Every pending job the last forecast reached gets its start, as it is (the calibration
-    /// learns only the timeline's bias), never earlier than `now_s`, unless it holds a
-    /// reservation: that start is the plan's, and the forecast only widens its interval (a
-    /// reservation slips as the plan changes, which the plan's own interval does not see).
-    /// The timeline's estimate stands for the jobs the forecast did not reach, such as one
-    /// submitted since.
+    /// learns only the timeline's bias), never earlier than `now_s`. A reservation's holder
+    /// gets the forecast's p50 too, and an interval that spans the plan's and the forecast's:
+    /// a reservation slips as the plan changes, which the plan's own start does not see, and
+    /// the drawn runs do. The timeline's estimate stands for the jobs the forecast did not
+    /// reach, such as one submitted since.
     pub(super) fn estimate_from_forecast(&mut self, now_s: f64) {
         let forecast_at_s = self.plan.forecasts.at_s;
         for (&id, forecast) in &self.plan.forecasts.job_to_forecast {
@@ -888,6 +888,7 @@ impl Scheduler {
             match self.plan.job_to_estimate.get_mut(&id) {
                 Some(planned) if planned.reservation.is_some() => {
                     planned.p10_s = planned.p10_s.min(p10_s);
+                    planned.p50_s = p50_s;
                     planned.p90_s = planned.p90_s.max(p90_s);
                 }
                 _ => {
