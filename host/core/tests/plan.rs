@@ -4,11 +4,17 @@
 mod common;
 
 use common::{Fixture, Pool};
+use gantry_core::JobId;
 use gantry_core::scheduler::plan::EstimateSource;
 
 /// Teaches the planner that single 8-GPU jobs of `default` run `runtime_s`.
 fn teach(fx: &mut Fixture, runtime_s: f64, jobs: usize) {
-    for i in 0..jobs {
+    teach_each(fx, &vec![runtime_s; jobs]);
+}
+
+/// Teaches the planner that single 8-GPU jobs of `default` ran `runtimes_s`, one job each.
+fn teach_each(fx: &mut Fixture, runtimes_s: &[f64]) {
+    for (i, &runtime_s) in runtimes_s.iter().enumerate() {
         let id = fx.submit(fx.job(&format!("past-{i}"), "default", 0, 1, 8));
         fx.cycle();
         assert!(fx.sched.is_running(id));
@@ -17,6 +23,19 @@ fn teach(fx: &mut Fixture, runtime_s: f64, jobs: usize) {
         fx.finish(id);
         fx.now_s = started + runtime_s;
     }
+}
+
+/// Four single 8-GPU jobs fill the four nodes, then a gang of 4 × 8 waits behind them:
+/// when they started, and the gang.
+fn busy_then_gang(fx: &mut Fixture) -> (f64, JobId) {
+    let t0 = fx.now_s;
+    for i in 0..4 {
+        fx.submit(fx.job(&format!("run-{i}"), "default", 0, 1, 8));
+    }
+    fx.checked_cycle();
+    let gang = fx.submit(fx.job("gang", "default", 0, 4, 8));
+    fx.checked_cycle();
+    (t0, gang)
 }
 
 #[test]
@@ -166,21 +185,8 @@ fn a_reservations_holder_is_told_when_the_last_of_its_blockers_is_likely_to_end(
         forecast_every_s: 1.0,
         ..gantry_core::PlanConfig::default()
     });
-    for (i, runtime_s) in [100.0, 300.0, 500.0, 700.0, 900.0].into_iter().enumerate() {
-        let id = fx.submit(fx.job(&format!("past-{i}"), "default", 0, 1, 8));
-        fx.cycle();
-        let started = fx.now_s - 60.0;
-        fx.now_s = started + runtime_s;
-        fx.sched.advance_clock(fx.now_s);
-        fx.finish(id);
-    }
-    let t0 = fx.now_s;
-    for i in 0..4 {
-        fx.submit(fx.job(&format!("run-{i}"), "default", 0, 1, 8));
-    }
-    fx.checked_cycle();
-    let gang = fx.submit(fx.job("gang", "default", 0, 4, 8));
-    fx.checked_cycle();
+    teach_each(&mut fx, &[100.0, 300.0, 500.0, 700.0, 900.0]);
+    let (t0, gang) = busy_then_gang(&mut fx);
     let estimate = fx.sched.start_estimate(gang).expect("an estimate");
     assert!(estimate.reservation.is_some(), "{estimate:?}");
     // The plan reserves the nodes from the running jobs' median end (t0 + 500 s), but the
@@ -196,13 +202,7 @@ fn what_if_answers_from_the_plan_without_submitting() {
     // Four nodes of 8 GPUs, all busy with jobs known to run 600 s; a gang of 4 × 8 waits.
     let mut fx = Fixture::single_queue(&[Pool::h100(4, 4, None)], 64);
     teach(&mut fx, 600.0, 5);
-    let t0 = fx.now_s;
-    for i in 0..4 {
-        fx.submit(fx.job(&format!("run-{i}"), "default", 0, 1, 8));
-    }
-    fx.checked_cycle();
-    let gang = fx.submit(fx.job("gang", "default", 0, 4, 8));
-    fx.checked_cycle();
+    let (t0, gang) = busy_then_gang(&mut fx);
     let pending_before = fx.sched.pending().len();
 
     // One more 8-GPU job would wait for the gang ahead of it to run: 600 s, then 600 s more.
