@@ -744,7 +744,6 @@ impl KubeCluster {
         }
     }
 
-    /// Whether this replica may write now: no election, or it holds the Lease.
     /// Reads back the pods whose binding went unanswered. One bound where it was sent stays
     /// as it is (the bound cache will show it); one not bound there, or gone, is judged by the
     /// caches at this sync instead of when its assumption runs out; one that still cannot be
@@ -767,11 +766,7 @@ impl KubeCluster {
         for (pod, node, current) in results {
             match current {
                 Err(_) => self.unanswered.push((pod, node)),
-                Ok(Some(current))
-                    if current.metadata.uid.as_deref() == Some(pod.uid.as_str())
-                        && current.spec.as_ref().and_then(|s| s.node_name.as_deref())
-                            == Some(node.as_str()) =>
-                {
+                Ok(Some(current)) if bound_node(&pod, &current) == Some(node.as_str()) => {
                     tracing::info!(pod = %pod.key(), %node, "binder: the unanswered binding was applied");
                 }
                 Ok(_) => {
@@ -783,6 +778,7 @@ impl KubeCluster {
         }
     }
 
+    /// Whether this replica may write now: no election, or it holds the Lease.
     fn may_write(&self) -> bool {
         self.leadership.as_ref().is_none_or(|l| l.is_leader())
     }
@@ -2011,11 +2007,15 @@ async fn bind(client: &Client, pod: &PendingPod, node: &str) -> Result<Bound> {
         node: node.into(),
         message,
     };
-    // Where the pod is bound now, if it is still the pod we meant (same uid).
-    let bound_to = |current: Pod| -> Option<String> {
-        (current.metadata.uid.as_deref() == Some(pod.uid.as_str()))
-            .then(|| current.spec.and_then(|s| s.node_name))
-            .flatten()
+    // What the pod read back says: bound to `node` (`there`), elsewhere, or not at all.
+    let settle = |current: Pod, there: Bound, unbound: String| match bound_node(pod, &current) {
+        Some(actual) if actual == node => Ok(there),
+        Some(actual) => Err(Error::BoundElsewhere {
+            pod: pod.key(),
+            wanted: node.into(),
+            actual: actual.into(),
+        }),
+        None => Err(bind_error(unbound)),
     };
     match api
         .create_subresource::<_, serde_json::Value>(
@@ -2032,30 +2032,22 @@ async fn bind(client: &Client, pod: &PendingPod, node: &str) -> Result<Bound> {
                 .get(&pod.name)
                 .await
                 .map_err(|e| bind_error(e.to_string()))?;
-            match bound_to(current) {
-                Some(actual) if actual == node => Ok(Bound::Already),
-                Some(actual) => Err(Error::BoundElsewhere {
-                    pod: pod.key(),
-                    wanted: node.into(),
-                    actual,
-                }),
-                None => Err(bind_error(status.message.clone())),
-            }
+            settle(current, Bound::Already, status.message.clone())
         }
         Err(error) if unanswered(&error) => match api.get(&pod.name).await {
-            Ok(current) => match bound_to(current) {
-                Some(actual) if actual == node => Ok(Bound::Now),
-                Some(actual) => Err(Error::BoundElsewhere {
-                    pod: pod.key(),
-                    wanted: node.into(),
-                    actual,
-                }),
-                None => Err(bind_error(error.to_string())),
-            },
+            Ok(current) => settle(current, Bound::Now, error.to_string()),
             Err(_) => Ok(Bound::Unanswered),
         },
         Err(error) => Err(bind_error(error.to_string())),
     }
+}
+
+/// The node `current` is bound to, if it is still `pod` (the same uid, not one recreated
+/// under its name).
+fn bound_node<'a>(pod: &PendingPod, current: &'a Pod) -> Option<&'a str> {
+    (current.metadata.uid.as_deref() == Some(pod.uid.as_str()))
+        .then(|| current.spec.as_ref()?.node_name.as_deref())
+        .flatten()
 }
 
 /// Whether a failed write may have been applied all the same: the request went out and no

@@ -65,8 +65,8 @@ pub struct PlanConfig {
     pub max_reservations: usize,
     /// Run the forecast (see [`super::forecast`]) at most this often (seconds on the
     /// scheduler's clock); `f64::INFINITY` never runs it. It gives the start estimate of
-    /// every pending job it reaches that holds no reservation, and costs seven forward runs
-    /// of the cycle (`gantry bench schedule` prints it).
+    /// every pending job it reaches, and costs seven forward runs of the cycle (`gantry bench
+    /// schedule` prints it).
     pub forecast_every_s: f64,
     /// Leave the forecast to the caller instead of running it inside the replan: a due
     /// forecast is handed out by [`Scheduler::forecast_to_run`] and its result taken by
