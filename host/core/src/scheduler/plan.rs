@@ -490,17 +490,28 @@ impl Calibration {
 pub(super) struct Timeline {
     /// Per node: free whole GPUs, CPU (milli) and memory (MiB) now, balloons' counted free.
     free_now: Vec<[u32; 3]>,
-    /// Running jobs by estimated end (p50), each with what it frees per node.
+    /// Running jobs by estimated end (p50).
     steps: Vec<Step>,
+    /// What the steps give back, per node: one list for all of them (a list per running job
+    /// was thousands of allocations per replan), each step its own range of it.
+    node_frees: Vec<(u32, [u32; 3])>,
 }
 
-/// One running job's end: when (p10, p50, p90) and what it gives back, per node.
+impl Timeline {
+    /// What `step` gives back, per node.
+    fn frees(&self, step: &Step) -> &[(u32, [u32; 3])] {
+        &self.node_frees[step.frees.clone()]
+    }
+}
+
+/// One running job's end: when (p10, p50, p90) and what it gives back (a range of
+/// [`Timeline::node_frees`]).
 #[derive(Debug, Clone)]
 struct Step {
     p10_s: f64,
     p50_s: f64,
     p90_s: f64,
-    frees: Vec<(u32, [u32; 3])>,
+    frees: std::ops::Range<usize>,
 }
 
 /// What a replan knows of one pod shape, shared by the waiting jobs of that shape: the nodes
@@ -509,6 +520,9 @@ struct ShapeView {
     key: ShapeKey,
     eligible: Vec<bool>,
     scores: std::cell::OnceCell<Vec<u64>>,
+    /// Pods of the shape each node holds now, and their sum, before any claim: the same for
+    /// every job of the shape, so counted once per replan, not once per job.
+    capacity_now: std::cell::OnceCell<(Vec<u32>, u64)>,
 }
 
 /// What one pod of `shape` takes of a node's `[gpus, cpu, memory]` (a fractional pod is
@@ -518,13 +532,12 @@ fn pod_needs(shape: &crate::PodShape) -> [u32; 3] {
     [gpus, shape.cpu_milli, shape.memory_mib]
 }
 
-/// What a shape's eligibility and scores depend on: GPU type, tolerations, GPUs, milli-GPUs,
-/// node affinity and other resources.
+/// What a shape's eligibility, scores and capacities depend on: GPU type, tolerations, GPUs,
+/// milli-GPUs, CPU and memory, node affinity and other resources.
 type ShapeKey = (
     crate::Sym,
     Vec<crate::Toleration>,
-    u32,
-    u32,
+    [u32; 4],
     Option<std::sync::Arc<crate::NodeAffinity>>,
     Vec<(crate::Sym, u32)>,
 );
@@ -534,8 +547,12 @@ fn shape_key(shape: &crate::PodShape) -> ShapeKey {
     (
         shape.gpu_type,
         shape.tolerations.clone(),
-        shape.gpus,
-        shape.gpu_milli,
+        [
+            shape.gpus,
+            shape.gpu_milli,
+            shape.cpu_milli,
+            shape.memory_mib,
+        ],
         shape.node_affinity.clone(),
         shape.resources.clone(),
     )
@@ -769,14 +786,11 @@ impl Scheduler {
         // first `MAX_PLANNED`, chosen without sorting them all.
         let mut waiting: Vec<Rank> = self
             .queue
-            .all()
-            .into_iter()
-            .filter_map(|id| match self.queue.parked(id) {
+            .parked_for(crate::Blocked::Room)
+            .filter_map(|id| {
+                let spec = &self.job_to_entry[&id].spec;
                 // A balloon only fills what is idle: it is never planned for.
-                Some((crate::Blocked::Room, _)) if !self.job_to_entry[&id].spec.balloon => {
-                    Some(Rank::of(id, &self.job_to_entry[&id].spec))
-                }
-                _ => None,
+                (!spec.balloon).then(|| Rank::of(id, spec))
             })
             .collect();
         if waiting.len() > MAX_PLANNED {
@@ -951,8 +965,10 @@ impl Scheduler {
             .map(|i| [t.gpu_free[i], t.cpu_free_milli[i], t.memory_free_mib[i]])
             .collect();
         let mut steps = Vec::new();
-        for &id in &self.running {
-            let entry = &self.job_to_entry[&id];
+        let mut node_frees: Vec<(u32, [u32; 3])> = Vec::new();
+        // Every entry, not a lookup per running job: the running are about half of them, and
+        // a walk of the map costs less than that many lookups.
+        for entry in self.job_to_entry.values() {
             let JobState::Running {
                 started_s, slots, ..
             } = &entry.state
@@ -966,31 +982,38 @@ impl Scheduler {
                 shape.cpu_milli,
                 shape.memory_mib,
             ];
-            let mut frees: Vec<(u32, [u32; 3])> = Vec::new();
-            for slot in slots {
-                match frees.iter_mut().find(|(node, _)| *node == slot.node) {
-                    Some((_, sum)) => (0..3).for_each(|k| sum[k] += gives[k]),
-                    None => frees.push((slot.node, gives)),
-                }
-            }
             if entry.spec.balloon {
-                for (node, gives) in frees {
-                    let free = &mut free_now[node as usize];
+                for slot in slots {
+                    let free = &mut free_now[slot.node as usize];
                     (0..3).for_each(|k| free[k] += gives[k]);
                 }
                 continue;
+            }
+            let from = node_frees.len();
+            for slot in slots {
+                match node_frees[from..]
+                    .iter_mut()
+                    .find(|(node, _)| *node == slot.node)
+                {
+                    Some((_, sum)) => (0..3).for_each(|k| sum[k] += gives[k]),
+                    None => node_frees.push((slot.node, gives)),
+                }
             }
             let (p10_s, p50_s, p90_s) = self.expected_end(&entry.spec, *started_s, now_s);
             steps.push(Step {
                 p10_s,
                 p50_s,
                 p90_s,
-                frees,
+                frees: from..node_frees.len(),
             });
         }
         // Stable: equal ends keep job order.
         steps.sort_by(|a, b| a.p50_s.total_cmp(&b.p50_s));
-        Timeline { free_now, steps }
+        Timeline {
+            free_now,
+            steps,
+            node_frees,
+        }
     }
 
     /// Per node, whether a pod of `shape` may ever run there (healthy, its GPU type, its
@@ -1009,6 +1032,7 @@ impl Scheduler {
                 })
                 .collect(),
             scores: std::cell::OnceCell::new(),
+            capacity_now: std::cell::OnceCell::new(),
         }
     }
 
@@ -1032,8 +1056,9 @@ impl Scheduler {
         let need = u64::from(spec.pods);
         let runtime_s = self.plan.runtimes.estimate(spec).p50_s;
         let mut free = timeline.free_now.clone();
-        // Per node: what claims keep from `spec` if it started now.
+        // Per node: what claims keep from `spec` if it started now, and the nodes they are on.
         let mut claimed = vec![[0u32; 3]; n];
+        let mut claimed_now: Vec<usize> = Vec::new();
         // Claims' edges after now: (when, claim, whether it starts keeping resources).
         let mut edges: Vec<(f64, usize, bool)> = Vec::new();
         for (index, claim) in claims.iter().enumerate() {
@@ -1044,6 +1069,7 @@ impl Scheduler {
             if from <= now_s {
                 let c = &mut claimed[claim.node as usize];
                 (0..3).for_each(|k| c[k] = c[k].saturating_add(claim.takes[k]));
+                claimed_now.push(claim.node as usize);
             } else {
                 edges.push((from, index, true));
             }
@@ -1057,8 +1083,18 @@ impl Scheduler {
                 0
             }
         };
-        let mut capacity: Vec<u32> = (0..n).map(|i| pods_at(&free, &claimed, i)).collect();
-        let mut total: u64 = capacity.iter().map(|&c| u64::from(c)).sum();
+        let (capacity_now, total_now) = view.capacity_now.get_or_init(|| {
+            let unclaimed = vec![[0u32; 3]; n];
+            let capacity: Vec<u32> = (0..n).map(|i| pods_at(&free, &unclaimed, i)).collect();
+            let total = capacity.iter().map(|&c| u64::from(c)).sum();
+            (capacity, total)
+        });
+        let (mut capacity, mut total) = (capacity_now.clone(), *total_now);
+        for node in claimed_now {
+            let pods = pods_at(&free, &claimed, node);
+            total = total - u64::from(capacity[node]) + u64::from(pods);
+            capacity[node] = pods;
+        }
         let try_place = |capacity: &[u32], total: u64| -> Option<Vec<(usize, u32)>> {
             if total < need {
                 return None;
@@ -1094,15 +1130,16 @@ impl Scheduler {
         }
         let steps = &timeline.steps;
         let (mut i, mut e) = (0, 0);
+        let mut touched: Vec<usize> = Vec::new();
         while i < steps.len() || e < edges.len() {
             // Every job ending (and every claim edge) at the same time changes nodes together.
             let at = steps
                 .get(i)
                 .map_or(f64::INFINITY, |s| s.p50_s)
                 .min(edges.get(e).map_or(f64::INFINITY, |edge| edge.0));
-            let mut touched: Vec<usize> = Vec::new();
+            touched.clear();
             while i < steps.len() && steps[i].p50_s <= at {
-                for &(node, gives) in &steps[i].frees {
+                for &(node, gives) in timeline.frees(&steps[i]) {
                     let node = node as usize;
                     (0..3).for_each(|k| free[node][k] += gives[k]);
                     touched.push(node);
@@ -1123,7 +1160,7 @@ impl Scheduler {
                 touched.push(claim.node as usize);
                 e += 1;
             }
-            for node in touched {
+            for &node in &touched {
                 let pods = pods_at(&free, &claimed, node);
                 total = total - u64::from(capacity[node]) + u64::from(pods);
                 capacity[node] = pods;
@@ -1134,7 +1171,11 @@ impl Scheduler {
                 node_pods.iter().for_each(|&(node, _)| chosen[node] = true);
                 let mut start = (now_s, at, at);
                 for step in &steps[..i] {
-                    if step.frees.iter().any(|&(node, _)| chosen[node as usize]) {
+                    if timeline
+                        .frees(step)
+                        .iter()
+                        .any(|&(node, _)| chosen[node as usize])
+                    {
                         start.0 = start.0.max(step.p10_s);
                         start.2 = start.2.max(step.p90_s);
                     }

@@ -304,6 +304,15 @@ impl SchedulingQueue {
         self.job_to_active.len()
     }
 
+    /// The jobs parked for `blocked`, in id order: what the planner plans for, without
+    /// collecting and looking up every queued job.
+    pub fn parked_for(&self, blocked: Blocked) -> impl Iterator<Item = JobId> + '_ {
+        self.job_to_parked
+            .iter()
+            .filter(move |(_, parked)| parked.blocked == blocked)
+            .map(|(&id, _)| id)
+    }
+
     /// Why `id` is parked, and until when its backoff runs, if it is parked.
     pub fn parked(&self, id: JobId) -> Option<(Blocked, f64)> {
         self.job_to_parked
