@@ -198,6 +198,55 @@ fn a_reservations_holder_is_told_when_the_last_of_its_blockers_is_likely_to_end(
 }
 
 #[test]
+fn a_job_behind_a_gang_without_a_reservation_is_told_it_starts_first() {
+    // Four nodes of 8 GPUs, busy: one frees at t0 + 100 s, three at t0 + 600 s. A gang of
+    // 4 × 8 waits for all four; a long 8-GPU job behind it could start on the first node to
+    // free. Whether it does depends on the gang's reservation, and its estimate says the same.
+    let run = |reservations: bool| {
+        let mut fx = Fixture::single_queue(&[Pool::h100(4, 4, None)], 64);
+        fx.sched.set_plan_config(gantry_core::PlanConfig {
+            reservations,
+            forecast_every_s: f64::INFINITY,
+            ..gantry_core::PlanConfig::default()
+        });
+        let t0 = fx.now_s;
+        let running: Vec<_> = [100.0, 600.0, 600.0, 600.0]
+            .iter()
+            .enumerate()
+            .map(|(i, &runtime_s)| {
+                fx.submit(gantry_core::JobSpec {
+                    expected_runtime_s: Some(runtime_s),
+                    ..fx.job(&format!("run-{i}"), "default", 0, 1, 8)
+                })
+            })
+            .collect();
+        fx.checked_cycle();
+        let gang = fx.submit(gantry_core::JobSpec {
+            expected_runtime_s: Some(600.0),
+            ..fx.job("gang", "default", 0, 4, 8)
+        });
+        let long = fx.submit(gantry_core::JobSpec {
+            expected_runtime_s: Some(1000.0),
+            ..fx.job("long", "default", 0, 1, 8)
+        });
+        fx.checked_cycle();
+        let estimate = fx.sched.start_estimate(long).expect("an estimate").p50_s - t0;
+        // What the cycle does when the first node frees.
+        fx.sched.advance_clock(t0 + 100.0);
+        fx.finish(running[0]);
+        fx.now_s = t0 + 100.0;
+        fx.checked_cycle();
+        assert!(!fx.sched.is_running(gang));
+        (estimate, fx.sched.is_running(long))
+    };
+    // Held, the gang's nodes are kept from a job that would run across its start: the long
+    // job waits for the gang to start and end.
+    assert_eq!(run(true), (1200.0, false));
+    // Not held, the first cycle the long job fits places it, ahead of the gang.
+    assert_eq!(run(false), (100.0, true));
+}
+
+#[test]
 fn what_if_answers_from_the_plan_without_submitting() {
     // Four nodes of 8 GPUs, all busy with jobs known to run 600 s; a gang of 4 × 8 waits.
     let mut fx = Fixture::single_queue(&[Pool::h100(4, 4, None)], 64);

@@ -360,8 +360,8 @@ pub(super) struct Reservation {
 
 /// What a planned job takes of one node, and when: from its planned start to its expected end
 /// (start plus its p50 runtime). Later jobs plan around it, and may run there before it
-/// starts or beside it, never in its way: conservative backfill, per node and per resource
-/// rather than whole nodes held forever.
+/// starts or beside it, never in its way once a reservation holds it: conservative backfill,
+/// per node and per resource rather than whole nodes held forever.
 #[derive(Debug, Clone, Copy, PartialEq)]
 pub(super) struct Claim {
     node: u32,
@@ -375,6 +375,10 @@ pub(super) struct Claim {
     /// What the node has left beyond this claim (and the claims planned before it) at its
     /// start, by the plan: the most a job running across the start may hold there.
     spare: [u32; 3],
+    /// Whether a reservation holds it. Only then is a job behind kept from running across
+    /// its start (the backfill rule); without one, a job behind that fits first is placed
+    /// first, as a cycle would, and the owner waits.
+    held: bool,
 }
 
 /// Where and when a job would start: its pods per node, its start (p10, p50, p90) and, per
@@ -393,8 +397,8 @@ impl Planned {
         self.node_pods.iter().map(|&(node, _)| node).collect()
     }
 
-    /// Its claims, as the job of `rank`.
-    fn claims(&self, rank: Rank) -> Vec<Claim> {
+    /// Its claims, as the job of `rank`, `held` by a reservation or not.
+    fn claims(&self, rank: Rank, held: bool) -> Vec<Claim> {
         self.node_pods
             .iter()
             .zip(&self.spare)
@@ -405,6 +409,7 @@ impl Planned {
                 end_s: self.start.1 + self.runtime_s,
                 takes: self.needs.map(|need| need.saturating_mul(pods)),
                 spare,
+                held,
             })
             .collect()
     }
@@ -830,9 +835,9 @@ impl Scheduler {
                 continue;
             };
             let (nodes, start) = (planned.nodes(), planned.start);
-            let claims = planned.claims(rank);
-            planned_claims.extend_from_slice(&claims);
             let holds = reserve && self.plan_config.reservations;
+            let claims = planned.claims(rank, holds);
+            planned_claims.extend_from_slice(&claims);
             let reservation = holds.then(|| {
                 let domain = self.domain_text(&nodes);
                 if let Some(before) = previous.get(&id)
@@ -1037,8 +1042,9 @@ impl Scheduler {
     }
 
     /// Where `spec` would start and when (p10, p50, p90), as running jobs end in estimated
-    /// order, planning around `claims` (a node's claimed resources are kept from `spec` from
-    /// `spec`'s expected runtime before the claim starts until the claim ends). Walks
+    /// order, planning around `claims` (a node's claimed resources are kept from `spec` until
+    /// the claim ends, from `spec`'s expected runtime before the claim starts when a
+    /// reservation holds it, else from its start). Walks
     /// `timeline` and the claims' edges, updating only the nodes each changes; places (the
     /// same smallest-domain rule as a cycle) only once enough pods fit in total. `None` when
     /// it would not fit even once every job ended.
@@ -1062,7 +1068,14 @@ impl Scheduler {
         // Claims' edges after now: (when, claim, whether it starts keeping resources).
         let mut edges: Vec<(f64, usize, bool)> = Vec::new();
         for (index, claim) in claims.iter().enumerate() {
-            let (from, until) = (claim.start_s - runtime_s, claim.end_s);
+            // A held claim keeps `spec` off from its expected runtime before the start; one not
+            // held, only from the start (before it, the owner does not fit, and `spec` may).
+            let from = if claim.held {
+                claim.start_s - runtime_s
+            } else {
+                claim.start_s
+            };
+            let until = claim.end_s;
             if until <= now_s || claim.node as usize >= n {
                 continue;
             }
