@@ -745,9 +745,9 @@ impl KubeCluster {
     }
 
     /// Reads back the pods whose binding went unanswered. One bound where it was sent stays
-    /// as it is (the bound cache will show it); one not bound there, or gone, is judged by the
-    /// caches at this sync instead of when its assumption runs out; one that still cannot be
-    /// read is kept for the next sync.
+    /// as it is (the bound cache will show it) and gets the Scheduled Event its binding did
+    /// not; one not bound there, or gone, is judged by the caches at this sync instead of when
+    /// its assumption runs out; one that still cannot be read is kept for the next sync.
     fn read_back_unanswered(&mut self) {
         if self.unanswered.is_empty() {
             return;
@@ -763,19 +763,47 @@ impl KubeCluster {
                 .buffer_unordered(CONCURRENCY)
                 .collect(),
         );
+        let mut scheduled: Vec<(PendingPod, String)> = Vec::new();
         for (pod, node, current) in results {
-            match current {
-                Err(_) => self.unanswered.push((pod, node)),
-                Ok(Some(current)) if bound_node(&pod, &current) == Some(node.as_str()) => {
+            match read_back(&pod, &node, current) {
+                ReadBack::Unread => self.unanswered.push((pod, node)),
+                ReadBack::Applied => {
                     tracing::info!(pod = %pod.key(), %node, "binder: the unanswered binding was applied");
+                    scheduled.push((pod, node));
                 }
-                Ok(_) => {
+                ReadBack::NotApplied => {
                     tracing::info!(pod = %pod.key(), %node, "binder: the unanswered binding was not applied; the pod is pending again");
                     self.tracker
                         .unassume(&(pod.namespace.clone(), pod.name.clone()));
                 }
             }
         }
+        self.post_scheduled_events(scheduled);
+    }
+
+    /// Posts a Scheduled Event for each pod bound to its node, in the background, a few at a
+    /// time, like kube-scheduler's event broadcaster: the next cycle's bindings never wait for
+    /// this cycle's Events, and a burst of Events never crowds bindings out of the API server.
+    fn post_scheduled_events(&self, scheduled: Vec<(PendingPod, String)>) {
+        if scheduled.is_empty() {
+            return;
+        }
+        let client = self.write_client.clone();
+        self.runtime.spawn(async move {
+            futures::stream::iter(scheduled)
+                .for_each_concurrent(EVENT_CONCURRENCY, |(pod, node)| {
+                    let client = client.clone();
+                    async move {
+                        let note = format!("Successfully assigned {} to {node}", pod.key());
+                        if let Err(e) =
+                            event(&client, &pod, "Normal", "Scheduled", "Binding", &note).await
+                        {
+                            tracing::warn!(pod = %pod.key(), error = %e, "cannot post the Scheduled event");
+                        }
+                    }
+                })
+                .await;
+        });
     }
 
     /// Whether this replica may write now: no election, or it holds the Lease.
@@ -1279,27 +1307,7 @@ impl KubeCluster {
         }
         self.undo_claims(claims_back);
         self.write_pod_group_conditions(group_to_outcome);
-        // The Scheduled Events go out in the background, a few at a time, like kube-scheduler's
-        // event broadcaster: the next cycle's bindings never wait for this cycle's Events, and
-        // a burst of Events never crowds bindings out of the API server.
-        if !scheduled.is_empty() {
-            let client = self.write_client.clone();
-            self.runtime.spawn(async move {
-                futures::stream::iter(scheduled)
-                    .for_each_concurrent(EVENT_CONCURRENCY, |(pod, node)| {
-                        let client = client.clone();
-                        async move {
-                            let note = format!("Successfully assigned {} to {node}", pod.key());
-                            if let Err(e) =
-                                event(&client, &pod, "Normal", "Scheduled", "Binding", &note).await
-                            {
-                                tracing::warn!(pod = %pod.key(), error = %e, "cannot post the Scheduled event");
-                            }
-                        }
-                    })
-                    .await;
-            });
-        }
+        self.post_scheduled_events(scheduled);
     }
 
     /// Says why pods wait, the way kube-scheduler does: a FailedScheduling Event when the
@@ -2042,6 +2050,26 @@ async fn bind(client: &Client, pod: &PendingPod, node: &str) -> Result<Bound> {
     }
 }
 
+/// What reading back a pod whose binding to a node went unanswered says of that binding.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum ReadBack {
+    /// The pod is bound to the node: the binding was applied.
+    Applied,
+    /// The pod is unbound, bound elsewhere, gone, or recreated under its name.
+    NotApplied,
+    /// The read failed too: nothing is known yet.
+    Unread,
+}
+
+/// Judges the read-back `current` of `pod`, whose binding to `node` went unanswered.
+fn read_back(pod: &PendingPod, node: &str, current: kube::Result<Option<Pod>>) -> ReadBack {
+    match current {
+        Err(_) => ReadBack::Unread,
+        Ok(Some(current)) if bound_node(pod, &current) == Some(node) => ReadBack::Applied,
+        Ok(_) => ReadBack::NotApplied,
+    }
+}
+
 /// The node `current` is bound to, if it is still `pod` (the same uid, not one recreated
 /// under its name).
 fn bound_node<'a>(pod: &PendingPod, current: &'a Pod) -> Option<&'a str> {
@@ -2291,6 +2319,30 @@ mod tests {
         for code in [400, 403, 404, 409, 422, 429, 503] {
             assert!(!unanswered(&status(code)), "{code}");
         }
+    }
+
+    #[test]
+    fn a_read_back_pod_says_whether_its_unanswered_binding_was_applied() {
+        let pod = |uid: &str, node: Option<&str>| -> Pod {
+            serde_json::from_value(serde_json::json!({
+                "metadata": {"name": "p", "namespace": "default", "uid": uid},
+                "spec": {"containers": [], "nodeName": node},
+            }))
+            .unwrap()
+        };
+        let pending = PendingPod::of(&std::sync::Arc::new(pod("u1", None)));
+        let judge = |current| read_back(&pending, "n1", current);
+        assert_eq!(judge(Ok(Some(pod("u1", Some("n1"))))), ReadBack::Applied);
+        assert_eq!(judge(Ok(Some(pod("u1", None)))), ReadBack::NotApplied);
+        assert_eq!(judge(Ok(Some(pod("u1", Some("n2"))))), ReadBack::NotApplied);
+        // Recreated under its name and bound there by someone else: not our binding.
+        assert_eq!(judge(Ok(Some(pod("u2", Some("n1"))))), ReadBack::NotApplied);
+        assert_eq!(judge(Ok(None)), ReadBack::NotApplied);
+        let timed_out = kube::Error::Service(Box::new(std::io::Error::new(
+            std::io::ErrorKind::TimedOut,
+            "timed out",
+        )));
+        assert_eq!(judge(Err(timed_out)), ReadBack::Unread);
     }
 
     #[test]
