@@ -4,8 +4,8 @@
 mod common;
 
 use common::{Fixture, Pool};
-use gantry_core::JobId;
 use gantry_core::scheduler::plan::EstimateSource;
+use gantry_core::{JobId, JobSpec};
 
 /// Teaches the planner that single 8-GPU jobs of `default` run `runtime_s`.
 fn teach(fx: &mut Fixture, runtime_s: f64, jobs: usize) {
@@ -22,6 +22,21 @@ fn teach_each(fx: &mut Fixture, runtimes_s: &[f64]) {
         fx.sched.advance_clock(started + runtime_s);
         fx.finish(id);
         fx.now_s = started + runtime_s;
+    }
+}
+
+/// Four nodes of 8 GPUs in one rack, one queue of `quota` GPUs, planned with `config`.
+fn four_nodes(quota: u64, config: gantry_core::PlanConfig) -> Fixture {
+    let mut fx = Fixture::single_queue(&[Pool::h100(4, 4, None)], quota);
+    fx.sched.set_plan_config(config);
+    fx
+}
+
+/// A job of `default` of `pods` × `gpus` that declares it runs `runtime_s`.
+fn declaring(fx: &Fixture, name: &str, pods: u32, gpus: u32, runtime_s: f64) -> JobSpec {
+    JobSpec {
+        expected_runtime_s: Some(runtime_s),
+        ..fx.job(name, "default", 0, pods, gpus)
     }
 }
 
@@ -99,14 +114,8 @@ fn a_blocked_gang_holds_a_reservation_and_only_short_jobs_backfill_it() {
     fx.sched.advance_clock(t0 + 200.0);
     fx.finish(running[0]);
     fx.now_s = t0 + 200.0;
-    let long = fx.submit(gantry_core::JobSpec {
-        expected_runtime_s: Some(1000.0),
-        ..fx.job("long", "default", 0, 1, 8)
-    });
-    let short = fx.submit(gantry_core::JobSpec {
-        expected_runtime_s: Some(100.0),
-        ..fx.job("short", "default", 0, 1, 8)
-    });
+    let long = fx.submit(declaring(&fx, "long", 1, 8, 1000.0));
+    let short = fx.submit(declaring(&fx, "short", 1, 8, 100.0));
     let out = fx.checked_cycle();
     assert!(fx.sched.is_running(short), "the short job backfills");
     assert!(
@@ -142,11 +151,13 @@ fn a_job_waiting_for_quota_gets_its_start_from_the_forecast() {
     // One node's worth of quota (8 GPUs) on four nodes; single 8-GPU jobs are known to run
     // 600 s. The second job waits for quota, not room, so only the forecast estimates it.
     let run = |forecast_every_s: f64| {
-        let mut fx = Fixture::single_queue(&[Pool::h100(4, 4, None)], 8);
-        fx.sched.set_plan_config(gantry_core::PlanConfig {
-            forecast_every_s,
-            ..gantry_core::PlanConfig::default()
-        });
+        let mut fx = four_nodes(
+            8,
+            gantry_core::PlanConfig {
+                forecast_every_s,
+                ..gantry_core::PlanConfig::default()
+            },
+        );
         teach(&mut fx, 600.0, 5);
         let t0 = fx.now_s;
         let first = fx.submit(fx.job("first", "default", 0, 1, 8));
@@ -180,11 +191,13 @@ fn a_job_waiting_for_quota_gets_its_start_from_the_forecast() {
 #[test]
 fn a_reservations_holder_is_told_when_the_last_of_its_blockers_is_likely_to_end() {
     // Four nodes of 8 GPUs; single 8-GPU jobs ran 100, 300, 500, 700 and 900 s.
-    let mut fx = Fixture::single_queue(&[Pool::h100(4, 4, None)], 64);
-    fx.sched.set_plan_config(gantry_core::PlanConfig {
-        forecast_every_s: 1.0,
-        ..gantry_core::PlanConfig::default()
-    });
+    let mut fx = four_nodes(
+        64,
+        gantry_core::PlanConfig {
+            forecast_every_s: 1.0,
+            ..gantry_core::PlanConfig::default()
+        },
+    );
     teach_each(&mut fx, &[100.0, 300.0, 500.0, 700.0, 900.0]);
     let (t0, gang) = busy_then_gang(&mut fx);
     let estimate = fx.sched.start_estimate(gang).expect("an estimate");
@@ -203,32 +216,23 @@ fn a_job_behind_a_gang_without_a_reservation_is_told_it_starts_first() {
     // 4 × 8 waits for all four; a long 8-GPU job behind it could start on the first node to
     // free. Whether it does depends on the gang's reservation, and its estimate says the same.
     let run = |reservations: bool| {
-        let mut fx = Fixture::single_queue(&[Pool::h100(4, 4, None)], 64);
-        fx.sched.set_plan_config(gantry_core::PlanConfig {
-            reservations,
-            forecast_every_s: f64::INFINITY,
-            ..gantry_core::PlanConfig::default()
-        });
+        let mut fx = four_nodes(
+            64,
+            gantry_core::PlanConfig {
+                reservations,
+                forecast_every_s: f64::INFINITY,
+                ..gantry_core::PlanConfig::default()
+            },
+        );
         let t0 = fx.now_s;
         let running: Vec<_> = [100.0, 600.0, 600.0, 600.0]
             .iter()
             .enumerate()
-            .map(|(i, &runtime_s)| {
-                fx.submit(gantry_core::JobSpec {
-                    expected_runtime_s: Some(runtime_s),
-                    ..fx.job(&format!("run-{i}"), "default", 0, 1, 8)
-                })
-            })
+            .map(|(i, &runtime_s)| fx.submit(declaring(&fx, &format!("run-{i}"), 1, 8, runtime_s)))
             .collect();
         fx.checked_cycle();
-        let gang = fx.submit(gantry_core::JobSpec {
-            expected_runtime_s: Some(600.0),
-            ..fx.job("gang", "default", 0, 4, 8)
-        });
-        let long = fx.submit(gantry_core::JobSpec {
-            expected_runtime_s: Some(1000.0),
-            ..fx.job("long", "default", 0, 1, 8)
-        });
+        let gang = fx.submit(declaring(&fx, "gang", 4, 8, 600.0));
+        let long = fx.submit(declaring(&fx, "long", 1, 8, 1000.0));
         fx.checked_cycle();
         let estimate = fx.sched.start_estimate(long).expect("an estimate").p50_s - t0;
         // What the cycle does when the first node frees.
