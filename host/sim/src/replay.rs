@@ -3,7 +3,7 @@
 //! inputs alone (its `wall_clock` part aside), so two runs compare byte for byte.
 
 use std::cmp::Reverse;
-use std::collections::{BTreeMap, BinaryHeap};
+use std::collections::{BTreeMap, BTreeSet, BinaryHeap};
 use std::sync::Arc;
 use std::time::Instant;
 
@@ -66,6 +66,8 @@ impl Default for ReplayOptions {
 #[derive(Debug, Clone, Copy)]
 struct EstimateOutcome {
     wait_s: f64,
+    /// How long after its submission the first estimate was made.
+    delay_s: f64,
     error_s: f64,
     within: bool,
 }
@@ -82,6 +84,11 @@ pub struct EstimateReport {
     pub median_error_share_of_wait: f64,
     /// Share of jobs that started within their first estimate's p10–p90 interval.
     pub within_interval: f64,
+    /// Jobs whose first estimate came more than a tenth of their wait after they were
+    /// submitted: judged on the whole wait, such an estimate looks better than it was.
+    pub late_first_estimates: usize,
+    /// The error over the wait left when the first estimate was made, median over jobs.
+    pub median_error_share_of_wait_left: f64,
 }
 
 fn estimate_report(outcomes: &[EstimateOutcome]) -> EstimateReport {
@@ -103,6 +110,17 @@ fn estimate_report(outcomes: &[EstimateOutcome]) -> EstimateReport {
             outcomes.iter().filter(|o| o.within).count() as f64,
             outcomes.len() as f64,
         )),
+        late_first_estimates: outcomes
+            .iter()
+            .filter(|o| o.delay_s > 0.1 * o.wait_s)
+            .count(),
+        median_error_share_of_wait_left: median(
+            outcomes
+                .iter()
+                .filter(|o| o.wait_s > o.delay_s)
+                .map(|o| o.error_s / (o.wait_s - o.delay_s))
+                .collect(),
+        ),
     }
 }
 
@@ -240,8 +258,9 @@ struct Live {
     preempted: bool,
     partial: bool,
     decided: bool,
-    /// The planner's first start estimate for it: (p10, p50, p90), on the replay's clock.
-    first_estimate: Option<(f64, f64, f64)>,
+    /// The planner's first start estimate for it: (p10, p50, p90), on the replay's clock, and
+    /// when it was made.
+    first_estimate: Option<((f64, f64, f64), f64)>,
 }
 
 /// A pod shape as fragmentation sees it.
@@ -409,6 +428,7 @@ impl Replay {
             decisions: 0,
             first_decisions: 0,
             estimates: Vec::new(),
+            unestimated: BTreeSet::new(),
             last_end: 0.0,
             progress,
             on_decision,
@@ -657,6 +677,9 @@ struct World<'a, 'b> {
     first_decisions: u64,
     /// Per job that waited and had an estimate: its first estimate against its actual start.
     estimates: Vec<EstimateOutcome>,
+    /// Pending jobs with no estimate yet: after each cycle, each is looked up for the
+    /// estimate a user would read (`/api/explain`), not only those the cycle tried.
+    unestimated: BTreeSet<JobId>,
     last_end: f64,
     progress: &'a mut dyn FnMut(usize),
     on_decision: &'a mut OnDecision<'b>,
@@ -672,6 +695,7 @@ impl gantry_core::ClusterSource for World<'_, '_> {
             changes.submitted += 1;
             changes.submitted_pods += u64::from(spec.pods);
             let id = scheduler.submit(spec);
+            self.unestimated.insert(id);
             self.own_demand[queue] += gpus;
             self.shapes.add(shape);
             self.live.insert(
@@ -760,12 +784,6 @@ impl gantry_core::Binder for World<'_, '_> {
                 job.decided = true;
                 self.first_decisions += 1;
             }
-            if job.first_estimate.is_none()
-                && job.started_s.is_none()
-                && let Some(e) = &decision.explanation.estimate
-            {
-                job.first_estimate = Some((e.p10_s, e.p50_s, e.p90_s));
-            }
             let held = scheduler.slots(id).len();
             let running = scheduler.is_running(id);
             // Some but not all of its pods hold nodes and run: a running job short of pods, or
@@ -788,9 +806,11 @@ impl gantry_core::Binder for World<'_, '_> {
                 None => {
                     job.started_s = Some(now_s);
                     self.started_jobs += 1;
-                    if let Some((p10, p50, p90)) = job.first_estimate {
+                    self.unestimated.remove(&id);
+                    if let Some(((p10, p50, p90), made_s)) = job.first_estimate {
                         self.estimates.push(EstimateOutcome {
                             wait_s: now_s - job.submit_s,
+                            delay_s: made_s - job.submit_s,
                             error_s: (now_s - p50).abs(),
                             within: (p10 - 1.0..=p90 + 1.0).contains(&now_s),
                         });
@@ -808,6 +828,16 @@ impl gantry_core::Binder for World<'_, '_> {
                 job.generation,
             )));
         }
+        // The first estimate each pending job shows, whether or not this cycle tried it (a
+        // job parked since its first attempt is tried again only when woken).
+        let live = &mut self.live;
+        self.unestimated.retain(|id| {
+            let (Some(job), Some(e)) = (live.get_mut(id), scheduler.start_estimate(*id)) else {
+                return true;
+            };
+            job.first_estimate = Some(((e.p10_s, e.p50_s, e.p90_s), now_s));
+            false
+        });
         if self.stale > STALE_SWEEP && self.stale * 2 > self.completions.len() {
             let live = &self.live;
             self.completions.retain(|Reverse((_, id, generation))| {
@@ -883,5 +913,32 @@ fn wait_stats(mut waits: Vec<f64>) -> WaitStats {
         p50_s: round6(pct(50.0)),
         p95_s: round6(pct(95.0)),
         p99_s: round6(pct(99.0)),
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn a_first_estimate_made_late_is_counted_and_judged_on_the_wait_left() {
+        let outcome = |wait_s: f64, delay_s: f64, error_s: f64| EstimateOutcome {
+            wait_s,
+            delay_s,
+            error_s,
+            within: true,
+        };
+        // Two told at submission, 100 s and 300 s off a 1,000 s wait; one told 900 s into a
+        // 1,000 s wait, 50 s off: 5% of the whole wait, but half of what was left of it.
+        let report = estimate_report(&[
+            outcome(1000.0, 0.0, 100.0),
+            outcome(1000.0, 0.0, 300.0),
+            outcome(1000.0, 900.0, 50.0),
+        ]);
+        assert_eq!(report.jobs, 3);
+        assert_eq!(report.late_first_estimates, 1);
+        // 0.05, 0.1, 0.3 of the whole wait; 0.1, 0.3, 0.5 of the wait left.
+        assert_eq!(report.median_error_share_of_wait, 0.1);
+        assert_eq!(report.median_error_share_of_wait_left, 0.3);
     }
 }
