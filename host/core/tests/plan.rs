@@ -189,6 +189,34 @@ fn a_job_waiting_for_quota_gets_its_start_from_the_forecast() {
 }
 
 #[test]
+fn a_forecast_comes_due_on_a_quiet_cluster() {
+    // One node's worth of quota; the second job waits for quota, which only the forecast
+    // estimates. It was submitted just after a forecast, and then nothing changes: no replan
+    // is needed, but the forecast still comes due once its interval has passed.
+    let mut fx = four_nodes(
+        8,
+        gantry_core::PlanConfig {
+            forecast_every_s: 600.0,
+            ..gantry_core::PlanConfig::default()
+        },
+    );
+    let first = fx.submit(fx.job("first", "default", 0, 1, 8));
+    fx.checked_cycle();
+    assert!(fx.sched.is_running(first));
+    let forecast_at = fx.now_s - 60.0;
+    let next = fx.submit(fx.job("next", "default", 0, 1, 8));
+    let mut told_at = None;
+    for _ in 0..12 {
+        fx.checked_cycle();
+        if fx.sched.start_estimate(next).is_some() {
+            told_at = Some(fx.now_s - 60.0);
+            break;
+        }
+    }
+    assert_eq!(told_at, Some(forecast_at + 600.0));
+}
+
+#[test]
 fn a_reservations_holder_is_told_when_the_last_of_its_blockers_is_likely_to_end() {
     // Four nodes of 8 GPUs; single 8-GPU jobs ran 100, 300, 500, 700 and 900 s.
     let mut fx = four_nodes(

@@ -216,19 +216,21 @@ impl Scheduler {
     }
 
     /// Runs the forecast if it is due, or, off the loop, marks it wanted for
-    /// [`Scheduler::forecast_to_run`].
-    pub(super) fn forecast_if_due(&mut self, now_s: f64) {
+    /// [`Scheduler::forecast_to_run`]. Returns whether it ran here.
+    pub(super) fn forecast_if_due(&mut self, now_s: f64) -> bool {
         if !self.forecast_due(now_s) {
-            return;
+            return false;
         }
         self.plan.forecast_at_s = Some(now_s);
         if self.plan_config.forecast_off_loop {
             self.plan.forecast_wanted = true;
+            false
         } else {
             self.plan.forecasts = Forecasts {
                 at_s: now_s,
                 job_to_forecast: self.forecast_starts(now_s),
             };
+            true
         }
     }
 

@@ -772,6 +772,12 @@ impl Scheduler {
             .is_none_or(|(_, _, pending)| pending < seen.2);
         let recent = now_s - self.plan.planned_at_s < self.plan_config.replan_every_s;
         if (self.plan.planned_for == Some(seen) || (recent && !unplanned)) && !due {
+            // Nothing changed for the plan, but time passed: a forecast may have come due (on
+            // a quiet cluster it is the only source of the estimates of jobs waiting for
+            // quota).
+            if self.forecast_if_due(now_s) {
+                self.estimate_from_forecast(now_s);
+            }
             return;
         }
         self.plan.planned_for = Some(seen);
@@ -879,6 +885,7 @@ impl Scheduler {
         self.plan.reserved_claims = reserved_claims;
         self.plan.planned_claims = planned_claims;
 
+        // The last forecast's estimates, whether or not one ran now: the replan cleared them.
         self.forecast_if_due(now_s);
         self.estimate_from_forecast(now_s);
     }
