@@ -136,6 +136,10 @@ pub struct KubeCluster {
     /// The last FailedScheduling message posted per pod uid: the same reason is not posted
     /// again every cycle.
     last_failed: HashMap<String, String>,
+    /// Waiting jobs whose last FailedScheduling message had no start estimate, with that
+    /// message's reason: a job parked since is tried again only when woken, so its message
+    /// gets the estimate (once) when the plan or the forecast first gives it one.
+    job_to_unestimated_reason: BTreeMap<JobId, String>,
     last_trim: Instant,
     /// A client without kube-rs's automatic retries, for evictions (see [`client_with`]),
     /// each call bounded by [`CALL_TIMEOUT`].
@@ -455,6 +459,7 @@ impl KubeCluster {
             evicted: Vec::new(),
             leadership: None,
             last_failed: HashMap::new(),
+            job_to_unestimated_reason: BTreeMap::new(),
             last_trim: Instant::now(),
             evict_client,
             write_client,
@@ -1311,20 +1316,49 @@ impl KubeCluster {
     }
 
     /// Says why pods wait, the way kube-scheduler does: a FailedScheduling Event when the
-    /// reason changed, and the PodScheduled condition.
-    fn report_waiting(&mut self, output: &CycleOutput, failed: Vec<(PendingPod, String)>) {
+    /// reason changed, and the PodScheduled condition. A job the cycle did not try says it
+    /// again when its first start estimate comes.
+    fn report_waiting(
+        &mut self,
+        scheduler: &Scheduler,
+        output: &CycleOutput,
+        failed: Vec<(PendingPod, String)>,
+    ) {
         let mut waiting = failed;
-        for decision in output.decisions.iter().filter(|d| !d.placed) {
-            let mut message = decision.explanation.summary();
-            if let Some(estimate) = &decision.explanation.estimate {
-                message.push_str(&format!(" {}", estimate_sentence(estimate)));
+        for decision in &output.decisions {
+            let job = decision.job;
+            let estimate = decision.explanation.estimate.as_ref();
+            if decision.placed || estimate.is_some() {
+                self.job_to_unestimated_reason.remove(&job);
             }
-            if let Some(warning) = self.tracker.warning_of(decision.job) {
-                message.push_str(&format!(" Warning: {warning}."));
+            if decision.placed {
+                continue;
             }
+            let reason = decision.explanation.summary();
+            if estimate.is_none() {
+                self.job_to_unestimated_reason.insert(job, reason.clone());
+            }
+            let message = self.waiting_message(job, reason, estimate);
             waiting.extend(
                 self.tracker
-                    .pods_of(decision.job)
+                    .pods_of(job)
+                    .into_iter()
+                    .map(|p| (p, message.clone())),
+            );
+        }
+        let estimated: Vec<(JobId, String, gantry_core::StartEstimate)> = self
+            .job_to_unestimated_reason
+            .iter()
+            .filter_map(|(&job, reason)| {
+                Some((job, reason.clone(), scheduler.start_estimate(job)?.clone()))
+            })
+            .collect();
+        for (job, reason, estimate) in estimated {
+            self.job_to_unestimated_reason.remove(&job);
+            let message = self.waiting_message(job, reason, Some(&estimate));
+            waiting.extend(
+                self.tracker
+                    .pods_of(job)
                     .into_iter()
                     .map(|p| (p, message.clone())),
             );
@@ -1348,6 +1382,9 @@ impl KubeCluster {
             // Forget pods that are no longer waiting, so the map stays as small as the queue.
             let pending = self.tracker.pending_uids();
             self.last_failed.retain(|uid, _| pending.contains(uid));
+            let tracker = &self.tracker;
+            self.job_to_unestimated_reason
+                .retain(|&job, _| !tracker.pods_of(job).is_empty());
             self.last_trim = Instant::now();
         }
         let to_report: Vec<(PendingPod, String, bool)> = waiting
@@ -1381,6 +1418,24 @@ impl KubeCluster {
                 Err(error) => tracing::warn!(%error, "binder"),
             }
         }
+    }
+
+    /// A waiting job's FailedScheduling message: why it waits, when it is expected to start,
+    /// and any warning about its pods.
+    fn waiting_message(
+        &self,
+        job: JobId,
+        reason: String,
+        estimate: Option<&gantry_core::StartEstimate>,
+    ) -> String {
+        let mut message = reason;
+        if let Some(estimate) = estimate {
+            message.push_str(&format!(" {}", estimate_sentence(estimate)));
+        }
+        if let Some(warning) = self.tracker.warning_of(job) {
+            message.push_str(&format!(" Warning: {warning}."));
+        }
+        message
     }
 }
 
@@ -1878,7 +1933,9 @@ impl ClusterSource for KubeCluster {
                     pending: &pending,
                 },
             );
+            // A rebuilt scheduler numbers its jobs afresh.
             self.job_to_preemption.clear();
+            self.job_to_unestimated_reason.clear();
             self.built = true;
         } else {
             let mut keys = pods.keys;
@@ -1931,7 +1988,7 @@ impl Binder for KubeCluster {
         self.release_claims();
         let victim_nodes = self.preempt(scheduler, output, &mut outcomes);
         self.bind_placed(scheduler, output, &victim_nodes, &mut outcomes, &mut failed);
-        self.report_waiting(output, failed);
+        self.report_waiting(scheduler, output, failed);
         if self.may_write() {
             self.report_queues(scheduler);
         }
