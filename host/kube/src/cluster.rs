@@ -1325,6 +1325,8 @@ impl KubeCluster {
         failed: Vec<(PendingPod, String)>,
     ) {
         let mut waiting = failed;
+        // Each waiting job's message, for all of its pods.
+        let mut job_messages: Vec<(JobId, String)> = Vec::new();
         for decision in &output.decisions {
             let job = decision.job;
             let estimate = decision.explanation.estimate.as_ref();
@@ -1338,13 +1340,7 @@ impl KubeCluster {
             if estimate.is_none() {
                 self.job_to_unestimated_reason.insert(job, reason.clone());
             }
-            let message = self.waiting_message(job, reason, estimate);
-            waiting.extend(
-                self.tracker
-                    .pods_of(job)
-                    .into_iter()
-                    .map(|p| (p, message.clone())),
-            );
+            job_messages.push((job, self.waiting_message(job, reason, estimate)));
         }
         let estimated: Vec<(JobId, String, gantry_core::StartEstimate)> = self
             .job_to_unestimated_reason
@@ -1355,7 +1351,9 @@ impl KubeCluster {
             .collect();
         for (job, reason, estimate) in estimated {
             self.job_to_unestimated_reason.remove(&job);
-            let message = self.waiting_message(job, reason, Some(&estimate));
+            job_messages.push((job, self.waiting_message(job, reason, Some(&estimate))));
+        }
+        for (job, message) in job_messages {
             waiting.extend(
                 self.tracker
                     .pods_of(job)
