@@ -279,6 +279,50 @@ fn a_job_behind_a_gang_without_a_reservation_is_told_it_starts_first() {
 }
 
 #[test]
+fn a_job_held_off_a_reserved_node_wakes_when_the_reservation_goes() {
+    // Four nodes of 8 GPUs, busy: one frees at t0 + 100 s, three at t0 + 600 s. A gang of
+    // 4 × 8 holds all four from t0 + 600 s, so a long job behind it is held off the node that
+    // frees first, and parked for room.
+    let mut fx = four_nodes(
+        64,
+        gantry_core::PlanConfig {
+            forecast_every_s: f64::INFINITY,
+            ..gantry_core::PlanConfig::default()
+        },
+    );
+    let t0 = fx.now_s;
+    let running: Vec<_> = [100.0, 600.0, 600.0, 600.0]
+        .iter()
+        .enumerate()
+        .map(|(i, &runtime_s)| fx.submit(declaring(&fx, &format!("run-{i}"), 1, 8, runtime_s)))
+        .collect();
+    fx.checked_cycle();
+    let gang = fx.submit(declaring(&fx, "gang", 4, 8, 600.0));
+    let long = fx.submit(declaring(&fx, "long", 1, 8, 1000.0));
+    fx.checked_cycle();
+    fx.sched.advance_clock(t0 + 100.0);
+    fx.finish(running[0]);
+    fx.now_s = t0 + 100.0;
+    fx.checked_cycle();
+    assert!(!fx.sched.is_running(long));
+    assert_eq!(
+        fx.sched
+            .scheduling_queue()
+            .parked(long)
+            .map(|(blocked, _)| blocked),
+        Some(gantry_core::Blocked::Room)
+    );
+    // The gang is withdrawn: nothing is freed, but its reservation no longer holds the node,
+    // and the next cycle places the long job there (not a flush five minutes later).
+    fx.finish(gang);
+    fx.checked_cycle();
+    assert!(
+        fx.sched.is_running(long),
+        "the long job starts once the reservation goes"
+    );
+}
+
+#[test]
 fn what_if_answers_from_the_plan_without_submitting() {
     // Four nodes of 8 GPUs, all busy with jobs known to run 600 s; a gang of 4 × 8 waits.
     let mut fx = Fixture::single_queue(&[Pool::h100(4, 4, None)], 64);

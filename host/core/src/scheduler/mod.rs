@@ -500,7 +500,10 @@ impl Scheduler {
                 .runtimes
                 .observe(&entry.spec, self.clock_s - started_s);
         }
-        self.drop_reservation(id);
+        // Only a pending job holds a reservation (its owner's start drops it).
+        if self.drop_reservation(id) {
+            self.plan.reservations_withdrawn += 1;
+        }
         self.plan.backfill_to_owner.remove(&id);
         self.release(id);
         self.queue.placed(id);
@@ -523,7 +526,7 @@ impl Scheduler {
     fn epochs(&self) -> Epochs {
         Epochs {
             quota: self.queues.releases() + self.queue_changes,
-            room: self.state.releases(),
+            room: self.state.releases() + self.plan.reservations_withdrawn,
             policy_set: self.policy_set,
         }
     }

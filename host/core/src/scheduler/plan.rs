@@ -595,6 +595,12 @@ pub(super) struct Plan {
     /// that changed nothing does not replan; and when it ran.
     pub(super) planned_for: Option<(u64, u64, usize)>,
     pub(super) planned_at_s: f64,
+    /// How many reservations went with their owner before it started (withdrawn): a job
+    /// parked for room may have been held off their nodes, so each counts as room freed and
+    /// wakes it, as a release does. (One that goes as its owner starts frees nothing: the
+    /// owner takes the nodes. On a busy cluster a release follows soon anyway; on a quiet one
+    /// nothing else would wake the job before the queue's flush.)
+    pub(super) reservations_withdrawn: u64,
     /// Counters for reports: reservations made, jobs started on reserved nodes, reservations
     /// that slipped (planned again later than before), backfilled jobs evicted for overrunning.
     pub(super) stats: PlanStats,
@@ -1269,16 +1275,18 @@ impl Scheduler {
     }
 
     /// Forgets `id`'s reservation and estimate (placed, or gone), freeing its nodes for
-    /// others at once rather than at the next replan.
-    pub(super) fn drop_reservation(&mut self, id: JobId) {
+    /// others at once rather than at the next replan. Returns whether it held a reservation.
+    pub(super) fn drop_reservation(&mut self, id: JobId) -> bool {
         self.plan.job_to_estimate.remove(&id);
         self.plan.job_to_first_wait.remove(&id);
-        if self.plan.job_to_reservation.remove(&id).is_some() {
+        self.plan.planned_claims.retain(|claim| claim.rank.id != id);
+        let held = self.plan.job_to_reservation.remove(&id).is_some();
+        if held {
             self.plan
                 .reserved_claims
                 .retain(|claim| claim.rank.id != id);
         }
-        self.plan.planned_claims.retain(|claim| claim.rank.id != id);
+        held
     }
 
     /// Counts backfilled jobs evicted for a reservation that came due.

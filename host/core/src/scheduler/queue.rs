@@ -7,8 +7,9 @@
 //!   fair-share key after every admission;
 //! - a job that could not be placed is *parked* with what blocked it ([`Blocked`]). It comes
 //!   back only when something that could unblock it happened (quota given back, resources
-//!   freed or nodes changed, a new policy set) and its backoff (1 s doubling to 10 s) has
-//!   passed, or when it has been parked for [`FLUSH_S`], kube-scheduler's safety net;
+//!   freed, nodes changed or a reservation withdrawn, a new policy set) and its backoff (1 s
+//!   doubling to 10 s) has passed, or when it has been parked for [`FLUSH_S`],
+//!   kube-scheduler's safety net;
 //! - a woken job must still pass a cheap check (its queue admits it, enough GPUs are free or
 //!   preemptable) before it costs an attempt, so no attempt is spent twice on a job whose
 //!   situation did not change.
@@ -39,7 +40,8 @@ pub enum Blocked {
     /// Its queue (or a quota policy) refused it: quota must be given back, or the queues or
     /// the policy set change.
     Quota,
-    /// No room: resources must be freed, nodes change, or the policy set change.
+    /// No room: resources must be freed, nodes change, a reservation be withdrawn, or the
+    /// policy set change.
     Room,
     /// Its binding failed: only its backoff brings it back.
     Binding,
@@ -85,7 +87,8 @@ struct Parked {
 pub struct Epochs {
     /// Quota given back (`Queues::releases`) plus queue changes.
     pub quota: u64,
-    /// Resources freed and node changes (`ClusterState::releases`).
+    /// Resources freed and node changes (`ClusterState::releases`), and reservations
+    /// withdrawn with their owner (a job may have been held off their nodes).
     pub room: u64,
     /// The active policy-set version.
     pub policy_set: u64,
