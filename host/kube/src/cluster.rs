@@ -1342,16 +1342,12 @@ impl KubeCluster {
             }
             job_messages.push((job, self.waiting_message(job, reason, estimate)));
         }
-        let estimated: Vec<(JobId, String, gantry_core::StartEstimate)> = self
-            .job_to_unestimated_reason
-            .iter()
-            .filter_map(|(&job, reason)| {
-                Some((job, reason.clone(), scheduler.start_estimate(job)?.clone()))
-            })
-            .collect();
-        for (job, reason, estimate) in estimated {
-            self.job_to_unestimated_reason.remove(&job);
-            job_messages.push((job, self.waiting_message(job, reason, Some(&estimate))));
+        for &job in &output.newly_estimated {
+            if let Some(estimate) = scheduler.start_estimate(job)
+                && let Some(reason) = self.job_to_unestimated_reason.remove(&job)
+            {
+                job_messages.push((job, self.waiting_message(job, reason, Some(estimate))));
+            }
         }
         for (job, message) in job_messages {
             waiting.extend(

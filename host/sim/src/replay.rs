@@ -3,7 +3,7 @@
 //! inputs alone (its `wall_clock` part aside), so two runs compare byte for byte.
 
 use std::cmp::Reverse;
-use std::collections::{BTreeMap, BTreeSet, BinaryHeap};
+use std::collections::{BTreeMap, BinaryHeap};
 use std::sync::Arc;
 use std::time::Instant;
 
@@ -428,7 +428,6 @@ impl Replay {
             decisions: 0,
             first_decisions: 0,
             estimates: Vec::new(),
-            unestimated: BTreeSet::new(),
             last_end: 0.0,
             progress,
             on_decision,
@@ -677,9 +676,6 @@ struct World<'a, 'b> {
     first_decisions: u64,
     /// Per job that waited and had an estimate: its first estimate against its actual start.
     estimates: Vec<EstimateOutcome>,
-    /// Pending jobs with no estimate yet: after each cycle, each is looked up for the
-    /// estimate a user would read (`/api/explain`), not only those the cycle tried.
-    unestimated: BTreeSet<JobId>,
     last_end: f64,
     progress: &'a mut dyn FnMut(usize),
     on_decision: &'a mut OnDecision<'b>,
@@ -695,7 +691,6 @@ impl gantry_core::ClusterSource for World<'_, '_> {
             changes.submitted += 1;
             changes.submitted_pods += u64::from(spec.pods);
             let id = scheduler.submit(spec);
-            self.unestimated.insert(id);
             self.own_demand[queue] += gpus;
             self.shapes.add(shape);
             self.live.insert(
@@ -806,7 +801,6 @@ impl gantry_core::Binder for World<'_, '_> {
                 None => {
                     job.started_s = Some(now_s);
                     self.started_jobs += 1;
-                    self.unestimated.remove(&id);
                     if let Some(((p10, p50, p90), made_s)) = job.first_estimate {
                         self.estimates.push(EstimateOutcome {
                             wait_s: now_s - job.submit_s,
@@ -828,16 +822,18 @@ impl gantry_core::Binder for World<'_, '_> {
                 job.generation,
             )));
         }
-        // The first estimate each pending job shows, whether or not this cycle tried it (a
-        // job parked since its first attempt is tried again only when woken).
-        let live = &mut self.live;
-        self.unestimated.retain(|id| {
-            let (Some(job), Some(e)) = (live.get_mut(id), scheduler.start_estimate(*id)) else {
-                return true;
-            };
-            job.first_estimate = Some(((e.p10_s, e.p50_s, e.p90_s), now_s));
-            false
-        });
+        // The first estimate each pending job shows, as a user polling `/api/explain` would
+        // read it, whether or not this cycle tried the job (a job parked since its first
+        // attempt is tried again only when woken).
+        for id in &output.newly_estimated {
+            if let Some(job) = self.live.get_mut(id)
+                && job.started_s.is_none()
+                && job.first_estimate.is_none()
+                && let Some(e) = scheduler.start_estimate(*id)
+            {
+                job.first_estimate = Some(((e.p10_s, e.p50_s, e.p90_s), now_s));
+            }
+        }
         if self.stale > STALE_SWEEP && self.stale * 2 > self.completions.len() {
             let live = &self.live;
             self.completions.retain(|Reverse((_, id, generation))| {

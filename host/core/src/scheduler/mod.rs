@@ -195,6 +195,12 @@ pub struct CycleOutput {
     /// The policy-call budget ran out before the cycle reached every job it would have tried;
     /// those wait, in order, for the next cycle (see [`PolicyHooks::budget_spent`]).
     pub budget_spent: bool,
+    /// Pending jobs whose first start estimate came since the last cycle (from this cycle's
+    /// replan, or a forecast installed since), whether or not this cycle tried them: a job
+    /// parked since its first attempt is tried again only when woken, so whoever shows
+    /// estimates (a pod's message, the replay's report) learns of it here, once, rather than
+    /// looking up every pending job after every cycle.
+    pub newly_estimated: Vec<JobId>,
 }
 
 /// One job's decision in one cycle: the typed result, and its explanation for people.
@@ -667,6 +673,7 @@ impl Scheduler {
                     self.plan.job_to_estimate.get(&decision.job).cloned();
             }
         }
+        out.newly_estimated = self.take_newly_estimated();
         out
     }
 

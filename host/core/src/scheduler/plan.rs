@@ -19,7 +19,7 @@
 //!   reservation comes due, if it is preemptible by the reserved job (not of higher priority);
 //!   otherwise the reservation slips, and is planned again.
 
-use std::collections::{BTreeMap, HashMap, VecDeque};
+use std::collections::{BTreeMap, BTreeSet, HashMap, VecDeque};
 
 use serde::{Deserialize, Serialize};
 
@@ -563,6 +563,15 @@ fn shape_key(shape: &crate::PodShape) -> ShapeKey {
     )
 }
 
+impl Plan {
+    /// `id` has an estimate now: listed as newly estimated if it is its first.
+    fn note_estimated(&mut self, id: JobId) {
+        if self.estimated_jobs.insert(id) {
+            self.newly_estimated.push(id);
+        }
+    }
+}
+
 /// Pods of `needs` that `free` holds.
 fn pods_in(free: [u32; 3], needs: [u32; 3]) -> u32 {
     (0..3)
@@ -595,6 +604,12 @@ pub(super) struct Plan {
     /// that changed nothing does not replan; and when it ran.
     pub(super) planned_for: Option<(u64, u64, usize)>,
     pub(super) planned_at_s: f64,
+    /// Pending jobs that have had a start estimate: each is reported once as newly
+    /// estimated.
+    pub(super) estimated_jobs: BTreeSet<JobId>,
+    /// Jobs whose first start estimate came since the last cycle's output listed them (see
+    /// [`super::CycleOutput::newly_estimated`]).
+    pub(super) newly_estimated: Vec<JobId>,
     /// How many reservations went with their owner before it started (withdrawn): a job
     /// parked for room may have been held off their nodes, so each counts as room freed and
     /// wakes it, as a release does. (One that goes as its owner starts frees nothing: the
@@ -637,6 +652,20 @@ impl Scheduler {
     /// The start estimate of a pending job the last replan covered.
     pub fn start_estimate(&self, id: JobId) -> Option<&StartEstimate> {
         self.plan.job_to_estimate.get(&id)
+    }
+
+    /// The jobs whose first start estimate came since the last call and that still have one
+    /// (a job that lost it before being listed is listed when it has one again).
+    pub(super) fn take_newly_estimated(&mut self) -> Vec<JobId> {
+        let mut newly = std::mem::take(&mut self.plan.newly_estimated);
+        newly.retain(|id| {
+            let estimated = self.plan.job_to_estimate.contains_key(id);
+            if !estimated {
+                self.plan.estimated_jobs.remove(id);
+            }
+            estimated
+        });
+        newly
     }
 
     /// What the planner has done so far.
@@ -887,6 +916,7 @@ impl Scheduler {
                     reservation,
                 },
             );
+            self.plan.note_estimated(id);
         }
         self.plan.reserved_claims = reserved_claims;
         self.plan.planned_claims = planned_claims;
@@ -934,6 +964,9 @@ impl Scheduler {
                             reservation: None,
                         },
                     );
+                    if self.plan.estimated_jobs.insert(id) {
+                        self.plan.newly_estimated.push(id);
+                    }
                 }
             }
         }
@@ -1278,6 +1311,7 @@ impl Scheduler {
     /// others at once rather than at the next replan. Returns whether it held a reservation.
     pub(super) fn drop_reservation(&mut self, id: JobId) -> bool {
         self.plan.job_to_estimate.remove(&id);
+        self.plan.estimated_jobs.remove(&id);
         self.plan.job_to_first_wait.remove(&id);
         self.plan.planned_claims.retain(|claim| claim.rank.id != id);
         let held = self.plan.job_to_reservation.remove(&id).is_some();
