@@ -53,6 +53,39 @@ fn busy_then_gang(fx: &mut Fixture) -> (f64, JobId) {
     (t0, gang)
 }
 
+/// What [`gang_then_long_as_a_node_frees`] set up.
+struct GangThenLong {
+    gang: JobId,
+    long: JobId,
+    /// When the long job was told it would start, after t0 (before the node freed).
+    long_told_s: f64,
+}
+
+/// Four single 8-GPU jobs fill the four nodes at t0, declared to end at t0 + 100 s (one) and
+/// t0 + 600 s (three); a gang of 4 × 8 waits for all four, and a long 8-GPU job behind it.
+/// Then the first node frees at t0 + 100 s, and no cycle has seen it yet.
+fn gang_then_long_as_a_node_frees(fx: &mut Fixture) -> GangThenLong {
+    let t0 = fx.now_s;
+    let running: Vec<_> = [100.0, 600.0, 600.0, 600.0]
+        .iter()
+        .enumerate()
+        .map(|(i, &runtime_s)| fx.submit(declaring(fx, &format!("run-{i}"), 1, 8, runtime_s)))
+        .collect();
+    fx.checked_cycle();
+    let gang = fx.submit(declaring(fx, "gang", 4, 8, 600.0));
+    let long = fx.submit(declaring(fx, "long", 1, 8, 1000.0));
+    fx.checked_cycle();
+    let long_told_s = fx.sched.start_estimate(long).expect("an estimate").p50_s - t0;
+    fx.sched.advance_clock(t0 + 100.0);
+    fx.finish(running[0]);
+    fx.now_s = t0 + 100.0;
+    GangThenLong {
+        gang,
+        long,
+        long_told_s,
+    }
+}
+
 #[test]
 fn estimates_come_from_the_declaration_else_from_finished_jobs_else_a_prior() {
     let mut fx = Fixture::single_queue(&[Pool::h100(4, 4, None)], 32);
@@ -262,24 +295,11 @@ fn a_job_behind_a_gang_without_a_reservation_is_told_it_starts_first() {
                 ..gantry_core::PlanConfig::default()
             },
         );
-        let t0 = fx.now_s;
-        let running: Vec<_> = [100.0, 600.0, 600.0, 600.0]
-            .iter()
-            .enumerate()
-            .map(|(i, &runtime_s)| fx.submit(declaring(&fx, &format!("run-{i}"), 1, 8, runtime_s)))
-            .collect();
-        fx.checked_cycle();
-        let gang = fx.submit(declaring(&fx, "gang", 4, 8, 600.0));
-        let long = fx.submit(declaring(&fx, "long", 1, 8, 1000.0));
-        fx.checked_cycle();
-        let estimate = fx.sched.start_estimate(long).expect("an estimate").p50_s - t0;
+        let busy = gang_then_long_as_a_node_frees(&mut fx);
         // What the cycle does when the first node frees.
-        fx.sched.advance_clock(t0 + 100.0);
-        fx.finish(running[0]);
-        fx.now_s = t0 + 100.0;
         fx.checked_cycle();
-        assert!(!fx.sched.is_running(gang));
-        (estimate, fx.sched.is_running(long))
+        assert!(!fx.sched.is_running(busy.gang));
+        (busy.long_told_s, fx.sched.is_running(busy.long))
     };
     // Held, the gang's nodes are kept from a job that would run across its start: the long
     // job waits for the gang to start and end.
@@ -300,19 +320,7 @@ fn a_job_held_off_a_reserved_node_wakes_when_the_reservation_goes() {
             ..gantry_core::PlanConfig::default()
         },
     );
-    let t0 = fx.now_s;
-    let running: Vec<_> = [100.0, 600.0, 600.0, 600.0]
-        .iter()
-        .enumerate()
-        .map(|(i, &runtime_s)| fx.submit(declaring(&fx, &format!("run-{i}"), 1, 8, runtime_s)))
-        .collect();
-    fx.checked_cycle();
-    let gang = fx.submit(declaring(&fx, "gang", 4, 8, 600.0));
-    let long = fx.submit(declaring(&fx, "long", 1, 8, 1000.0));
-    fx.checked_cycle();
-    fx.sched.advance_clock(t0 + 100.0);
-    fx.finish(running[0]);
-    fx.now_s = t0 + 100.0;
+    let GangThenLong { gang, long, .. } = gang_then_long_as_a_node_frees(&mut fx);
     fx.checked_cycle();
     assert!(!fx.sched.is_running(long));
     assert_eq!(
