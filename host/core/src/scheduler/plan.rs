@@ -563,12 +563,41 @@ fn shape_key(shape: &crate::PodShape) -> ShapeKey {
     )
 }
 
-impl Plan {
+/// Which pending jobs have had a start estimate, and which got their first since the last
+/// cycle's output listed them (see [`super::CycleOutput::newly_estimated`]).
+#[derive(Debug, Clone, Default)]
+pub(super) struct FirstEstimates {
+    /// Pending jobs that have had an estimate: each is listed once.
+    estimated: BTreeSet<JobId>,
+    /// Jobs whose first estimate came since the last [`FirstEstimates::take`].
+    newly: Vec<JobId>,
+}
+
+impl FirstEstimates {
     /// `id` has an estimate now: listed as newly estimated if it is its first.
-    fn note_estimated(&mut self, id: JobId) {
-        if self.estimated_jobs.insert(id) {
-            self.newly_estimated.push(id);
+    fn note(&mut self, id: JobId) {
+        if self.estimated.insert(id) {
+            self.newly.push(id);
         }
+    }
+
+    /// `id` started or went: it is no longer pending.
+    fn forget(&mut self, id: JobId) {
+        self.estimated.remove(&id);
+    }
+
+    /// The jobs newly estimated since the last call that `still_estimated` says still have
+    /// an estimate; one that lost it before being listed is listed when it has one again.
+    fn take(&mut self, still_estimated: impl Fn(JobId) -> bool) -> Vec<JobId> {
+        let mut newly = std::mem::take(&mut self.newly);
+        newly.retain(|&id| {
+            let estimated = still_estimated(id);
+            if !estimated {
+                self.estimated.remove(&id);
+            }
+            estimated
+        });
+        newly
     }
 }
 
@@ -604,12 +633,8 @@ pub(super) struct Plan {
     /// that changed nothing does not replan; and when it ran.
     pub(super) planned_for: Option<(u64, u64, usize)>,
     pub(super) planned_at_s: f64,
-    /// Pending jobs that have had a start estimate: each is reported once as newly
-    /// estimated.
-    pub(super) estimated_jobs: BTreeSet<JobId>,
-    /// Jobs whose first start estimate came since the last cycle's output listed them (see
-    /// [`super::CycleOutput::newly_estimated`]).
-    pub(super) newly_estimated: Vec<JobId>,
+    /// Which pending jobs got their first estimate, for the cycle's output to list once.
+    pub(super) first_estimates: FirstEstimates,
     /// How many reservations went with their owner before it started (withdrawn): a job
     /// parked for room may have been held off their nodes, so each counts as room freed and
     /// wakes it, as a release does. (One that goes as its owner starts frees nothing: the
@@ -657,15 +682,10 @@ impl Scheduler {
     /// The jobs whose first start estimate came since the last call and that still have one
     /// (a job that lost it before being listed is listed when it has one again).
     pub(super) fn take_newly_estimated(&mut self) -> Vec<JobId> {
-        let mut newly = std::mem::take(&mut self.plan.newly_estimated);
-        newly.retain(|id| {
-            let estimated = self.plan.job_to_estimate.contains_key(id);
-            if !estimated {
-                self.plan.estimated_jobs.remove(id);
-            }
-            estimated
-        });
-        newly
+        let job_to_estimate = &self.plan.job_to_estimate;
+        self.plan
+            .first_estimates
+            .take(|id| job_to_estimate.contains_key(&id))
     }
 
     /// What the planner has done so far.
@@ -916,7 +936,7 @@ impl Scheduler {
                     reservation,
                 },
             );
-            self.plan.note_estimated(id);
+            self.plan.first_estimates.note(id);
         }
         self.plan.reserved_claims = reserved_claims;
         self.plan.planned_claims = planned_claims;
@@ -964,9 +984,7 @@ impl Scheduler {
                             reservation: None,
                         },
                     );
-                    if self.plan.estimated_jobs.insert(id) {
-                        self.plan.newly_estimated.push(id);
-                    }
+                    self.plan.first_estimates.note(id);
                 }
             }
         }
@@ -1311,7 +1329,7 @@ impl Scheduler {
     /// others at once rather than at the next replan. Returns whether it held a reservation.
     pub(super) fn drop_reservation(&mut self, id: JobId) -> bool {
         self.plan.job_to_estimate.remove(&id);
-        self.plan.estimated_jobs.remove(&id);
+        self.plan.first_estimates.forget(id);
         self.plan.job_to_first_wait.remove(&id);
         self.plan.planned_claims.retain(|claim| claim.rank.id != id);
         let held = self.plan.job_to_reservation.remove(&id).is_some();
