@@ -40,6 +40,16 @@ pub struct ClusterState {
     /// `free_to_nodes[k]`: nodes with exactly `k` whole GPUs free. The scheduling queue asks it
     /// whether a parked job could fit at all before paying for an attempt.
     free_to_nodes: Vec<u32>,
+    /// `largest_fraction_to_nodes[m]`: nodes whose emptiest GPU has exactly `m` milli-GPUs
+    /// free. The queue's wake-up check asks it for the largest fraction free anywhere, so a
+    /// parked fractional job is not retried while no GPU could hold one of its pods.
+    largest_fraction_to_nodes: Vec<u32>,
+    /// Milli-GPUs free on each node, summed over its GPUs: kept so that a change to one node
+    /// updates `milli_free_total` without reading the others.
+    node_to_milli_free: Vec<u32>,
+    /// Milli-GPUs free in the whole cluster: fractional pods need at least this much between
+    /// them, so the wake-up check counts against it.
+    milli_free_total: u64,
     /// Releases and node changes so far: a parked job waiting for room is woken only once this
     /// moved since it was parked.
     releases: u64,
@@ -60,6 +70,9 @@ impl ClusterState {
             changes: Vec::new(),
             changes_base: 0,
             free_to_nodes: Vec::new(),
+            largest_fraction_to_nodes: vec![0; 1001],
+            node_to_milli_free: Vec::new(),
+            milli_free_total: 0,
             releases: 0,
         };
         let most = state.nodes.gpu_total.iter().copied().max().unwrap_or(0) as usize;
@@ -69,7 +82,11 @@ impl ClusterState {
             let free = state.nodes.gpu_free[node].min(state.nodes.gpu_total[node]);
             state.nodes.gpu_free[node] = free;
             state.free_to_nodes[free as usize] += 1;
+            let largest = state.nodes.gpu_milli_free_max[node].min(1000);
+            state.nodes.gpu_milli_free_max[node] = largest;
+            state.largest_fraction_to_nodes[largest as usize] += 1;
         }
+        state.node_to_milli_free = vec![0; state.nodes.len()];
         for node in 0..state.nodes.len() {
             state.refresh(node);
         }
@@ -95,6 +112,20 @@ impl ClusterState {
             .sum()
     }
 
+    /// The most milli-GPUs free on any one GPU: a fractional pod asking for more fits nowhere.
+    pub fn largest_gpu_fraction_free(&self) -> u32 {
+        self.largest_fraction_to_nodes
+            .iter()
+            .rposition(|&nodes| nodes > 0)
+            .unwrap_or(0) as u32
+    }
+
+    /// Milli-GPUs free in the whole cluster, a whole free GPU counting 1,000: what fractional
+    /// pods could share at most, ignoring filters, CPU and memory.
+    pub fn gpu_milli_free_total(&self) -> u64 {
+        self.milli_free_total
+    }
+
     pub fn len(&self) -> usize {
         self.nodes.len()
     }
@@ -114,11 +145,18 @@ impl ClusterState {
         let gpus = &self.gpu_milli_used[range];
         let free = gpus.iter().filter(|&&m| m == 0).count() as u32;
         let max_free_milli = gpus.iter().map(|&m| milli_free(m)).max().unwrap_or(0);
+        let milli_free_sum: u32 = gpus.iter().map(|&m| milli_free(m)).sum();
         let old_free = self.nodes.gpu_free[node];
         self.nodes.gpu_free[node] = free;
         self.free_to_nodes[old_free as usize] -= 1;
         self.free_to_nodes[free as usize] += 1;
+        let old_largest = self.nodes.gpu_milli_free_max[node];
+        self.largest_fraction_to_nodes[old_largest as usize] -= 1;
+        self.largest_fraction_to_nodes[max_free_milli as usize] += 1;
         self.nodes.gpu_milli_free_max[node] = max_free_milli;
+        let old_sum = std::mem::replace(&mut self.node_to_milli_free[node], milli_free_sum);
+        self.milli_free_total =
+            self.milli_free_total - u64::from(old_sum) + u64::from(milli_free_sum);
         for level in &mut self.nodes.levels {
             let domain = level.node_domain[node];
             if domain != u32::MAX {
@@ -305,6 +343,25 @@ impl ClusterState {
         }
         if free_to_nodes != self.free_to_nodes {
             return Err("the count of nodes by free GPUs disagrees with the nodes".into());
+        }
+        let mut largest_fraction_to_nodes = vec![0u32; 1001];
+        let mut milli_free_total = 0u64;
+        for node in 0..self.len() {
+            let gpus = &self.gpu_milli_used[self.gpus(node)];
+            let largest = gpus.iter().map(|&m| milli_free(m)).max().unwrap_or(0);
+            largest_fraction_to_nodes[largest as usize] += 1;
+            milli_free_total += gpus.iter().map(|&m| u64::from(milli_free(m))).sum::<u64>();
+        }
+        if largest_fraction_to_nodes != self.largest_fraction_to_nodes {
+            return Err(
+                "the count of nodes by largest free GPU fraction disagrees with the nodes".into(),
+            );
+        }
+        if milli_free_total != self.milli_free_total {
+            return Err(format!(
+                "the cluster's free milli-GPUs are {milli_free_total}, but the count says {}",
+                self.milli_free_total
+            ));
         }
         Ok(())
     }

@@ -588,6 +588,32 @@ fn whole_gpu_and_two_halves() -> (Fixture, [gantry_core::JobId; 3]) {
 }
 
 #[test]
+fn a_parked_fractional_job_is_retried_only_once_a_gpu_could_hold_it() {
+    // Every GPU is 600/1000 used: a pod asking 500 fits nowhere. A release that frees no GPU
+    // fraction (a CPU-only job ending) does not cost it an attempt; one that does, places it.
+    let mut fx = Fixture::single_queue(&[Pool::h100(1, 1, None)], 16);
+    let sixths: Vec<JobId> = (0..8)
+        .map(|i| fx.submit(fx.fractional(&format!("six-{i}"), "default", 0, 1, 600)))
+        .collect();
+    let cpu_only = fx.submit(fx.job("cpu-only", "default", 0, 1, 0));
+    let out = fx.checked_cycle();
+    assert!(out.decisions.iter().all(|d| d.placed));
+    assert_eq!(fx.sched.state.largest_gpu_fraction_free(), 400);
+    assert_eq!(fx.sched.state.gpu_milli_free_total(), 8 * 400);
+    let half = fx.submit(fx.fractional("half", "default", 0, 1, 500));
+    let out = fx.checked_cycle();
+    assert!(!fx.decision(&out, half).placed);
+    assert_eq!(parked(&fx, half), Some(Blocked::Room));
+    fx.finish(cpu_only);
+    let out = fx.checked_cycle();
+    assert!(out.decisions.is_empty(), "{:?}", out.decisions);
+    fx.finish(sixths[3]);
+    let out = fx.checked_cycle();
+    assert!(fx.decision(&out, half).placed);
+    assert_eq!(fx.sched.state.largest_gpu_fraction_free(), 500);
+}
+
+#[test]
 fn regression_releasing_whole_gpus_frees_a_shared_gpu() {
     let (mut fx, [whole, half_a, half_b]) = whole_gpu_and_two_halves();
     // The whole-GPU job ends. Its release zeroes the last GPU at 1000 milli, GPU 7, which the

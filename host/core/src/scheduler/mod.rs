@@ -850,26 +850,38 @@ impl Scheduler {
             .sum()
     }
 
-    /// Whether `spec` could possibly fit: enough whole GPUs free node by node, or enough GPUs
-    /// held by jobs it may preempt. A necessary condition only; fractional and GPU-less jobs
-    /// always pass.
+    /// Whether `spec` could possibly fit: enough GPUs free (whole ones node by node, or
+    /// fractions), or enough GPUs held by jobs it may preempt. A necessary condition only;
+    /// GPU-less jobs always pass.
     fn room_possible(&self, spec: &JobSpec, reclaimable: u64) -> bool {
         self.room_for(spec, reclaimable, 0)
     }
 
     /// [`Scheduler::room_possible`] after `claimed` GPUs went to other jobs woken before it:
     /// those take the free GPUs first, node-sized, so a job of whole nodes is counted against
-    /// whole free nodes less what was claimed.
+    /// whole free nodes less what was claimed, and a fractional job against the free
+    /// milli-GPUs less a thousand per GPU claimed.
     fn room_for(&self, spec: &JobSpec, reclaimable: u64, claimed: u64) -> bool {
-        if spec.shape.gpu_milli > 0 || spec.shape.gpus == 0 {
+        let milli = u64::from(spec.shape.gpu_milli);
+        if milli == 0 && spec.shape.gpus == 0 {
             return true;
         }
-        let gpus = u64::from(spec.shape.gpus);
-        let fit = self
-            .state
-            .pods_fit(spec.shape.gpus)
-            .saturating_sub(claimed.div_ceil(gpus));
-        if fit >= u64::from(spec.pods) {
+        let fits_free = if milli > 0 {
+            // Each pod needs `milli` on one GPU, and all of them that much in total.
+            u64::from(self.state.largest_gpu_fraction_free()) >= milli
+                && self
+                    .state
+                    .gpu_milli_free_total()
+                    .saturating_sub(claimed * 1000)
+                    >= milli * u64::from(spec.pods)
+        } else {
+            let gpus = u64::from(spec.shape.gpus);
+            self.state
+                .pods_fit(spec.shape.gpus)
+                .saturating_sub(claimed.div_ceil(gpus))
+                >= u64::from(spec.pods)
+        };
+        if fits_free {
             return true;
         }
         if spec.balloon || !self.config.preemption {
@@ -882,8 +894,14 @@ impl Scheduler {
             .sum();
         let preemptable = self.balloon_gpus + lower + reclaimable;
         if preemptable == 0 {
-            // Nothing to preempt: only whole free room counts, and it did not suffice.
+            // Nothing to preempt: only free room counts, and it did not suffice.
             return false;
+        }
+        if milli > 0 {
+            // A victim frees its GPUs whole or in fractions; count them all as fractions.
+            return (self.state.gpu_milli_free_total() + preemptable * 1000)
+                .saturating_sub(claimed * 1000)
+                >= milli * u64::from(spec.pods);
         }
         let free = self.state.pods_fit(1);
         (free + preemptable).saturating_sub(claimed) >= spec.total().gpus
