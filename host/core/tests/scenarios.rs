@@ -377,6 +377,32 @@ fn a_queue_within_its_quota_does_not_preempt_its_equals_elsewhere() {
     assert!(fx.sched.is_running(wide));
 }
 
+#[test]
+fn regression_jobs_without_gpus_never_reclaim_from_each_other() {
+    // GPU quota is all a queue borrows, so a job asking no GPU borrows nothing and reclaims
+    // nothing. Each queue's CPU-only job took the other's as a borrower before: they evicted
+    // each other cycle after cycle.
+    let mut fx = four_nodes(&[queue("a", None, 16), queue("b", None, 16)]);
+    let whole_node = |fx: &Fixture, name: &str, queue: &str| {
+        let mut spec = fx.job(name, queue, 0, 1, 0);
+        spec.shape.cpu_milli = 192_000;
+        spec
+    };
+    let held: Vec<JobId> = (0..4)
+        .map(|i| fx.submit(whole_node(&fx, &format!("b-cpu-{i}"), "b")))
+        .collect();
+    let out = fx.checked_cycle();
+    assert!(out.decisions.iter().all(|d| d.placed));
+    let waiting = fx.submit(whole_node(&fx, "a-cpu", "a"));
+    for _ in 0..4 {
+        let out = fx.checked_cycle();
+        assert!(out.evicted.is_empty(), "evicted {:?}", out.evicted);
+    }
+    assert!(held.iter().all(|&id| fx.sched.is_running(id)));
+    assert!(!fx.sched.is_running(waiting));
+    assert_eq!(parked(&fx, waiting), Some(Blocked::Room));
+}
+
 // ---------------------------------------------------------------------------------------------
 // Node health.
 

@@ -16,10 +16,13 @@ impl Scheduler {
         if spec.balloon {
             return None;
         }
-        let reclaiming = matches!(
-            self.queues.admission(spec.queue, spec.total().gpus),
-            Admission::Within
-        );
+        // Quota counts GPUs only: a job asking none reclaims nothing, and a job holding none
+        // borrows nothing, so it is never a borrower to reclaim from.
+        let reclaiming = spec.total().gpus > 0
+            && matches!(
+                self.queues.admission(spec.queue, spec.total().gpus),
+                Admission::Within
+            );
         let mut candidates: Vec<(u8, i32, f64, JobId)> = Vec::new();
         for &id in &self.running {
             let entry = &self.job_to_entry[&id];
@@ -34,6 +37,7 @@ impl Scheduler {
                 0
             } else if reclaiming
                 && victim.queue != spec.queue
+                && victim.total().gpus > 0
                 && self.queues.borrowed(victim.queue) >= victim.total().gpus
             {
                 1
