@@ -44,6 +44,10 @@ pub struct SimulateArgs {
     /// Also write every decision's explanation, one JSON object per line.
     #[arg(long, value_name = "OUT.jsonl")]
     decisions: Option<PathBuf>,
+    /// Also write, as CSV, every job the estimate accuracy judges: its first start estimate
+    /// (p10, p50, p90), when it was made, and when the job started.
+    #[arg(long, value_name = "OUT.csv")]
+    estimates: Option<PathBuf>,
     /// Leave the wall-clock figures out of the report, so that two runs compare byte for byte.
     #[arg(long)]
     no_wall_clock: bool,
@@ -207,6 +211,12 @@ pub fn run(args: SimulateArgs) -> anyhow::Result<()> {
     let json = serde_json::to_string_pretty(&report)?;
     std::fs::write(&args.report, json + "\n")
         .with_context(|| format!("{}: cannot write the report", args.report.display()))?;
+    if let Some(path) = &args.estimates {
+        let file = std::fs::File::create(path)
+            .with_context(|| format!("{}: cannot create", path.display()))?;
+        gantry_sim::write_first_estimates(&report.first_estimates, std::io::BufWriter::new(file))
+            .with_context(|| format!("{}: cannot write the estimates", path.display()))?;
+    }
     Ok(())
 }
 

@@ -319,12 +319,41 @@ fn a_negative_forecast_interval_is_refused_by_name() {
 }
 
 #[test]
-fn the_same_inputs_give_a_byte_identical_report() {
+fn the_same_inputs_give_byte_identical_reports_and_estimates() {
     let (cluster, trace) = gang_burst();
     let (a, b) = (temp("a.json"), temp("b.json"));
-    simulate(&cluster, &trace, &["--no-wall-clock", "--seed", "3"], &a);
-    simulate(&cluster, &trace, &["--no-wall-clock", "--seed", "3"], &b);
+    let (a_csv, b_csv) = (temp("a.csv"), temp("b.csv"));
+    let run = |report: &PathBuf, csv: &PathBuf| {
+        let csv = csv.display().to_string();
+        let extra = ["--no-wall-clock", "--seed", "3", "--estimates", &csv];
+        simulate(&cluster, &trace, &extra, report)
+    };
+    let report = run(&a, &a_csv);
+    run(&b, &b_csv);
     assert_eq!(std::fs::read(&a).unwrap(), std::fs::read(&b).unwrap());
+    assert_eq!(
+        std::fs::read(&a_csv).unwrap(),
+        std::fs::read(&b_csv).unwrap()
+    );
+    // One row per judged job, and the report's accuracy is theirs.
+    let rows = std::fs::read_to_string(&a_csv).unwrap();
+    let mut lines = rows.lines();
+    assert_eq!(
+        lines.next(),
+        Some("job,queue,gpus,submitted_s,estimated_at_s,p10_s,p50_s,p90_s,started_s")
+    );
+    let field = |cells: &[&str], i: usize| cells[i].parse::<f64>().unwrap();
+    let rows: Vec<Vec<&str>> = lines.map(|l| l.split(',').collect()).collect();
+    assert_eq!(
+        rows.len() as u64,
+        report["estimates"]["jobs"].as_u64().unwrap()
+    );
+    let within = rows
+        .iter()
+        .filter(|r| (field(r, 5) - 1.0..=field(r, 7) + 1.0).contains(&field(r, 8)))
+        .count();
+    let share = report["estimates"]["within_interval"].as_f64().unwrap();
+    assert!((within as f64 / rows.len() as f64 - share).abs() < 1e-6);
 }
 
 #[test]

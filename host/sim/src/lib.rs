@@ -19,7 +19,9 @@ pub mod synthetic;
 pub mod trace;
 
 pub use alibaba::{PodListImport, SkippedPod, import_node_list, import_pod_list};
-pub use replay::{Replay, ReplayError, ReplayOptions, Report};
+pub use replay::{
+    FirstEstimate, Replay, ReplayError, ReplayOptions, Report, write_first_estimates,
+};
 pub use spec::{Cluster, ClusterSpec, NodePoolSpec, QueueSpec, SpecError, TopologyLevelSpec};
 pub use synthetic::{SyntheticConfig, SyntheticLoad};
 pub use trace::{Trace, TraceError, TraceJob};

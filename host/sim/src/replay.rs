@@ -62,14 +62,42 @@ impl Default for ReplayOptions {
     }
 }
 
-/// How the planner's first start estimate for a job compared with its actual start.
-#[derive(Debug, Clone, Copy)]
-struct EstimateOutcome {
-    wait_s: f64,
-    /// How long after its submission the first estimate was made.
-    delay_s: f64,
-    error_s: f64,
-    within: bool,
+/// One job's first start estimate against its actual start: a row of
+/// `gantry simulate --estimates`, and what [`EstimateReport`] sums up. Times are on the
+/// replay's clock, in seconds.
+#[derive(Debug, Clone, Serialize, PartialEq)]
+pub struct FirstEstimate {
+    pub job: String,
+    pub queue: String,
+    /// GPUs the job asked for in all (fractional pods rounded up, as quota counts them).
+    pub gpus: u64,
+    pub submitted_s: f64,
+    /// When the job was first told an estimate.
+    pub estimated_at_s: f64,
+    pub p10_s: f64,
+    pub p50_s: f64,
+    pub p90_s: f64,
+    pub started_s: f64,
+}
+
+impl FirstEstimate {
+    fn wait_s(&self) -> f64 {
+        self.started_s - self.submitted_s
+    }
+
+    /// How long after its submission the estimate was made.
+    fn delay_s(&self) -> f64 {
+        self.estimated_at_s - self.submitted_s
+    }
+
+    fn error_s(&self) -> f64 {
+        (self.started_s - self.p50_s).abs()
+    }
+
+    /// Whether the start fell within the p10–p90 interval (a second's slack for rounding).
+    fn within(&self) -> bool {
+        (self.p10_s - 1.0..=self.p90_s + 1.0).contains(&self.started_s)
+    }
 }
 
 /// The planner's start estimates against the actual starts, over the jobs that waited and got
@@ -91,37 +119,50 @@ pub struct EstimateReport {
     pub median_error_share_of_wait_left: f64,
 }
 
-fn estimate_report(outcomes: &[EstimateOutcome]) -> EstimateReport {
+fn estimate_report(outcomes: &[FirstEstimate]) -> EstimateReport {
     let median = |mut v: Vec<f64>| {
         v.sort_by(f64::total_cmp);
         round6(gantry_core::percentile(&v, 50.0))
     };
     EstimateReport {
         jobs: outcomes.len(),
-        median_abs_error_s: median(outcomes.iter().map(|o| o.error_s).collect()),
+        median_abs_error_s: median(outcomes.iter().map(FirstEstimate::error_s).collect()),
         median_error_share_of_wait: median(
             outcomes
                 .iter()
-                .filter(|o| o.wait_s > 0.0)
-                .map(|o| o.error_s / o.wait_s)
+                .filter(|o| o.wait_s() > 0.0)
+                .map(|o| o.error_s() / o.wait_s())
                 .collect(),
         ),
         within_interval: round6(ratio(
-            outcomes.iter().filter(|o| o.within).count() as f64,
+            outcomes.iter().filter(|o| o.within()).count() as f64,
             outcomes.len() as f64,
         )),
         late_first_estimates: outcomes
             .iter()
-            .filter(|o| o.delay_s > 0.1 * o.wait_s)
+            .filter(|o| o.delay_s() > 0.1 * o.wait_s())
             .count(),
         median_error_share_of_wait_left: median(
             outcomes
                 .iter()
-                .filter(|o| o.wait_s > o.delay_s)
-                .map(|o| o.error_s / (o.wait_s - o.delay_s))
+                .filter(|o| o.wait_s() > o.delay_s())
+                .map(|o| o.error_s() / (o.wait_s() - o.delay_s()))
                 .collect(),
         ),
     }
+}
+
+/// Writes `rows` as CSV with a header, one job per row, for `gantry simulate --estimates`.
+pub fn write_first_estimates(
+    rows: &[FirstEstimate],
+    out: impl std::io::Write,
+) -> Result<(), csv::Error> {
+    let mut writer = csv::Writer::from_writer(out);
+    for row in rows {
+        writer.serialize(row)?;
+    }
+    writer.flush()?;
+    Ok(())
 }
 
 /// Wait-time percentiles, in seconds.
@@ -198,6 +239,10 @@ pub struct Report {
     pub planner: gantry_core::scheduler::plan::PlanStats,
     /// How the planner's start estimates held up.
     pub estimates: EstimateReport,
+    /// Every judged job's first estimate and start, in the order they started: written by
+    /// `--estimates`, not in the JSON report, which stays a summary.
+    #[serde(skip)]
+    pub first_estimates: Vec<FirstEstimate>,
     /// Free GPUs no pending pod shape could use, as a fraction of free GPUs, averaged over the
     /// cycles that had work pending.
     pub fragmentation: f64,
@@ -598,6 +643,7 @@ impl Replay {
             preemptions,
             planner: self.scheduler.plan_stats(),
             estimates: estimate_report(&estimates),
+            first_estimates: estimates,
             fragmentation: round6(ratio(frag_sum, frag_cycles as f64)),
             makespan_s: round6(last_end - first_submit),
             cycles,
@@ -675,7 +721,7 @@ struct World<'a, 'b> {
     decisions: u64,
     first_decisions: u64,
     /// Per job that waited and had an estimate: its first estimate against its actual start.
-    estimates: Vec<EstimateOutcome>,
+    estimates: Vec<FirstEstimate>,
     last_end: f64,
     progress: &'a mut dyn FnMut(usize),
     on_decision: &'a mut OnDecision<'b>,
@@ -802,11 +848,16 @@ impl gantry_core::Binder for World<'_, '_> {
                     job.started_s = Some(now_s);
                     self.started_jobs += 1;
                     if let Some(((p10, p50, p90), made_s)) = job.first_estimate {
-                        self.estimates.push(EstimateOutcome {
-                            wait_s: now_s - job.submit_s,
-                            delay_s: made_s - job.submit_s,
-                            error_s: (now_s - p50).abs(),
-                            within: (p10 - 1.0..=p90 + 1.0).contains(&now_s),
+                        self.estimates.push(FirstEstimate {
+                            job: decision.explanation.job.clone(),
+                            queue: decision.explanation.queue.clone(),
+                            gpus: job.gpus,
+                            submitted_s: job.submit_s,
+                            estimated_at_s: made_s,
+                            p10_s: p10,
+                            p50_s: p50,
+                            p90_s: p90,
+                            started_s: now_s,
                         });
                     }
                 }
@@ -918,11 +969,16 @@ mod tests {
 
     #[test]
     fn a_first_estimate_made_late_is_counted_and_judged_on_the_wait_left() {
-        let outcome = |wait_s: f64, delay_s: f64, error_s: f64| EstimateOutcome {
-            wait_s,
-            delay_s,
-            error_s,
-            within: true,
+        let outcome = |wait_s: f64, delay_s: f64, error_s: f64| FirstEstimate {
+            job: "j".into(),
+            queue: "q".into(),
+            gpus: 1,
+            submitted_s: 0.0,
+            estimated_at_s: delay_s,
+            p10_s: 0.0,
+            p50_s: wait_s - error_s,
+            p90_s: 2.0 * wait_s,
+            started_s: wait_s,
         };
         // Two told at submission, 100 s and 300 s off a 1,000 s wait; one told 900 s into a
         // 1,000 s wait, 50 s off: 5% of the whole wait, but half of what was left of it.
