@@ -44,6 +44,10 @@ pub struct ClusterState {
     /// free. The queue's wake-up check asks it for the largest fraction free anywhere, so a
     /// parked fractional job is not retried while no GPU could hold one of its pods.
     largest_fraction_to_nodes: Vec<u32>,
+    /// The highest `m` with nodes in `largest_fraction_to_nodes`, kept as it changes: the
+    /// wake-up check reads it once per parked job, and scanning the counts each time cost
+    /// more than the check saves.
+    largest_fraction_free: u32,
     /// Milli-GPUs free on each node, summed over its GPUs: kept so that a change to one node
     /// updates `milli_free_total` without reading the others.
     node_to_milli_free: Vec<u32>,
@@ -71,6 +75,7 @@ impl ClusterState {
             changes_base: 0,
             free_to_nodes: Vec::new(),
             largest_fraction_to_nodes: vec![0; 1001],
+            largest_fraction_free: 0,
             node_to_milli_free: Vec::new(),
             milli_free_total: 0,
             releases: 0,
@@ -85,6 +90,7 @@ impl ClusterState {
             let largest = state.nodes.gpu_milli_free_max[node].min(1000);
             state.nodes.gpu_milli_free_max[node] = largest;
             state.largest_fraction_to_nodes[largest as usize] += 1;
+            state.largest_fraction_free = state.largest_fraction_free.max(largest);
         }
         state.node_to_milli_free = vec![0; state.nodes.len()];
         for node in 0..state.nodes.len() {
@@ -114,10 +120,7 @@ impl ClusterState {
 
     /// The most milli-GPUs free on any one GPU: a fractional pod asking for more fits nowhere.
     pub fn largest_gpu_fraction_free(&self) -> u32 {
-        self.largest_fraction_to_nodes
-            .iter()
-            .rposition(|&nodes| nodes > 0)
-            .unwrap_or(0) as u32
+        self.largest_fraction_free
     }
 
     /// Milli-GPUs free in the whole cluster, a whole free GPU counting 1,000: what fractional
@@ -153,6 +156,17 @@ impl ClusterState {
         let old_largest = self.nodes.gpu_milli_free_max[node];
         self.largest_fraction_to_nodes[old_largest as usize] -= 1;
         self.largest_fraction_to_nodes[max_free_milli as usize] += 1;
+        if max_free_milli >= self.largest_fraction_free {
+            self.largest_fraction_free = max_free_milli;
+        } else if old_largest == self.largest_fraction_free
+            && self.largest_fraction_to_nodes[old_largest as usize] == 0
+        {
+            // The last node at the top went down: find the new top, at most once per change.
+            self.largest_fraction_free = self.largest_fraction_to_nodes[..old_largest as usize]
+                .iter()
+                .rposition(|&nodes| nodes > 0)
+                .unwrap_or(0) as u32;
+        }
         self.nodes.gpu_milli_free_max[node] = max_free_milli;
         let old_sum = std::mem::replace(&mut self.node_to_milli_free[node], milli_free_sum);
         self.milli_free_total =
@@ -351,6 +365,16 @@ impl ClusterState {
             let largest = gpus.iter().map(|&m| milli_free(m)).max().unwrap_or(0);
             largest_fraction_to_nodes[largest as usize] += 1;
             milli_free_total += gpus.iter().map(|&m| u64::from(milli_free(m))).sum::<u64>();
+        }
+        let top = largest_fraction_to_nodes
+            .iter()
+            .rposition(|&nodes| nodes > 0)
+            .unwrap_or(0) as u32;
+        if top != self.largest_fraction_free {
+            return Err(format!(
+                "the largest free GPU fraction is {top}, but the count says {}",
+                self.largest_fraction_free
+            ));
         }
         if largest_fraction_to_nodes != self.largest_fraction_to_nodes {
             return Err(
