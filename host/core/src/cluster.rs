@@ -145,10 +145,14 @@ impl ClusterState {
     /// Recompute the node's free-GPU columns and its domains' totals from the per-GPU usage.
     fn refresh(&mut self, node: usize) {
         let range = self.gpus(node);
-        let gpus = &self.gpu_milli_used[range];
-        let free = gpus.iter().filter(|&&m| m == 0).count() as u32;
-        let max_free_milli = gpus.iter().map(|&m| milli_free(m)).max().unwrap_or(0);
-        let milli_free_sum: u32 = gpus.iter().map(|&m| milli_free(m)).sum();
+        // One pass over the node's GPUs: idle ones, the largest free fraction, free in all.
+        let (free, max_free_milli, milli_free_sum) =
+            self.gpu_milli_used[range]
+                .iter()
+                .fold((0u32, 0u32, 0u32), |(free, max, sum), &m| {
+                    let f = milli_free(m);
+                    (free + u32::from(m == 0), max.max(f), sum + f)
+                });
         let old_free = self.nodes.gpu_free[node];
         self.nodes.gpu_free[node] = free;
         self.free_to_nodes[old_free as usize] -= 1;
