@@ -14,7 +14,7 @@ use crate::builtin;
 use crate::explain::{FilterExplain, Outcome};
 use crate::queues::{Admission, QueueId, Queues};
 
-use super::queue::{Blocked, WakeCheck};
+use super::queue::{Blocked, JobKey, WakeCheck};
 use super::{CycleOutput, Decision, JobId, JobState, Mode, Scheduler};
 
 impl Scheduler {
@@ -366,7 +366,7 @@ impl WakeCheck for QuotaOnly<'_> {
         )
     }
 
-    fn room_possible(&self, _: JobId, _: u64) -> Option<u64> {
-        Some(0)
+    fn room_possible(&self, _: &JobKey, _: u64) -> bool {
+        true
     }
 }

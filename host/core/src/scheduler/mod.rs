@@ -39,7 +39,7 @@ use crate::queues::{Admission, QueueId, Queues};
 use crate::symbols::Symbols;
 
 pub use forecast::{ForecastRun, Forecasts};
-pub use queue::{Blocked, Epochs, JobKey, SchedulingQueue};
+pub use queue::{Blocked, Epochs, JobKey, RoomAsk, SchedulingQueue};
 
 /// A job's key in the scheduler: stable for the job's life and never reused, so a caller may
 /// keep it across cycles. Finished jobs are forgotten.
@@ -117,6 +117,17 @@ impl JobSpec {
             priority: self.priority,
             submit_s: self.submit_s,
             gpus: if self.balloon { 0 } else { self.total().gpus },
+            ask: self.room_ask(),
+        }
+    }
+
+    /// What the job asks of the GPUs, as the room check counts it.
+    fn room_ask(&self) -> RoomAsk {
+        RoomAsk {
+            pods: self.pods,
+            gpus_per_pod: self.shape.gpus,
+            gpu_milli: self.shape.gpu_milli,
+            balloon: self.balloon,
         }
     }
 }
@@ -854,16 +865,18 @@ impl Scheduler {
     /// fractions), or enough GPUs held by jobs it may preempt. A necessary condition only;
     /// GPU-less jobs always pass.
     fn room_possible(&self, spec: &JobSpec, reclaimable: u64) -> bool {
-        self.room_for(spec, reclaimable, 0)
+        self.room_for(spec.room_ask(), spec.priority, reclaimable, 0)
     }
 
     /// [`Scheduler::room_possible`] after `claimed` GPUs went to other jobs woken before it:
     /// those take the free GPUs first, node-sized, so a job of whole nodes is counted against
     /// whole free nodes less what was claimed, and a fractional job against the free
     /// milli-GPUs less a thousand per GPU claimed.
-    fn room_for(&self, spec: &JobSpec, reclaimable: u64, claimed: u64) -> bool {
-        let milli = u64::from(spec.shape.gpu_milli);
-        if milli == 0 && spec.shape.gpus == 0 {
+    /// It reads only the ask and the priority, so the queue checks each of those once per
+    /// wake-up.
+    fn room_for(&self, ask: RoomAsk, priority: i32, reclaimable: u64, claimed: u64) -> bool {
+        let milli = u64::from(ask.gpu_milli);
+        if milli == 0 && ask.gpus_per_pod == 0 {
             return true;
         }
         let fits_free = if milli > 0 {
@@ -873,23 +886,23 @@ impl Scheduler {
                     .state
                     .gpu_milli_free_total()
                     .saturating_sub(claimed * 1000)
-                    >= milli * u64::from(spec.pods)
+                    >= milli * u64::from(ask.pods)
         } else {
-            let gpus = u64::from(spec.shape.gpus);
+            let gpus = u64::from(ask.gpus_per_pod);
             self.state
-                .pods_fit(spec.shape.gpus)
+                .pods_fit(ask.gpus_per_pod)
                 .saturating_sub(claimed.div_ceil(gpus))
-                >= u64::from(spec.pods)
+                >= u64::from(ask.pods)
         };
         if fits_free {
             return true;
         }
-        if spec.balloon || !self.config.preemption {
+        if ask.balloon || !self.config.preemption {
             return false;
         }
         let lower: u64 = self
             .priority_to_gpus
-            .range(..spec.priority)
+            .range(..priority)
             .map(|(_, gpus)| gpus)
             .sum();
         let preemptable = self.balloon_gpus + lower + reclaimable;
@@ -901,10 +914,10 @@ impl Scheduler {
             // A victim frees its GPUs whole or in fractions; count them all as fractions.
             return (self.state.gpu_milli_free_total() + preemptable * 1000)
                 .saturating_sub(claimed * 1000)
-                >= milli * u64::from(spec.pods);
+                >= milli * u64::from(ask.pods);
         }
         let free = self.state.pods_fit(1);
-        (free + preemptable).saturating_sub(claimed) >= spec.total().gpus
+        (free + preemptable).saturating_sub(claimed) >= ask.gpus()
     }
 
     /// The queue's usage as a quota policy sees it, and its cohort's: what a cycle passes to
@@ -944,10 +957,8 @@ impl queue::WakeCheck for WakeProbe<'_> {
         )
     }
 
-    fn room_possible(&self, job: JobId, claimed: u64) -> Option<u64> {
-        let spec = &self.scheduler.job_to_entry.get(&job)?.spec;
+    fn room_possible(&self, key: &JobKey, claimed: u64) -> bool {
         self.scheduler
-            .room_for(spec, self.reclaimable, claimed)
-            .then(|| spec.total().gpus)
+            .room_for(key.ask, key.priority, self.reclaimable, claimed)
     }
 }

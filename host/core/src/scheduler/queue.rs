@@ -12,10 +12,15 @@
 //!   kube-scheduler's safety net;
 //! - a woken job must still pass a cheap check (its queue admits it, enough GPUs are free or
 //!   preemptable) before it costs an attempt, so no attempt is spent twice on a job whose
-//!   situation did not change.
+//!   situation did not change;
+//! - jobs parked for room wait in classes of one [`RoomAsk`] and priority, which that check
+//!   cannot tell apart: a wake-up checks each class until it finds no room, so it costs about
+//!   what it wakes, not every parked job (an overloaded replay's forecast runs thousands of
+//!   cycles over thousands of parked jobs).
 
 use std::cmp::Reverse;
-use std::collections::{BTreeMap, BTreeSet};
+use std::collections::{BTreeMap, BTreeSet, BinaryHeap};
+use std::ops::Bound;
 
 use serde::{Deserialize, Serialize};
 
@@ -58,6 +63,37 @@ pub struct JobKey {
     pub submit_s: f64,
     /// GPUs its queue is charged for it: the quota wake-up order.
     pub gpus: u64,
+    /// What it asks of the GPUs: the room wake-up's check reads this and the priority only.
+    pub ask: RoomAsk,
+}
+
+/// What a job asks of the cluster's GPUs, as far as the room wake-up counts them. Its check
+/// ([`WakeCheck::room_possible`]) reads only this and the job's priority, and fails for more
+/// GPUs already claimed whenever it failed for fewer; so once a wake-up found no room for one
+/// ask and priority, it checks no other job of the same.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord)]
+pub struct RoomAsk {
+    /// Pods, all alike.
+    pub pods: u32,
+    /// Whole GPUs per pod (0 for a fractional or CPU-only pod).
+    pub gpus_per_pod: u32,
+    /// Milli-GPUs per pod on one shared GPU (0 for whole GPUs).
+    pub gpu_milli: u32,
+    /// A balloon takes only free room: it preempts nothing.
+    pub balloon: bool,
+}
+
+impl RoomAsk {
+    /// The GPUs the job takes whole or in part: what it claims of the room once woken (a
+    /// fractional pod counting a GPU per 1,000 milli, rounded up).
+    pub fn gpus(&self) -> u64 {
+        let pods = u64::from(self.pods);
+        if self.gpu_milli > 0 {
+            (u64::from(self.gpu_milli) * pods).div_ceil(1000)
+        } else {
+            u64::from(self.gpus_per_pod) * pods
+        }
+    }
 }
 
 impl JobKey {
@@ -107,6 +143,12 @@ pub struct SchedulingQueue {
     /// Per queue: its quota-parked jobs by GPUs needed, smallest first. The queue admits a
     /// smaller ask whenever it admits a larger one, so waking stops at the first refusal.
     queue_to_quota_parked: Vec<BTreeSet<(u64, JobId)>>,
+    /// The jobs parked for room, by ask and priority, each class in the order it is tried.
+    /// A class that found no room in a wake-up is left there, so a wake-up costs about the
+    /// jobs it wakes and the classes, not every parked job. A class leaves when it empties.
+    ask_to_room_parked: BTreeMap<(RoomAsk, i32), BTreeSet<ActiveKey>>,
+    /// The jobs parked after a failed binding: only their backoff brings them back.
+    binding_parked: BTreeSet<JobId>,
     /// Failures carried over by jobs that were woken, until they are placed or parked again.
     job_to_failures: BTreeMap<JobId, u32>,
 }
@@ -115,9 +157,10 @@ pub struct SchedulingQueue {
 pub trait WakeCheck {
     /// Whether its queue would admit `gpus` more GPUs now (the asks of several jobs, summed).
     fn quota_admits(&self, queue: QueueId, gpus: u64) -> bool;
-    /// Whether the job could possibly find room now (free or preemptable GPUs) after other
-    /// woken jobs claimed `claimed` GPUs of it: the GPUs it claims in turn, or `None`.
-    fn room_possible(&self, job: JobId, claimed: u64) -> Option<u64>;
+    /// Whether a job of `key` could possibly find room now (free or preemptable GPUs) after
+    /// other woken jobs claimed `claimed` GPUs. It reads only the key's ask and priority, and
+    /// must not hold for more claimed GPUs where it failed for fewer.
+    fn room_possible(&self, key: &JobKey, claimed: u64) -> bool;
 }
 
 impl SchedulingQueue {
@@ -142,10 +185,25 @@ impl SchedulingQueue {
         if let Some(key) = self.job_to_active.remove(&id) {
             self.queue_to_active[key.queue].remove(&key.active(id));
         }
-        if let Some(parked) = self.job_to_parked.remove(&id)
-            && parked.blocked == Blocked::Quota
-        {
-            self.queue_to_quota_parked[parked.key.queue].remove(&(parked.key.gpus, id));
+        let Some(parked) = self.job_to_parked.remove(&id) else {
+            return;
+        };
+        match parked.blocked {
+            Blocked::Quota => {
+                self.queue_to_quota_parked[parked.key.queue].remove(&(parked.key.gpus, id));
+            }
+            Blocked::Room => {
+                let class = (parked.key.ask, parked.key.priority);
+                if let Some(jobs) = self.ask_to_room_parked.get_mut(&class) {
+                    jobs.remove(&parked.key.active(id));
+                    if jobs.is_empty() {
+                        self.ask_to_room_parked.remove(&class);
+                    }
+                }
+            }
+            Blocked::Binding => {
+                self.binding_parked.remove(&id);
+            }
         }
     }
 
@@ -165,8 +223,19 @@ impl SchedulingQueue {
         self.remove(id);
         let failures = self.job_to_failures.remove(&id).unwrap_or(0) + 1;
         let backoff = (INITIAL_BACKOFF_S * 2f64.powi(failures as i32 - 1)).min(MAX_BACKOFF_S);
-        if blocked == Blocked::Quota {
-            self.queue_to_quota_parked[key.queue].insert((key.gpus, id));
+        match blocked {
+            Blocked::Quota => {
+                self.queue_to_quota_parked[key.queue].insert((key.gpus, id));
+            }
+            Blocked::Room => {
+                self.ask_to_room_parked
+                    .entry((key.ask, key.priority))
+                    .or_default()
+                    .insert(key.active(id));
+            }
+            Blocked::Binding => {
+                self.binding_parked.insert(id);
+            }
         }
         self.job_to_parked.insert(
             id,
@@ -210,32 +279,43 @@ impl SchedulingQueue {
         }
         // Room: in the order they would be tried, as many as could find room together (each
         // woken job claims its GPUs), so a crowd of parked jobs is not woken for one free node.
-        let mut room: Vec<(ActiveKey, JobId)> = Vec::new();
-        for (&id, parked) in &self.job_to_parked {
-            if parked.blocked == Blocked::Quota || now_s < parked.backoff_until_s {
+        // Each class is a run of jobs in try order; merging their first waiting jobs gives
+        // the parked jobs in try order, and a class that found no room drops out of the
+        // merge: the claims only grow, so none of its later jobs could be woken.
+        let due = |order: &&ActiveKey| {
+            let parked = &self.job_to_parked[&order.2];
+            now_s >= parked.backoff_until_s
+                && (now_s >= parked.parked_s + FLUSH_S
+                    || parked.room_releases != epochs.room
+                    || parked.policy_set != epochs.policy_set)
+        };
+        let classes: Vec<&BTreeSet<ActiveKey>> = self.ask_to_room_parked.values().collect();
+        let next_due = |class: usize, after: Bound<ActiveKey>| {
+            classes[class]
+                .range((after, Bound::Unbounded))
+                .find(due)
+                .copied()
+        };
+        let mut heads: BinaryHeap<Reverse<(ActiveKey, usize)>> = (0..classes.len())
+            .filter_map(|class| Some(Reverse((next_due(class, Bound::Unbounded)?, class))))
+            .collect();
+        let mut claimed = 0u64;
+        while let Some(Reverse((order, class))) = heads.pop() {
+            let key = self.job_to_parked[&order.2].key;
+            if !check.room_possible(&key, claimed) {
                 continue;
             }
-            let flushed = now_s >= parked.parked_s + FLUSH_S;
-            match parked.blocked {
-                Blocked::Room
-                    if flushed
-                        || parked.room_releases != epochs.room
-                        || parked.policy_set != epochs.policy_set =>
-                {
-                    room.push((parked.key.active(id), id));
-                }
-                Blocked::Binding => woken.push(id),
-                _ => {}
+            claimed += key.ask.gpus();
+            woken.push(order.2);
+            if let Some(next) = next_due(class, Bound::Excluded(order)) {
+                heads.push(Reverse((next, class)));
             }
         }
-        room.sort_unstable();
-        let mut claimed = 0u64;
-        for (_, id) in room {
-            if let Some(gpus) = check.room_possible(id, claimed) {
-                claimed += gpus;
-                woken.push(id);
-            }
-        }
+        woken.extend(
+            self.binding_parked
+                .iter()
+                .filter(|id| now_s >= self.job_to_parked[id].backoff_until_s),
+        );
         for &id in &woken {
             if let Some(parked) = self.job_to_parked.get(&id).copied() {
                 self.remove(id);
@@ -348,8 +428,8 @@ mod tests {
         fn quota_admits(&self, _: QueueId, _: u64) -> bool {
             self.0
         }
-        fn room_possible(&self, _: JobId, _: u64) -> Option<u64> {
-            self.1.then_some(0)
+        fn room_possible(&self, _: &JobKey, _: u64) -> bool {
+            self.1
         }
     }
 
@@ -359,6 +439,12 @@ mod tests {
             priority,
             submit_s,
             gpus,
+            ask: RoomAsk {
+                pods: 1,
+                gpus_per_pod: gpus as u32,
+                gpu_milli: 0,
+                balloon: false,
+            },
         }
     }
 
@@ -417,8 +503,8 @@ mod tests {
             fn quota_admits(&self, _: QueueId, _: u64) -> bool {
                 true
             }
-            fn room_possible(&self, _: JobId, claimed: u64) -> Option<u64> {
-                (claimed + 8 <= 16).then_some(8)
+            fn room_possible(&self, key: &JobKey, claimed: u64) -> bool {
+                claimed + key.ask.gpus() <= 16
             }
         }
         let mut q = SchedulingQueue::default();
@@ -438,14 +524,46 @@ mod tests {
     }
 
     #[test]
+    fn a_wake_up_checks_an_ask_no_more_once_it_found_no_room() {
+        /// 16 GPUs free, counting its checks.
+        struct Counted(std::cell::Cell<u32>);
+        impl WakeCheck for Counted {
+            fn quota_admits(&self, _: QueueId, _: u64) -> bool {
+                true
+            }
+            fn room_possible(&self, key: &JobKey, claimed: u64) -> bool {
+                self.0.set(self.0.get() + 1);
+                claimed + key.ask.gpus() <= 16
+            }
+        }
+        let mut q = SchedulingQueue::default();
+        // A hundred 8-GPU jobs, then one 1-GPU job of lower priority.
+        for id in 1..=100 {
+            q.push(id, key(0, 1, f64::from(id), 8));
+            q.park(id, Blocked::Room, 0.0, Epochs::default());
+        }
+        q.push(101, key(0, 0, 0.0, 1));
+        q.park(101, Blocked::Room, 0.0, Epochs::default());
+        let freed = Epochs {
+            room: 1,
+            ..Epochs::default()
+        };
+        let check = Counted(std::cell::Cell::new(0));
+        assert_eq!(q.wake(5.0, freed, &check), 2, "two 8-GPU jobs fill 16 GPUs");
+        // Two that fit, the third that did not, and the 1-GPU job (another ask): not 101.
+        assert_eq!(check.0.get(), 4);
+        assert!(q.parked(101).is_some(), "16 GPUs were claimed already");
+    }
+
+    #[test]
     fn quota_wakes_the_smallest_asks_its_queue_admits() {
         struct Upto(u64);
         impl WakeCheck for Upto {
             fn quota_admits(&self, _: QueueId, gpus: u64) -> bool {
                 gpus <= self.0
             }
-            fn room_possible(&self, _: JobId, _: u64) -> Option<u64> {
-                Some(0)
+            fn room_possible(&self, _: &JobKey, _: u64) -> bool {
+                true
             }
         }
         let mut q = SchedulingQueue::default();
