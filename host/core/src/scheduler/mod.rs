@@ -632,12 +632,6 @@ impl Scheduler {
         }
     }
 
-    /// When a parked job's backoff or flush runs out next: a virtual-time driver with nothing
-    /// else due should run a cycle then.
-    pub fn next_retry_s(&self, now_s: f64) -> Option<f64> {
-        self.queue.next_timer_s(now_s)
-    }
-
     /// Gantry's cycle: wake the parked jobs whose wait is over, then take queue heads in
     /// priority and fair-share order, re-reading a queue's key after each admission, until
     /// no job is active or the attempt budget is spent.

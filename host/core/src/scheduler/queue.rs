@@ -407,16 +407,6 @@ impl SchedulingQueue {
     pub fn failures(&self, id: JobId) -> u32 {
         self.job_to_failures.get(&id).copied().unwrap_or(0)
     }
-
-    /// The earliest time a parked job's backoff or flush runs out after `now_s`: when a
-    /// caller driving virtual time should run a cycle if nothing else happens.
-    pub fn next_timer_s(&self, now_s: f64) -> Option<f64> {
-        self.job_to_parked
-            .values()
-            .flat_map(|p| [p.backoff_until_s, p.parked_s + FLUSH_S])
-            .filter(|&t| t > now_s)
-            .min_by(f64::total_cmp)
-    }
 }
 
 #[cfg(test)]
