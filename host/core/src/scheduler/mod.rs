@@ -132,6 +132,25 @@ impl JobSpec {
     }
 }
 
+/// Running jobs and the GPUs they hold, of one priority or of the balloons.
+#[derive(Debug, Clone, Copy, Default)]
+struct Held {
+    jobs: u64,
+    gpus: u64,
+}
+
+impl Held {
+    fn add(&mut self, gpus: u64) {
+        self.jobs += 1;
+        self.gpus += gpus;
+    }
+
+    fn remove(&mut self, gpus: u64) {
+        self.jobs -= 1;
+        self.gpus -= gpus;
+    }
+}
+
 #[derive(Debug, Clone)]
 enum JobState {
     Pending,
@@ -271,10 +290,12 @@ pub struct Scheduler {
     running: BTreeSet<JobId>,
     /// GPUs held by jobs whose every pod runs: the allocation that does work.
     running_gpus: u64,
-    /// GPUs held by running non-balloon jobs, by priority, and by running balloons: what a job
-    /// could preempt, for the queue's cheap "could it fit at all" check.
-    priority_to_gpus: BTreeMap<i32, u64>,
-    balloon_gpus: u64,
+    /// What running non-balloon jobs hold, by priority, and what running balloons hold: what a
+    /// job could preempt, for the queue's cheap "could it fit at all" check and for skipping
+    /// the preemption search when no running job could be a victim. A priority leaves when its
+    /// last job does.
+    priority_to_held: BTreeMap<i32, Held>,
+    balloons_held: Held,
     /// Cycles run so far; the current one while a cycle runs.
     cycle_no: u64,
     /// The policy-set version of the last cycle: a new one wakes every parked job.
@@ -312,8 +333,8 @@ impl Scheduler {
             queue: SchedulingQueue::default(),
             running: BTreeSet::new(),
             running_gpus: 0,
-            priority_to_gpus: BTreeMap::new(),
-            balloon_gpus: 0,
+            priority_to_held: BTreeMap::new(),
+            balloons_held: Held::default(),
             cycle_no: 0,
             policy_set: 0,
             queue_changes: 0,
@@ -553,13 +574,13 @@ impl Scheduler {
         let entry = self.job_to_entry.get_mut(&id).expect("a live job");
         let total = entry.spec.total();
         if entry.spec.balloon {
-            self.balloon_gpus += total.gpus;
+            self.balloons_held.add(total.gpus);
         } else {
             self.queues.charge(entry.spec.queue, total, true);
-            *self
-                .priority_to_gpus
+            self.priority_to_held
                 .entry(entry.spec.priority)
-                .or_default() += total.gpus;
+                .or_default()
+                .add(total.gpus);
         }
         self.running_gpus += total.gpus;
         entry.state = JobState::Running {
@@ -584,13 +605,13 @@ impl Scheduler {
                 let total = entry.spec.total();
                 self.running_gpus -= total.gpus;
                 if entry.spec.balloon {
-                    self.balloon_gpus -= total.gpus;
+                    self.balloons_held.remove(total.gpus);
                 } else {
                     self.queues.charge(entry.spec.queue, total, false);
-                    if let Some(gpus) = self.priority_to_gpus.get_mut(&entry.spec.priority) {
-                        *gpus -= total.gpus;
-                        if *gpus == 0 {
-                            self.priority_to_gpus.remove(&entry.spec.priority);
+                    if let Some(held) = self.priority_to_held.get_mut(&entry.spec.priority) {
+                        held.remove(total.gpus);
+                        if held.jobs == 0 {
+                            self.priority_to_held.remove(&entry.spec.priority);
                         }
                     }
                 }
@@ -895,11 +916,11 @@ impl Scheduler {
             return false;
         }
         let lower: u64 = self
-            .priority_to_gpus
+            .priority_to_held
             .range(..priority)
-            .map(|(_, gpus)| gpus)
+            .map(|(_, held)| held.gpus)
             .sum();
-        let preemptable = self.balloon_gpus + lower + reclaimable;
+        let preemptable = self.balloons_held.gpus + lower + reclaimable;
         if preemptable == 0 {
             // Nothing to preempt: only free room counts, and it did not suffice.
             return false;

@@ -23,6 +23,16 @@ impl Scheduler {
                 self.queues.admission(spec.queue, spec.total().gpus),
                 Admission::Within
             );
+        // No running job could be a victim (no balloon, none of lower priority, no borrower
+        // to reclaim from): skip the search over every running job.
+        let lower = self
+            .priority_to_held
+            .range(..spec.priority)
+            .next()
+            .is_some();
+        if self.balloons_held.jobs == 0 && !lower && !(reclaiming && self.reclaimable_gpus() > 0) {
+            return None;
+        }
         let mut candidates: Vec<(u8, i32, f64, JobId)> = Vec::new();
         for &id in &self.running {
             let entry = &self.job_to_entry[&id];
