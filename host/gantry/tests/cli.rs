@@ -289,9 +289,9 @@ fn the_alibaba_sample_queues_on_its_divided_cluster_so_its_estimates_are_judged(
         &temp("alibaba-128.json"),
     );
     assert_eq!(report["jobs_submitted"], 8151, "{report}");
-    // Hundreds of them: 810 with these flags at 65d91ea (672 before jobs without GPUs stopped
-    // evicting each other; 2,212 while reservations kept nodes idle behind jobs that had run
-    // for days).
+    // Hundreds of them: 810 with these flags in November 2026 (672 before jobs without GPUs
+    // stopped evicting each other; 2,212 while reservations kept nodes idle behind jobs that
+    // had run for days).
     let judged = report["estimates"]["jobs"].as_u64().expect("a count");
     assert!(judged >= 500, "only {judged} jobs were judged: {report}");
 }
