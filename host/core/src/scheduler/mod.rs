@@ -98,14 +98,9 @@ impl JobSpec {
 impl JobSpec {
     pub fn total(&self) -> Resources {
         let pods = u64::from(self.pods);
-        let gpus = if self.shape.gpu_milli > 0 {
-            // A fractional pod is charged a whole GPU's quota per 1000 milli, rounded up.
-            (u64::from(self.shape.gpu_milli) * pods).div_ceil(1000)
-        } else {
-            u64::from(self.shape.gpus) * pods
-        };
         Resources {
-            gpus,
+            // One count of GPUs for quota and for the room check: the ask's.
+            gpus: self.room_ask().gpus(),
             cpu_milli: u64::from(self.shape.cpu_milli) * pods,
             memory_mib: u64::from(self.shape.memory_mib) * pods,
         }
@@ -887,8 +882,8 @@ impl Scheduler {
     /// those take the free GPUs first, node-sized, so a job of whole nodes is counted against
     /// whole free nodes less what was claimed, and a fractional job against the free
     /// milli-GPUs less a thousand per GPU claimed.
-    /// It reads only the ask and the priority, so the queue checks each of those once per
-    /// wake-up.
+    /// It reads only the ask and the priority, so the queue checks each class of jobs with
+    /// both alike until it fails once per wake-up.
     fn room_for(&self, ask: RoomAsk, priority: i32, reclaimable: u64, claimed: u64) -> bool {
         let milli = u64::from(ask.gpu_milli);
         if milli == 0 && ask.gpus_per_pod == 0 {

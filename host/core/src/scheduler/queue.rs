@@ -84,8 +84,9 @@ pub struct RoomAsk {
 }
 
 impl RoomAsk {
-    /// The GPUs the job takes whole or in part: what it claims of the room once woken (a
-    /// fractional pod counting a GPU per 1,000 milli, rounded up).
+    /// The GPUs the job takes whole or in part: what its queue is charged and what it claims
+    /// of the room once woken (a fractional pod is charged a whole GPU per 1,000 milli,
+    /// rounded up).
     pub fn gpus(&self) -> u64 {
         let pods = u64::from(self.pods);
         if self.gpu_milli > 0 {
@@ -96,7 +97,14 @@ impl RoomAsk {
     }
 }
 
+/// Parked jobs the room check cannot tell apart: one ask and one priority.
+type RoomClass = (RoomAsk, i32);
+
 impl JobKey {
+    fn room_class(&self) -> RoomClass {
+        (self.ask, self.priority)
+    }
+
     fn active(&self, id: JobId) -> ActiveKey {
         (Reverse(self.priority), Seconds(self.submit_s), id)
     }
@@ -146,7 +154,7 @@ pub struct SchedulingQueue {
     /// The jobs parked for room, by ask and priority, each class in the order it is tried.
     /// A class that found no room in a wake-up is left there, so a wake-up costs about the
     /// jobs it wakes and the classes, not every parked job. A class leaves when it empties.
-    ask_to_room_parked: BTreeMap<(RoomAsk, i32), BTreeSet<ActiveKey>>,
+    ask_to_room_parked: BTreeMap<RoomClass, BTreeSet<ActiveKey>>,
     /// The jobs parked after a failed binding: only their backoff brings them back.
     binding_parked: BTreeSet<JobId>,
     /// Failures carried over by jobs that were woken, until they are placed or parked again.
@@ -193,7 +201,7 @@ impl SchedulingQueue {
                 self.queue_to_quota_parked[parked.key.queue].remove(&(parked.key.gpus, id));
             }
             Blocked::Room => {
-                let class = (parked.key.ask, parked.key.priority);
+                let class = parked.key.room_class();
                 if let Some(jobs) = self.ask_to_room_parked.get_mut(&class) {
                     jobs.remove(&parked.key.active(id));
                     if jobs.is_empty() {
@@ -229,7 +237,7 @@ impl SchedulingQueue {
             }
             Blocked::Room => {
                 self.ask_to_room_parked
-                    .entry((key.ask, key.priority))
+                    .entry(key.room_class())
                     .or_default()
                     .insert(key.active(id));
             }
