@@ -51,6 +51,24 @@ pub enum Admission {
     },
 }
 
+/// The built-in quota check before it is put into words: [`Queues::admission`] words it,
+/// [`Queues::admits`] does not, so the checks made for every parked job format nothing.
+#[derive(Debug, Clone, Copy)]
+enum Limit {
+    Within,
+    Borrowing(u64),
+    Refused(Refusal),
+}
+
+/// Which limit refused, with the figures its words name.
+#[derive(Debug, Clone, Copy)]
+enum Refusal {
+    /// The queue's own borrowing limit.
+    OverBorrowingLimit { borrow: u64, limit: u64 },
+    /// What the queues beside it (and above) could lend.
+    NoLender { extra: u64, available: u64 },
+}
+
 #[derive(Debug, Clone)]
 struct Queue {
     def: QueueDef,
@@ -228,64 +246,98 @@ impl Queues {
 
     /// The built-in quota check for `gpus` more GPUs in leaf queue `id`.
     pub fn admission(&self, id: QueueId, gpus: u64) -> Admission {
+        match self.limit(id, gpus) {
+            Limit::Within => Admission::Within,
+            Limit::Borrowing(borrow) => Admission::Borrowing { gpus: borrow },
+            Limit::Refused(refusal) => Admission::Denied {
+                reason: self.refusal_text(id, gpus, refusal),
+            },
+        }
+    }
+
+    /// Whether [`Queues::admission`] would admit `gpus` more GPUs in leaf queue `id`, without
+    /// putting a refusal into words: the wake-up and the preemption search ask this for every
+    /// job they look at, and read no reason.
+    pub fn admits(&self, id: QueueId, gpus: u64) -> bool {
+        !matches!(self.limit(id, gpus), Limit::Refused(_))
+    }
+
+    /// Whether `gpus` more GPUs in leaf queue `id` stay within its quota: the verdict alone,
+    /// which [`Queues::admission`] puts into words.
+    pub fn within(&self, id: QueueId, gpus: u64) -> bool {
+        matches!(self.limit(id, gpus), Limit::Within)
+    }
+
+    /// The quota check's numbers: the one rule [`Queues::admission`], [`Queues::admits`] and
+    /// [`Queues::within`] share.
+    fn limit(&self, id: QueueId, gpus: u64) -> Limit {
         let queue = &self.queues[id];
-        let name = &queue.def.name;
         let nominal = self.nominal(id);
         let after = queue.used.gpus + gpus;
         if after <= nominal {
-            return Admission::Within;
+            return Limit::Within;
         }
         let borrow = after - nominal;
         if let Some(limit) = queue.def.borrowing_limit_gpus
             && borrow > limit
         {
-            return Admission::Denied {
-                reason: format!(
-                    "queue {name} would borrow {borrow} GPUs, over its borrowing limit of {limit}"
-                ),
-            };
+            return Limit::Refused(Refusal::OverBorrowingLimit { borrow, limit });
         }
         let extra = borrow - self.borrowed(id);
         let available = self.available_to(id);
         if extra > available {
-            let free = nominal.saturating_sub(queue.used.gpus);
-            let own = if free == 0 {
-                format!(
-                    "queue {name} is at its quota of {nominal} GPUs, so the {gpus} it needs must be borrowed"
-                )
-            } else {
-                format!(
-                    "queue {name} has {free} of its {nominal} GPUs free and needs {gpus}, so {extra} must be borrowed"
-                )
-            };
-            // Name the level whose limit binds: the cohort's borrowing limit, or what the
-            // queues beside it lend.
-            let lenders = match queue.parent {
-                Some(parent) => {
-                    let cohort = &self.queues[parent].def;
-                    if let Some(limit) = cohort.borrowing_limit_gpus
-                        && self.borrowed(parent) >= limit
-                    {
-                        format!(
-                            "cohort {} is at its borrowing limit of {limit} GPUs, and its queues have only {available} idle GPUs to lend",
-                            cohort.name
-                        )
-                    } else {
-                        format!(
-                            "the other queues of cohort {} have only {available} idle GPUs to lend",
-                            cohort.name
-                        )
-                    }
-                }
-                None => {
-                    format!("the other top-level queues have only {available} idle GPUs to lend")
-                }
-            };
-            return Admission::Denied {
-                reason: format!("{own}; {lenders}"),
-            };
+            return Limit::Refused(Refusal::NoLender { extra, available });
         }
-        Admission::Borrowing { gpus: borrow }
+        Limit::Borrowing(borrow)
+    }
+
+    /// Why `gpus` more GPUs in leaf queue `id` were refused, in plain words.
+    fn refusal_text(&self, id: QueueId, gpus: u64, refusal: Refusal) -> String {
+        let queue = &self.queues[id];
+        let name = &queue.def.name;
+        let nominal = self.nominal(id);
+        let (extra, available) = match refusal {
+            Refusal::OverBorrowingLimit { borrow, limit } => {
+                return format!(
+                    "queue {name} would borrow {borrow} GPUs, over its borrowing limit of {limit}"
+                );
+            }
+            Refusal::NoLender { extra, available } => (extra, available),
+        };
+        let free = nominal.saturating_sub(queue.used.gpus);
+        let own = if free == 0 {
+            format!(
+                "queue {name} is at its quota of {nominal} GPUs, so the {gpus} it needs must be borrowed"
+            )
+        } else {
+            format!(
+                "queue {name} has {free} of its {nominal} GPUs free and needs {gpus}, so {extra} must be borrowed"
+            )
+        };
+        // Name the level whose limit binds: the cohort's borrowing limit, or what the
+        // queues beside it lend.
+        let lenders = match queue.parent {
+            Some(parent) => {
+                let cohort = &self.queues[parent].def;
+                if let Some(limit) = cohort.borrowing_limit_gpus
+                    && self.borrowed(parent) >= limit
+                {
+                    format!(
+                        "cohort {} is at its borrowing limit of {limit} GPUs, and its queues have only {available} idle GPUs to lend",
+                        cohort.name
+                    )
+                } else {
+                    format!(
+                        "the other queues of cohort {} have only {available} idle GPUs to lend",
+                        cohort.name
+                    )
+                }
+            }
+            None => {
+                format!("the other top-level queues have only {available} idle GPUs to lend")
+            }
+        };
+        format!("{own}; {lenders}")
     }
 
     /// Quota given back so far; see [`Queues::charge`].
@@ -488,6 +540,41 @@ mod tests {
         );
         q.charge(pretraining, Resources::gpus(18), false);
         assert_eq!(q.used(q.id("research").unwrap()).gpus, 16);
+    }
+
+    #[test]
+    fn the_wordless_checks_agree_with_the_worded_one() {
+        let mut q = tree();
+        let (rl, pretraining) = (q.id("rl").unwrap(), q.id("pretraining").unwrap());
+        let mut seen = [false; 3];
+        // Every verdict, as the queues fill: within, borrowing, and each kind of refusal.
+        for (queue, used) in [
+            (rl, 0),
+            (rl, 16),
+            (pretraining, 18),
+            (rl, 8),
+            (pretraining, 2),
+        ] {
+            q.charge(queue, Resources::gpus(used), true);
+            for leaf in q.ids().filter(|&id| q.children(id).is_empty()) {
+                for gpus in 0..=40 {
+                    let verdict = q.admission(leaf, gpus);
+                    seen[match verdict {
+                        Admission::Within => 0,
+                        Admission::Borrowing { .. } => 1,
+                        Admission::Denied { .. } => 2,
+                    }] = true;
+                    assert_eq!(
+                        q.admits(leaf, gpus),
+                        !matches!(verdict, Admission::Denied { .. }),
+                        "{} {gpus}",
+                        q.name(leaf)
+                    );
+                    assert_eq!(q.within(leaf, gpus), verdict == Admission::Within);
+                }
+            }
+        }
+        assert_eq!(seen, [true; 3]);
     }
 
     #[test]

@@ -11,9 +11,7 @@ use std::sync::Arc;
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::time::{Duration, Instant};
 
-use gantry_core::{
-    Admission, BindOutcome, Changes, Cluster, CycleOutput, Decision, Forecasts, Scheduler,
-};
+use gantry_core::{BindOutcome, Changes, Cluster, CycleOutput, Decision, Forecasts, Scheduler};
 use gantry_policy::NodeCache;
 use serde::Serialize;
 
@@ -445,11 +443,7 @@ impl Engine {
             if wanted_idle && wanted_balloons {
                 continue;
             }
-            let admitted = !matches!(
-                s.queues.admission(spec.queue, spec.total().gpus),
-                Admission::Denied { .. }
-            );
-            if !admitted {
+            if !s.queues.admits(spec.queue, spec.total().gpus) {
                 continue;
             }
             let gpus = spec.shape.gpus;

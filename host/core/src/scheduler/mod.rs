@@ -961,10 +961,7 @@ struct WakeProbe<'a> {
 
 impl queue::WakeCheck for WakeProbe<'_> {
     fn quota_admits(&self, queue: QueueId, gpus: u64) -> bool {
-        !matches!(
-            self.scheduler.queues.admission(queue, gpus),
-            Admission::Denied { .. }
-        )
+        self.scheduler.queues.admits(queue, gpus)
     }
 
     fn room_possible(&self, key: &JobKey, claimed: u64) -> bool {

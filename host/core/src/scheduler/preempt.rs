@@ -2,7 +2,7 @@
 
 use std::collections::HashMap;
 
-use crate::queues::{Admission, QueueId};
+use crate::queues::QueueId;
 
 use super::{JobId, JobSpec, JobState, Scheduler};
 
@@ -18,11 +18,7 @@ impl Scheduler {
         }
         // Quota counts GPUs only: a job asking none reclaims nothing, and a job holding none
         // borrows nothing, so it is never a borrower to reclaim from.
-        let reclaiming = spec.total().gpus > 0
-            && matches!(
-                self.queues.admission(spec.queue, spec.total().gpus),
-                Admission::Within
-            );
+        let reclaiming = spec.total().gpus > 0 && self.queues.within(spec.queue, spec.total().gpus);
         // No running job could be a victim (no balloon, none of lower priority, no borrower
         // to reclaim from): skip the search over every running job.
         let lower = self
