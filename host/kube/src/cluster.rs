@@ -38,7 +38,8 @@ const COMPONENT: &str = "gantry";
 const QUEUE_STATUS_EVERY: Duration = Duration::from_secs(5);
 /// Bindings and status patches in flight at once.
 pub(crate) const CONCURRENCY: usize = 16;
-/// Scheduled Events in flight at once, in the background (see [`KubeCluster::apply`]).
+/// Scheduled Events in flight at once, in the background (see
+/// [`KubeCluster::post_scheduled_events`]).
 const EVENT_CONCURRENCY: usize = 4;
 
 /// How often the FailedScheduling memory is trimmed to the pods still pending.

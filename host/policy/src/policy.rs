@@ -447,7 +447,7 @@ impl Policy {
             .map(|i| reasons[i].1.as_str())
     }
 
-    /// A filter's verdicts in words: "N fit; M <reason>, …", most-declared code first. What
+    /// A filter's verdicts in words: "N fit; M `<reason>`, …", most-declared code first. What
     /// `gantry policy validate` and the API's upload self-test print.
     pub fn describe_verdicts(&self, codes: &[u16]) -> String {
         let mut code_to_count: std::collections::BTreeMap<u16, usize> =

@@ -1,10 +1,11 @@
 //! Gantry's HTTP face: the axum REST API (policies, sets, shadow mode, decisions, explanations,
 //! cluster and queues), the SSE decision feed, Prometheus metrics and health probes, behind
 //! bearer tokens with roles. It runs no cycles: the engine (`gantry-engine`) does, and publishes
-//! in [`Live`] the read-only view these handlers serve.
+//! in [`gantry_engine::Live`] the read-only view these handlers serve.
 //!
-//! Data flows in one direction: the engine hands cycles and snapshots to [`Live`]; handlers read
-//! them and the store, and the only thing they change is which policy set the next cycle runs.
+//! Data flows in one direction: the engine hands cycles and snapshots to
+//! [`gantry_engine::Live`]; handlers read them and the store, and the only thing they change is
+//! which policy set the next cycle runs.
 //!
 //! The routes take and answer the types of `gantry-contract`, the crate the CLI reads them with;
 //! the OpenAPI document (`/api/openapi.json`) is derived from those types and the handlers'
