@@ -322,6 +322,9 @@ impl Scheduler {
         // A copy that does not plan learns nothing: its ends are guesses, not runtimes, and
         // its starts are not waits to calibrate by.
         sim.plan_config.enabled = false;
+        // Its decisions are read for whether they placed a job, never shown: ranking the best
+        // nodes for an explanation nobody reads is waste.
+        sim.config.top_nodes = 0;
         let end_of = |id: JobId, spec: &JobSpec, started_s: f64, at_s: f64| match scenario.ends {
             Ends::P10 => self.expected_end(spec, started_s, at_s).0,
             Ends::P90 => self.expected_end(spec, started_s, at_s).2,
