@@ -51,16 +51,9 @@ pub enum Admission {
     },
 }
 
-/// The built-in quota check before it is put into words: [`Queues::admission`] words it,
-/// [`Queues::admits`] does not, so the checks made for every parked job format nothing.
-#[derive(Debug, Clone, Copy)]
-enum Limit {
-    Within,
-    Borrowing(u64),
-    Refused(Refusal),
-}
-
-/// Which limit refused, with the figures its words name.
+/// Why the built-in quota check refused, with the figures its words name: what
+/// [`Queues::admission`] puts into words and [`Queues::admits`] does not, so the checks made
+/// for every parked job format nothing.
 #[derive(Debug, Clone, Copy)]
 enum Refusal {
     /// The queue's own borrowing limit.
@@ -246,49 +239,46 @@ impl Queues {
 
     /// The built-in quota check for `gpus` more GPUs in leaf queue `id`.
     pub fn admission(&self, id: QueueId, gpus: u64) -> Admission {
-        match self.limit(id, gpus) {
-            Limit::Within => Admission::Within,
-            Limit::Borrowing(borrow) => Admission::Borrowing { gpus: borrow },
-            Limit::Refused(refusal) => Admission::Denied {
+        self.limit(id, gpus)
+            .unwrap_or_else(|refusal| Admission::Denied {
                 reason: self.refusal_text(id, gpus, refusal),
-            },
-        }
+            })
     }
 
     /// Whether [`Queues::admission`] would admit `gpus` more GPUs in leaf queue `id`, without
     /// putting a refusal into words: the wake-up and the preemption search ask this for every
     /// job they look at, and read no reason.
     pub fn admits(&self, id: QueueId, gpus: u64) -> bool {
-        !matches!(self.limit(id, gpus), Limit::Refused(_))
+        self.limit(id, gpus).is_ok()
     }
 
     /// Whether `gpus` more GPUs in leaf queue `id` stay within its quota: the verdict alone,
     /// which [`Queues::admission`] puts into words.
     pub fn within(&self, id: QueueId, gpus: u64) -> bool {
-        matches!(self.limit(id, gpus), Limit::Within)
+        matches!(self.limit(id, gpus), Ok(Admission::Within))
     }
 
-    /// The quota check's numbers: the one rule [`Queues::admission`], [`Queues::admits`] and
-    /// [`Queues::within`] share.
-    fn limit(&self, id: QueueId, gpus: u64) -> Limit {
+    /// The quota check, a refusal not yet in words: the one rule [`Queues::admission`],
+    /// [`Queues::admits`] and [`Queues::within`] share.
+    fn limit(&self, id: QueueId, gpus: u64) -> Result<Admission, Refusal> {
         let queue = &self.queues[id];
         let nominal = self.nominal(id);
         let after = queue.used.gpus + gpus;
         if after <= nominal {
-            return Limit::Within;
+            return Ok(Admission::Within);
         }
         let borrow = after - nominal;
         if let Some(limit) = queue.def.borrowing_limit_gpus
             && borrow > limit
         {
-            return Limit::Refused(Refusal::OverBorrowingLimit { borrow, limit });
+            return Err(Refusal::OverBorrowingLimit { borrow, limit });
         }
         let extra = borrow - self.borrowed(id);
         let available = self.available_to(id);
         if extra > available {
-            return Limit::Refused(Refusal::NoLender { extra, available });
+            return Err(Refusal::NoLender { extra, available });
         }
-        Limit::Borrowing(borrow)
+        Ok(Admission::Borrowing { gpus: borrow })
     }
 
     /// Why `gpus` more GPUs in leaf queue `id` were refused, in plain words.
