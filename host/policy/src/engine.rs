@@ -480,6 +480,7 @@ fn compile_new(shared: &EngineShared, bytes: &[u8], digest: [u8; 32]) -> Result<
     let component = Component::new(engine, bytes)
         .map_err(|e| PolicyError::Invalid(one_line(&format!("{e:#}"))))?;
     let (role, version) = detect_role(engine, &component)?;
+    prepare_memory_images(&component)?;
     let linker = &shared.linker;
     let wrong_world = |e: wasmtime::Error| PolicyError::WrongWorld {
         world: format!("gantry:policy/{role}@{version}"),
@@ -518,6 +519,61 @@ fn compile_new(shared: &EngineShared, bytes: &[u8], digest: [u8; 32]) -> Result<
         version,
         size_bytes: bytes.len(),
         pre,
+    })
+}
+
+/// How many times [`prepare_memory_images`] builds an image the kernel refused as busy.
+const MEMORY_IMAGE_ATTEMPTS: u32 = 6;
+
+/// Build the component's copy-on-write memory images now, on the compile thread, instead of
+/// at its first instantiation. Linux can refuse to seal the memfd wasmtime has just written
+/// (`EBUSY`) while another CPU still briefly holds references to its pages; at instantiation
+/// that refusal read as the policy faulting in its init. The refusal is transient, and an image
+/// that failed is not kept, so a busy refusal is retried after a short, doubling pause.
+fn prepare_memory_images(component: &Component) -> Result<()> {
+    retry_when_busy(MEMORY_IMAGE_ATTEMPTS, Duration::from_millis(2), || {
+        component.initialize_copy_on_write_image()
+    })
+    .map_err(|(attempts, error)| memory_image_error(attempts, error))
+}
+
+/// The error an admin reads when the images could not be built after `attempts` runs.
+fn memory_image_error(attempts: u32, error: wasmtime::Error) -> PolicyError {
+    PolicyError::MemoryImage {
+        attempts,
+        detail: one_line(&format!("{error:#}")),
+        source: error.into(),
+    }
+}
+
+/// Run `op` until it succeeds, fails with anything but a busy OS error, or has run `attempts`
+/// times, sleeping `pause` (doubled each time) between runs. On failure, also says how many
+/// runs were made.
+fn retry_when_busy<T>(
+    attempts: u32,
+    mut pause: Duration,
+    mut op: impl FnMut() -> wasmtime::Result<T>,
+) -> std::result::Result<T, (u32, wasmtime::Error)> {
+    let mut attempt = 1;
+    loop {
+        match op() {
+            Ok(value) => return Ok(value),
+            Err(error) if attempt < attempts && is_busy(&error) => {
+                std::thread::sleep(pause);
+                pause *= 2;
+                attempt += 1;
+            }
+            Err(error) => return Err((attempt, error)),
+        }
+    }
+}
+
+/// Whether an OS "device or resource busy" error is anywhere in `error`'s chain.
+fn is_busy(error: &wasmtime::Error) -> bool {
+    error.chain().any(|cause| {
+        cause
+            .downcast_ref::<std::io::Error>()
+            .is_some_and(|io| io.kind() == std::io::ErrorKind::ResourceBusy)
     })
 }
 
@@ -694,4 +750,61 @@ pub(crate) fn one_line(text: &str) -> String {
 
 pub(crate) fn hex(bytes: &[u8]) -> String {
     bytes.iter().map(|b| format!("{b:02x}")).collect()
+}
+
+#[cfg(test)]
+mod tests {
+    use std::cell::Cell;
+
+    use super::*;
+
+    /// What wasmtime returns when the kernel will not seal a memory image: memfd's error
+    /// around the OS error.
+    fn busy() -> wasmtime::Error {
+        wasmtime::Error::new(std::io::Error::from_raw_os_error(16))
+            .context("cannot add seals to the memfd")
+    }
+
+    #[test]
+    fn a_busy_kernel_is_asked_again_and_other_errors_are_not() {
+        let runs = Cell::new(0);
+        let twice_busy = retry_when_busy(6, Duration::ZERO, || {
+            runs.set(runs.get() + 1);
+            if runs.get() <= 2 {
+                Err(busy())
+            } else {
+                Ok(runs.get())
+            }
+        });
+        assert_eq!(twice_busy.ok(), Some(3));
+
+        runs.set(0);
+        let always_busy = retry_when_busy(6, Duration::ZERO, || {
+            runs.set(runs.get() + 1);
+            Err::<(), _>(busy())
+        });
+        let (attempts, error) = always_busy.expect_err("always busy");
+        assert_eq!((attempts, runs.get()), (6, 6));
+        assert!(is_busy(&error));
+
+        runs.set(0);
+        let other = retry_when_busy(6, Duration::ZERO, || {
+            runs.set(runs.get() + 1);
+            Err::<(), _>(wasmtime::Error::new(std::io::Error::from_raw_os_error(12)))
+        });
+        assert_eq!(other.expect_err("out of memory").0, 1);
+        assert_eq!(runs.get(), 1);
+    }
+
+    #[test]
+    fn a_memory_image_the_kernel_kept_refusing_names_the_os_error() {
+        let error = memory_image_error(6, busy());
+        assert_eq!(
+            error.to_string(),
+            "cannot prepare the policy's initial memory (tried 6 times): cannot add seals to the \
+             memfd: Device or resource busy (os error 16)"
+        );
+        let source = std::error::Error::source(&error).expect("source kept");
+        assert_eq!(source.to_string(), "cannot add seals to the memfd");
+    }
 }

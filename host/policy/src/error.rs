@@ -81,6 +81,19 @@ pub enum PolicyError {
     /// wasmtime itself could not be set up, or a host thread could not start.
     #[error("cannot set up the Wasm engine: {0}")]
     Engine(String),
+    /// The component's initial memory could not be prepared: Linux would not seal the memory
+    /// image wasmtime writes for it, even after retries. Says how often it was tried, since a
+    /// busy kernel is the usual cause and a later load may well succeed.
+    #[error("cannot prepare the policy's initial memory (tried {attempts} times): {detail}")]
+    MemoryImage {
+        /// How many times the image was built.
+        attempts: u32,
+        /// The error chain on one line.
+        detail: String,
+        /// wasmtime's error, with the OS error at its root.
+        #[source]
+        source: Box<dyn std::error::Error + Send + Sync + 'static>,
+    },
     /// The policy file could not be read.
     #[error("cannot read the file: {message}")]
     Read {
