@@ -534,16 +534,10 @@ fn prepare_memory_images(component: &Component) -> Result<()> {
     retry_when_busy(MEMORY_IMAGE_ATTEMPTS, Duration::from_millis(2), || {
         component.initialize_copy_on_write_image()
     })
-    .map_err(|(attempts, error)| memory_image_error(attempts, error))
-}
-
-/// The error an admin reads when the images could not be built after `attempts` runs.
-fn memory_image_error(attempts: u32, error: wasmtime::Error) -> PolicyError {
-    PolicyError::MemoryImage {
+    .map_err(|(attempts, error)| PolicyError::MemoryImage {
         attempts,
-        detail: one_line(&format!("{error:#}")),
         source: error.into(),
-    }
+    })
 }
 
 /// Run `op` until it succeeds, fails with anything but a busy OS error, or has run `attempts`
@@ -798,7 +792,10 @@ mod tests {
 
     #[test]
     fn a_memory_image_the_kernel_kept_refusing_names_the_os_error() {
-        let error = memory_image_error(6, busy());
+        let error = PolicyError::MemoryImage {
+            attempts: 6,
+            source: busy().into(),
+        };
         assert_eq!(
             error.to_string(),
             "cannot prepare the policy's initial memory (tried 6 times): cannot add seals to the \

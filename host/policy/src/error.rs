@@ -84,12 +84,13 @@ pub enum PolicyError {
     /// The component's initial memory could not be prepared: Linux would not seal the memory
     /// image wasmtime writes for it, even after retries. Says how often it was tried, since a
     /// busy kernel is the usual cause and a later load may well succeed.
-    #[error("cannot prepare the policy's initial memory (tried {attempts} times): {detail}")]
+    #[error(
+        "cannot prepare the policy's initial memory (tried {attempts} times): {}",
+        chain_text(source.as_ref())
+    )]
     MemoryImage {
         /// How many times the image was built.
         attempts: u32,
-        /// The error chain on one line.
-        detail: String,
         /// wasmtime's error, with the OS error at its root.
         #[source]
         source: Box<dyn std::error::Error + Send + Sync + 'static>,
@@ -265,4 +266,17 @@ fn probe_note(probe_in_ms: u64) -> String {
         ms if ms < 1000 => format!("next probe in {ms} ms"),
         ms => format!("next probe in {} s", ms.div_ceil(1000)),
     }
+}
+
+/// An error and each of its sources, joined with ": ": the whole of a wasmtime error, whose
+/// own text is only its outermost context.
+fn chain_text(error: &(dyn std::error::Error + 'static)) -> String {
+    let mut text = error.to_string();
+    let mut cause = error.source();
+    while let Some(next) = cause {
+        text.push_str(": ");
+        text.push_str(&next.to_string());
+        cause = next.source();
+    }
+    text
 }
