@@ -258,6 +258,22 @@ impl Queues {
         matches!(self.limit(id, gpus), Ok(Admission::Within))
     }
 
+    /// The most GPUs leaf queue `id` could be admitted now: its idle nominal quota, plus what
+    /// it may still borrow (within its borrowing limit and what others lend). [`Queues::admits`]
+    /// holds for every count up to it and none above. A reservation's quota hold compares it
+    /// before and after another job's admission, to tell whether that admission delays it.
+    pub fn headroom(&self, id: QueueId) -> u64 {
+        let queue = &self.queues[id];
+        let nominal = self.nominal(id);
+        let idle = nominal.saturating_sub(queue.used.gpus);
+        let borrowed = self.borrowed(id);
+        let may_borrow = queue
+            .def
+            .borrowing_limit_gpus
+            .map_or(u64::MAX, |limit| limit.saturating_sub(borrowed));
+        idle.saturating_add(may_borrow.min(self.available_to(id)))
+    }
+
     /// The quota check, a refusal not yet in words: the one rule [`Queues::admission`],
     /// [`Queues::admits`] and [`Queues::within`] share.
     fn limit(&self, id: QueueId, gpus: u64) -> Result<Admission, Refusal> {
@@ -561,6 +577,12 @@ mod tests {
                         q.name(leaf)
                     );
                     assert_eq!(q.within(leaf, gpus), verdict == Admission::Within);
+                    assert_eq!(
+                        q.admits(leaf, gpus),
+                        gpus <= q.headroom(leaf),
+                        "headroom of {}",
+                        q.name(leaf)
+                    );
                 }
             }
         }
