@@ -173,6 +173,8 @@ pub struct WaitStats {
     pub p50_s: f64,
     pub p95_s: f64,
     pub p99_s: f64,
+    /// The longest wait: what a starved job sees.
+    pub max_s: f64,
 }
 
 #[derive(Debug, Clone, Serialize, PartialEq)]
@@ -230,6 +232,8 @@ pub struct Report {
     /// Over the jobs preempted at least once: the time each spent pending again after its
     /// preemptions, summed per job.
     pub requeue_wait: WaitStats,
+    /// The same, by the GPUs a job asks in all (pods × GPUs per pod).
+    pub wait_by_gpus: BTreeMap<u64, WaitStats>,
     pub queues: BTreeMap<String, QueueReport>,
     /// Gangs that ever ran with some but not all of their pods. Must be 0.
     pub partial_gangs: u64,
@@ -359,6 +363,9 @@ impl PendingShapes {
 /// Each job's wait, kept when it finishes (or when the replay ends).
 struct Waits {
     by_queue: Vec<Vec<f64>>,
+    /// By the GPUs a job asks in all: the big gangs' waits apart from the stream of small
+    /// jobs that hides them in the overall percentiles.
+    by_gpus: BTreeMap<u64, Vec<f64>>,
     /// Of the jobs preempted at least once: their time pending again.
     requeue: Vec<f64>,
 }
@@ -368,6 +375,10 @@ impl Waits {
         let requeue = job.requeue_s + job.evicted_s.map_or(0.0, |t| end_s - t);
         let first = job.started_s.unwrap_or(end_s.max(job.submit_s)) - job.submit_s;
         self.by_queue[job.queue].push(first + requeue);
+        self.by_gpus
+            .entry(job.gpus)
+            .or_default()
+            .push(first + requeue);
         if job.preempted {
             self.requeue.push(requeue);
         }
@@ -461,6 +472,7 @@ impl Replay {
             stale: 0,
             waits: Waits {
                 by_queue: vec![Vec::new(); queue_count],
+                by_gpus: BTreeMap::new(),
                 requeue: Vec::new(),
             },
             shapes: PendingShapes::default(),
@@ -638,6 +650,11 @@ impl Replay {
             )),
             wait: wait_stats(all_waits),
             requeue_wait: wait_stats(waits.requeue),
+            wait_by_gpus: waits
+                .by_gpus
+                .into_iter()
+                .map(|(gpus, waits)| (gpus, wait_stats(waits)))
+                .collect(),
             queues,
             partial_gangs,
             preemptions,
@@ -960,6 +977,7 @@ fn wait_stats(mut waits: Vec<f64>) -> WaitStats {
         p50_s: round6(pct(50.0)),
         p95_s: round6(pct(95.0)),
         p99_s: round6(pct(99.0)),
+        max_s: round6(waits.last().copied().unwrap_or(0.0)),
     }
 }
 
