@@ -5,6 +5,8 @@ mod common;
 
 use common::{Fixture, Pool};
 use gantry_core::scheduler::plan::EstimateSource;
+use std::collections::BTreeMap;
+
 use gantry_core::{JobId, JobSpec};
 
 /// Teaches the planner that single 8-GPU jobs of `default` run `runtime_s`.
@@ -141,7 +143,10 @@ fn a_blocked_gang_holds_a_reservation_and_only_short_jobs_backfill_it() {
         .clone()
         .expect("the blocked gang has a start estimate");
     assert_eq!(estimate.p50_s, t0 + 600.0);
-    assert_eq!(estimate.reservation.as_deref(), Some("4 nodes in rack 0"));
+    assert_eq!(
+        estimate.reservation.as_deref(),
+        Some("4 nodes in rack 0 and 32 GPUs of queue default's quota")
+    );
     // One node frees early. A job declared to end before the reservation starts may use it;
     // one declared to run past it may not, though the node is idle.
     fx.sched.advance_clock(t0 + 200.0);
@@ -575,4 +580,146 @@ fn without_reservations_the_same_stream_starves_the_gang() {
         reserved.placed_after_arrival > 0,
         "small jobs backfilled around the reservation"
     );
+}
+
+/// Liveness: a big gang never starves behind a stream of smaller jobs, under quota as well as
+/// for room. Eight nodes of 8 GPUs; a cohort of four queues of 16 GPUs: `lender` (no jobs of
+/// its own), `a` (may borrow 16 more), `b` and `c`. A random stream of single pods of 1 to 8
+/// GPUs from `a`, `b` and `c`, each running 100 to 1,000 s, keeps `a`'s own quota and the
+/// lender's idle quota in use; into it comes a gang of 4 × 8 in `a`, which needs all of `a`'s
+/// quota and all it may borrow. Without a reservation holding quota, `a`'s smaller jobs and
+/// the other queues' borrowers keep taking what frees.
+mod liveness {
+    use super::*;
+    use common::queue;
+    use proptest::prelude::*;
+
+    /// A stream job: the gap since the one before, its queue (`a`, `b` or `c`), GPUs and
+    /// true runtime (which only the test knows; the planner learns runtimes as jobs end).
+    #[derive(Debug, Clone)]
+    struct Arrival {
+        gap_s: f64,
+        queue: usize,
+        gpus: u32,
+        runtime_s: f64,
+    }
+
+    fn stream() -> impl Strategy<Value = Vec<Arrival>> {
+        prop::collection::vec(
+            (
+                0.0..90.0f64,
+                0..3usize,
+                prop_oneof![Just(1u32), Just(2), Just(4), Just(8)],
+                100.0..1000.0f64,
+            )
+                .prop_map(|(gap_s, queue, gpus, runtime_s)| Arrival {
+                    gap_s,
+                    queue,
+                    gpus,
+                    runtime_s,
+                }),
+            150..220,
+        )
+    }
+
+    fn fixture() -> Fixture {
+        let mut a = queue("a", Some("cohort"), 16);
+        a.borrowing_limit_gpus = Some(16);
+        let defs = [
+            queue("cohort", None, 0),
+            queue("lender", Some("cohort"), 16),
+            a,
+            queue("b", Some("cohort"), 16),
+            queue("c", Some("cohort"), 16),
+        ];
+        let mut fx = Fixture::new(&[Pool::h100(8, 4, None)], &defs);
+        // The gate is pinned open: this checks what a reservation guarantees once given; the
+        // gate's own effect is what the gang-burst scenarios measure.
+        fx.sched.set_plan_config(gantry_core::PlanConfig {
+            backlog_limit_s: Some(f64::INFINITY),
+            ..gantry_core::PlanConfig::default()
+        });
+        fx
+    }
+
+    /// Replays `stream` with the gang submitted after its `gang_after`th job, a cycle a
+    /// minute: the gang's wait, and the bound it must start within.
+    fn gang_wait(stream: &[Arrival], gang_after: usize) -> (f64, f64) {
+        let mut fx = fixture();
+        let mut id_to_run: BTreeMap<JobId, (f64, Option<f64>)> = BTreeMap::new();
+        let mut next_s = 0.0;
+        let mut arrivals = stream.iter().enumerate().map(|(i, arrival)| {
+            next_s += arrival.gap_s;
+            (i, next_s, arrival)
+        });
+        let mut pending_arrival = arrivals.next();
+        let mut gang: Option<(JobId, f64)> = None;
+        let (mut age_s, mut p90_s) = (0.0f64, 0.0f64);
+        loop {
+            let now_s = fx.now_s;
+            while let Some((i, at_s, arrival)) = pending_arrival
+                && at_s <= now_s
+            {
+                let name = ["a", "b", "c"][arrival.queue];
+                let id = fx.submit(fx.job(&format!("s{i}"), name, 0, 1, arrival.gpus));
+                id_to_run.insert(id, (arrival.runtime_s, None));
+                if i + 1 == gang_after {
+                    let id = fx.submit(fx.job("gang", "a", 0, 4, 8));
+                    gang = Some((id, now_s));
+                }
+                pending_arrival = arrivals.next();
+            }
+            let ended: Vec<JobId> = id_to_run
+                .iter()
+                .filter(|(_, (runtime_s, started))| started.is_some_and(|s| s + runtime_s <= now_s))
+                .map(|(&id, _)| id)
+                .collect();
+            for id in ended {
+                fx.sched.advance_clock(now_s);
+                fx.finish(id);
+                id_to_run.remove(&id);
+            }
+            let out = fx.checked_cycle();
+            for id in &out.evicted {
+                if let Some(run) = id_to_run.get_mut(id) {
+                    run.1 = None;
+                }
+            }
+            for decision in out.decisions.iter().filter(|d| d.placed) {
+                if let Some(run) = id_to_run.get_mut(&decision.job) {
+                    run.1 = Some(now_s);
+                }
+            }
+            let Some((gang, submitted_s)) = gang else {
+                continue;
+            };
+            if fx.sched.is_running(gang) {
+                // The bound: the age threshold, then every job running when the reservation
+                // was made ends, then a job let in ahead because it was expected to end in
+                // time overruns to the longest runtime; a cycle a minute, twice over.
+                return (now_s - submitted_s, age_s + 3.0 * p90_s + 120.0);
+            }
+            let rule = fx.sched.reservation_rule_in_force();
+            age_s = age_s.max(rule.age_threshold_s);
+            p90_s = p90_s.max(fx.sched.runtime_estimate(&fx.job("x", "a", 0, 1, 8)).p90_s);
+            assert!(
+                now_s - submitted_s <= 20_000.0,
+                "the gang has waited {} s and not started",
+                now_s - submitted_s
+            );
+        }
+    }
+
+    proptest! {
+        #![proptest_config(ProptestConfig { cases: 16, ..ProptestConfig::default() })]
+
+        #[test]
+        fn an_aged_gang_starts_within_a_bound_under_quota_and_room(
+            stream in stream(),
+            gang_after in 20usize..60,
+        ) {
+            let (wait_s, bound_s) = gang_wait(&stream, gang_after);
+            prop_assert!(wait_s <= bound_s, "waited {wait_s} s, bound {bound_s} s");
+        }
+    }
 }

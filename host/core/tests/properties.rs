@@ -205,7 +205,8 @@ fn room_for(fx: &Fixture, id: JobId, now_s: f64, masked: bool) -> Vec<u32> {
 /// Whether `spec` fits its queue's quota, as the built-in quota sees it: with the room
 /// `room_for` leaves it, what the liveness property promises placement within one cycle for.
 /// Jobs that require a topology level are left out (`None`): whether one domain holds them is
-/// the placement's own question.
+/// the placement's own question. A job an aged reservation's quota hold keeps back is not
+/// admitted, as the cycle at `fx.now_s` sees it.
 fn admitted(fx: &Fixture, id: JobId) -> Option<bool> {
     let spec = fx.sched.get(id)?;
     if spec.topology.required {
@@ -213,10 +214,10 @@ fn admitted(fx: &Fixture, id: JobId) -> Option<bool> {
     }
     Some(
         spec.balloon
-            || !matches!(
+            || (!matches!(
                 fx.sched.queues.admission(spec.queue, spec.total().gpus),
                 Admission::Denied { .. }
-            ),
+            ) && fx.sched.quota_hold_of(id, fx.now_s).is_none()),
     )
 }
 

@@ -63,6 +63,22 @@ impl Scheduler {
         Some(explanation)
     }
 
+    /// What a job held back by a reservation's quota hold waits for: whose reservation, what
+    /// it holds, and why this job may not take it.
+    pub(super) fn quota_held_text(&self, owner: super::JobId) -> String {
+        let name = self
+            .get(owner)
+            .map_or("a job ahead", |spec| spec.name.as_str());
+        let holds = self
+            .start_estimate(owner)
+            .and_then(|estimate| estimate.reservation.as_deref())
+            .unwrap_or("its quota");
+        format!(
+            "quota: held for the reservation of {name}, which waited past the age threshold and \
+             holds {holds}; this job is expected to run past that reservation's start"
+        )
+    }
+
     /// What a job waits for when counting GPUs alone shows it cannot fit, before any node was
     /// evaluated.
     pub(super) fn no_room_text(&self, spec: &JobSpec) -> String {

@@ -6,7 +6,7 @@
 //! - [`evaluate`]: the filters and scores, chunk by chunk;
 //! - [`place`]: the nodes for every pod, topology-aware for gangs;
 //! - [`preempt`]: the victims that make room;
-//! - [`plan`]: runtime estimates, reservations for jobs blocked for room, the backfill rule and
+//! - [`plan`]: runtime estimates, reservations of nodes and quota, the backfill rule and
 //!   start estimates;
 //! - [`forecast`]: start estimates for the jobs the plan does not cover, from the cycle run
 //!   forward on a copy, with the last hour's submissions expected again;
@@ -731,6 +731,14 @@ impl Scheduler {
             self.queue.park(id, Blocked::Quota, now_s, self.epochs());
             return decision(explanation);
         }
+        // The quota a reservation of a job ahead holds, also free of charge.
+        if let Some(owner) = self.quota_hold_against(id, spec, &admission, now_s) {
+            explanation.outcome = Outcome::Pending {
+                waiting_for: self.quota_held_text(owner),
+            };
+            self.queue.park(id, Blocked::Quota, now_s, self.epochs());
+            return decision(explanation);
+        }
         // Room, as far as counting GPUs can tell: a job tried before that cannot fit now is
         // not evaluated again. A new job is, once, so its record names every filter's reasons.
         if self.queue.failures(id) > 0 && !self.room_possible(spec, self.reclaimable_gpus()) {
@@ -785,7 +793,7 @@ impl Scheduler {
 
         // Preemption: make room by evicting whole gangs that may give way to this job.
         if self.config.preemption
-            && let Some(victims) = self.find_victims(spec)
+            && let Some(victims) = self.find_victims(id, spec, now_s)
         {
             for &victim in &victims {
                 explanation
@@ -794,9 +802,10 @@ impl Scheduler {
                 self.evict(victim, now_s);
             }
             out.evicted.extend(&victims);
-            // A preemptor is not held off reservations: it outranks their jobs, whose
-            // reservations slip and are planned again.
-            let (capacity, scores, searched) = self.evaluate(spec, hooks, &mut explanation);
+            // Held off the reservations of jobs ahead of it, as the victims were chosen; one
+            // it outranks slips and is planned again.
+            let (mut capacity, scores, searched) = self.evaluate(spec, hooks, &mut explanation);
+            self.mask_reserved(id, spec, now_s, &mut capacity);
             if let Some(placement) = self.place_in(spec, &capacity, &scores, &searched) {
                 return self.commit(id, spec, placement, explanation, victims);
             }
@@ -967,5 +976,9 @@ impl queue::WakeCheck for WakeProbe<'_> {
     fn room_possible(&self, key: &JobKey, claimed: u64) -> bool {
         self.scheduler
             .room_for(key.ask, key.priority, self.reclaimable, claimed)
+    }
+
+    fn holds_quota(&self, id: JobId) -> bool {
+        self.scheduler.holds_quota(id)
     }
 }

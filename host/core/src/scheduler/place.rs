@@ -97,9 +97,17 @@ impl Scheduler {
         })
     }
 
-    /// Whether `spec` could be placed on `state` by the built-in filter and score.
-    pub(super) fn fits_in(&self, spec: &JobSpec, state: &ClusterState) -> bool {
-        let (capacity, scores) = builtin_view(spec, state);
+    /// Whether job `id` of `spec` could be placed on `state` by the built-in filter and
+    /// score, outside the reservations of the jobs ahead of it (the backfill rule at `now_s`).
+    pub(super) fn fits_in(
+        &self,
+        id: super::JobId,
+        spec: &JobSpec,
+        state: &ClusterState,
+        now_s: f64,
+    ) -> bool {
+        let (mut capacity, scores) = builtin_view(spec, state);
+        self.mask_reserved(id, spec, now_s, &mut capacity);
         self.place(spec, &capacity, &scores).is_some()
     }
 }

@@ -1,20 +1,27 @@
-//! The plan stage: runtime estimates, reservations for jobs blocked for room, the backfill
-//! rule, and an estimated start for the jobs it planned: the reservations' holders, and the
+//! The plan stage: runtime estimates, reservations of nodes and quota, the backfill rule, and an estimated start for the jobs it planned: the reservations' holders, and the
 //! others until [`super::forecast`] gives them theirs.
 //!
 //! - [`RuntimeModel`]: a job's runtime as it declares it, else as finished jobs of its queue
 //!   and shape took (a distribution: p10, p50, p90), else a wide prior. The planner never sees
 //!   a job's true duration; the simulator feeds it only what a live cluster would.
 //! - Reservations: after a cycle that changed something, the head of each queue that waits for
-//!   room, and any job that has waited longer than [`PlanConfig::reserve_after_s`], gets the
-//!   nodes it would take once enough running jobs end (by their estimated ends, in order; the
-//!   same smallest-domain rule as placement) and a planned start, up to
-//!   [`PlanConfig::max_reservations`]. Every planned job claims what it takes of each node
-//!   from its start to its expected end (a `Claim`); later jobs plan around earlier claims
-//!   (Slurm's conservative backfill, per resource).
+//!   room gets the nodes it would take once enough running jobs end (by their estimated ends,
+//!   in order; the same smallest-domain rule as placement) and a planned start. While the
+//!   backlog gate is open, so does any job aged past the threshold, whatever blocks it (room,
+//!   its queue's borrowing limit, its cohort's idle quota), and its reservation also holds the
+//!   quota it will use or borrow ([`ReservationRule`], `QuotaHold`). Up to
+//!   [`PlanConfig::max_reservations`], holding at most [`PlanConfig::max_reserved_share`] of the
+//!   GPUs. Every planned job claims what it takes of each node from its start to its expected
+//!   end (a `Claim`); later jobs plan around earlier claims (Slurm's conservative backfill, per
+//!   resource).
+//! - The quota hold: a job behind an aged reservation's owner may not take, from the owner's
+//!   own queue or by borrowing, headroom the owner needs, unless expected (its p90) to end
+//!   before the owner's earliest start. Nominal quota of other queues stays guaranteed.
 //! - Backfill: a job behind a reservation's owner may use a reserved node only for what the
 //!   node keeps beside the reservation, unless it is expected (its p50) to end before the
-//!   reservation starts. Balloons ignore reservations: they give way when one comes due.
+//!   reservation starts. Balloons ignore reservations: they give way when one comes due. A
+//!   preemptor is held off them too (reclaim, balloons, lower priority): its victims are
+//!   chosen, and it is placed, outside the reservations of the jobs ahead of it.
 //! - Overruns: a job that took a reserved node and runs past its estimate is evicted when the
 //!   reservation comes due, if it is preemptible by the reserved job (not of higher priority);
 //!   otherwise the reservation slips, and is planned again.
@@ -56,13 +63,22 @@ pub struct PlanConfig {
     /// Replan at most this often (seconds on the scheduler's clock), besides after a job was
     /// parked for room: a busy cluster changes every cycle.
     pub replan_every_s: f64,
-    /// A job waiting (since it was submitted) longer than this gets a reservation even when
-    /// it is not its queue's head.
-    pub reserve_after_s: f64,
+    /// A job waiting (since it was submitted) longer than this gets a reservation of nodes
+    /// and quota whatever blocks it (room, its queue's borrowing limit, its cohort's idle
+    /// quota), while the backlog gate is open. `None` (the default): the adaptive rule,
+    /// [`AGE_RUNTIMES`] learned p90 runtimes (see [`ReservationRule`]).
+    pub reserve_after_s: Option<f64>,
+    /// The backlog gate: aged jobs get reservations only while the pending work (GPU-seconds
+    /// by learned runtimes, over the cluster's GPUs) is under this many seconds. `None` (the
+    /// default): the adaptive rule, [`BACKLOG_RUNTIMES`] learned p90 runtimes.
+    pub backlog_limit_s: Option<f64>,
     /// Most reservations held at once, given in the order cycles try jobs in: each one holds
     /// capacity idle until it starts, so a few (Slurm's EASY backfill holds one) keep the
     /// cluster busier than many. The README's planner section shows what other values gave.
     pub max_reservations: usize,
+    /// Most of the cluster's GPUs all reservations hold together, as a share: a reservation
+    /// beyond it waits for an earlier one to start. The first is always given, however big.
+    pub max_reserved_share: f64,
     /// Run the forecast (see [`super::forecast`]) at most this often (seconds on the
     /// scheduler's clock); `f64::INFINITY` never runs it. It gives the start estimate of
     /// every pending job it reaches, and costs seven forward runs of the cycle (`gantry bench
@@ -82,12 +98,53 @@ impl Default for PlanConfig {
             enabled: true,
             reservations: true,
             replan_every_s: 1.0,
-            reserve_after_s: 3600.0,
+            reserve_after_s: None,
+            backlog_limit_s: None,
             max_reservations: 4,
+            max_reserved_share: 0.5,
             forecast_every_s: 60.0,
             forecast_off_loop: false,
         }
     }
+}
+
+/// The adaptive rule's age threshold, in learned p90 runtimes: a job that has waited as long
+/// as three of the cluster's long jobs take, while the cluster turned its queue over, is being
+/// passed over, not merely queued.
+pub const AGE_RUNTIMES: f64 = 3.0;
+
+/// The adaptive rule's backlog gate, in learned p90 runtimes: while the pending work would
+/// keep the whole cluster busy for less than this many of its long jobs, the cluster is
+/// turning its queue over, so a job that still waits past the age threshold is being passed
+/// over, and a reservation is what starts it. Past it the cluster is far over capacity, every
+/// job waits about as long as the backlog, and reservations only hold capacity idle.
+pub const BACKLOG_RUNTIMES: f64 = 6.0;
+
+/// When aged jobs get reservations, as the last replan judged it: its age threshold, and the
+/// backlog gate's reading and limit. Shown in reports and explanations, so an admin sees why a
+/// job has, or has no, reservation.
+#[derive(Debug, Clone, Copy, PartialEq, Default, Serialize, Deserialize)]
+pub struct ReservationRule {
+    /// A job that has waited this long gets a reservation, whatever blocks it.
+    pub age_threshold_s: f64,
+    /// The pending work, in seconds of the whole cluster (GPU-seconds by learned median
+    /// runtimes, over the cluster's GPUs).
+    pub backlog_s: f64,
+    /// The gate: aged jobs get reservations only while `backlog_s` is under it.
+    pub backlog_limit_s: f64,
+    /// Whether the gate is open.
+    pub open: bool,
+}
+
+/// The quota a reservation holds: jobs behind its owner may not start borrowing, nor take
+/// from the owner's own queue, what the owner needs, unless they are expected to end before
+/// the owner's planned start.
+#[derive(Debug, Clone, Copy, PartialEq)]
+pub(super) struct QuotaHold {
+    rank: Rank,
+    queue: QueueId,
+    gpus: u64,
+    start_s: f64,
 }
 
 /// Where a runtime estimate came from.
@@ -333,6 +390,12 @@ impl RuntimeModel {
         })
     }
 
+    /// What all finished jobs took: the cluster's typical runtime, which the adaptive
+    /// reservation rule is measured in; the prior until there is history.
+    pub fn typical(&self) -> RuntimeEstimate {
+        self.all.estimate().unwrap_or(PRIOR)
+    }
+
     /// The finished runs a job of `spec` is judged by: its class's, else its queue's, else
     /// all jobs', the first with enough samples.
     fn learned(&self, spec: &JobSpec) -> Option<&Runtimes> {
@@ -517,6 +580,10 @@ struct Step {
     p50_s: f64,
     p90_s: f64,
     frees: std::ops::Range<usize>,
+    /// The ending job's queue and the GPUs its quota gives back: when a job blocked by quota
+    /// is expected to be admitted.
+    queue: QueueId,
+    gpus: u64,
 }
 
 /// What a replan knows of one pod shape, shared by the waiting jobs of that shape: the nodes
@@ -617,6 +684,11 @@ pub(super) struct Plan {
     /// The reservations' claims, per node they hold: what the backfill rule reads per attempt
     /// (a handful of reservations, so a list beats a per-node table).
     pub(super) reserved_claims: Vec<Claim>,
+    /// The quota the reservations hold, one per reservation: what the quota hold reads per
+    /// admission (a handful, so a list).
+    pub(super) quota_holds: Vec<QuotaHold>,
+    /// The rule the last replan gave reservations by.
+    pub(super) rule: ReservationRule,
     /// The claims of every job the last replan estimated (held or not), so a what-if plans
     /// around the jobs ahead of it.
     pub(super) planned_claims: Vec<Claim>,
@@ -848,8 +920,12 @@ impl Scheduler {
             }
         }
 
-        // The jobs waiting for room, in the order cycles try them (priority, then age): the
-        // first `MAX_PLANNED`, chosen without sorting them all.
+        // The jobs waiting for room, and while the gate is open those aged past the threshold
+        // whatever blocks them, in the order cycles try them (priority, then age): the first
+        // `MAX_PLANNED`, chosen without sorting them all.
+        let rule = self.reservation_rule();
+        self.plan.rule = rule;
+        let aged = |spec: &JobSpec| rule.open && now_s - spec.submit_s >= rule.age_threshold_s;
         let mut waiting: Vec<Rank> = self
             .queue
             .parked_for(crate::Blocked::Room)
@@ -859,6 +935,16 @@ impl Scheduler {
                 (!spec.balloon).then(|| Rank::of(id, spec))
             })
             .collect();
+        if rule.open {
+            waiting.extend(
+                self.queue
+                    .parked_for(crate::Blocked::Quota)
+                    .filter_map(|id| {
+                        let spec = &self.job_to_entry[&id].spec;
+                        (!spec.balloon && aged(spec)).then(|| Rank::of(id, spec))
+                    }),
+            );
+        }
         if waiting.len() > MAX_PLANNED {
             waiting.select_nth_unstable_by(MAX_PLANNED, Rank::order);
             waiting.truncate(MAX_PLANNED);
@@ -875,13 +961,26 @@ impl Scheduler {
         let mut planned_claims: Vec<Claim> = Vec::new();
         let mut reserved_claims: Vec<Claim> = Vec::new();
         let mut queues_reserved: Vec<QueueId> = Vec::new();
+        let mut quota_holds: Vec<QuotaHold> = Vec::new();
+        let max_reserved_gpus =
+            (self.plan_config.max_reserved_share * self.total_gpus() as f64) as u64;
+        let mut reserved_gpus = 0u64;
         self.plan.job_to_estimate.clear();
         for rank in waiting {
             let id = rank.id;
             let spec = self.job_to_entry[&id].spec.clone();
+            let gpus = spec.total().gpus;
+            // When its quota admits it, as running jobs end: now, unless quota blocks it.
+            let Some(quota_start) = self.quota_start(&spec, &timeline, now_s) else {
+                continue;
+            };
+            let quota_blocked = quota_start.1 > now_s;
+            // Today's rule for the heads of the queues waiting for room (one reservation per
+            // queue, as Slurm's EASY backfill holds one), and an aged job whatever blocks it.
+            let head = !quota_blocked && !queues_reserved.contains(&spec.queue);
             let reserve = self.plan.job_to_reservation.len() < self.plan_config.max_reservations
-                && (!queues_reserved.contains(&spec.queue)
-                    || now_s - spec.submit_s >= self.plan_config.reserve_after_s);
+                && (reserved_gpus == 0 || reserved_gpus + gpus <= max_reserved_gpus)
+                && (head || aged(&spec));
             let key = shape_key(&spec.shape);
             let view = match shapes.iter().position(|view| view.key == key) {
                 Some(at) => at,
@@ -890,11 +989,18 @@ impl Scheduler {
                     shapes.len() - 1
                 }
             };
-            let Some(planned) =
+            let Some(mut planned) =
                 self.earliest_start(&spec, &timeline, &shapes[view], &planned_claims, now_s)
             else {
                 continue;
             };
+            // The nodes free at its room's start stay free (the timeline only frees), so it
+            // starts on them once its quota admits it too.
+            planned.start = (
+                planned.start.0.max(quota_start.0),
+                planned.start.1.max(quota_start.1),
+                planned.start.2.max(quota_start.2),
+            );
             let (nodes, start) = (planned.nodes(), planned.start);
             let holds = reserve && self.plan_config.reservations;
             let claims = planned.claims(rank, holds);
@@ -911,6 +1017,20 @@ impl Scheduler {
                 }
                 reserved_claims.extend_from_slice(&claims);
                 queues_reserved.push(spec.queue);
+                reserved_gpus += gpus;
+                // Held from its earliest start (p10): a job let in ahead on the quota must be
+                // gone by then, since what it takes is given back only as it ends.
+                // Only an aged job's reservation holds quota: a head waiting for room holds
+                // its nodes alone, as before the rule (past the gate, that keeps the cluster
+                // busiest).
+                if aged(&spec) {
+                    quota_holds.push(QuotaHold {
+                        rank,
+                        queue: spec.queue,
+                        gpus,
+                        start_s: start.0,
+                    });
+                }
                 self.plan.job_to_reservation.insert(
                     id,
                     Reservation {
@@ -918,7 +1038,7 @@ impl Scheduler {
                         start_s: start.1,
                     },
                 );
-                domain
+                format!("{domain} and {}", self.quota_text(spec.queue, gpus))
             });
             // The first estimate's wait, to learn from once the job starts.
             self.plan
@@ -939,6 +1059,7 @@ impl Scheduler {
             self.plan.first_estimates.note(id);
         }
         self.plan.reserved_claims = reserved_claims;
+        self.plan.quota_holds = quota_holds;
         self.plan.planned_claims = planned_claims;
 
         // The last forecast's estimates, whether or not one ran now: the replan cleared them.
@@ -1074,6 +1195,8 @@ impl Scheduler {
                 p50_s,
                 p90_s,
                 frees: from..node_frees.len(),
+                queue: entry.spec.queue,
+                gpus: entry.spec.total().gpus,
             });
         }
         // Stable: equal ends keep job order.
@@ -1265,6 +1388,153 @@ impl Scheduler {
         None
     }
 
+    /// The cluster's GPUs: what the backlog and the reservations' cap are measured against.
+    fn total_gpus(&self) -> u64 {
+        self.state
+            .nodes
+            .gpu_total
+            .iter()
+            .map(|&g| u64::from(g))
+            .sum()
+    }
+
+    /// When aged jobs get reservations now (see [`ReservationRule`]): a job is aged once it
+    /// waited [`AGE_RUNTIMES`] learned p90 runtimes, and the gate is open while the pending
+    /// work, by learned median runtimes, would keep the cluster busy for less than
+    /// [`BACKLOG_RUNTIMES`] of them. Both follow what this cluster's finished jobs took, not a
+    /// constant; a setting pins either.
+    pub(super) fn reservation_rule(&self) -> ReservationRule {
+        let long_s = self.plan.runtimes.typical().p90_s;
+        let age_threshold_s = self
+            .plan_config
+            .reserve_after_s
+            .unwrap_or(AGE_RUNTIMES * long_s);
+        let backlog_limit_s = self
+            .plan_config
+            .backlog_limit_s
+            .unwrap_or(BACKLOG_RUNTIMES * long_s);
+        let total = self.total_gpus().max(1) as f64;
+        let mut work = 0.0;
+        for id in self.queue.all() {
+            let spec = &self.job_to_entry[&id].spec;
+            if !spec.balloon {
+                work += spec.total().gpus as f64 * self.plan.runtimes.estimate(spec).p50_s;
+            }
+        }
+        let backlog_s = work / total;
+        ReservationRule {
+            age_threshold_s,
+            backlog_s,
+            backlog_limit_s,
+            open: backlog_s < backlog_limit_s,
+        }
+    }
+
+    /// When `spec`'s queue admits it (p10, p50, p90), as running jobs end by their estimates
+    /// and give their quota back: `now_s` when it admits it now, `None` when it would not even
+    /// once every running job ended.
+    fn quota_start(
+        &self,
+        spec: &JobSpec,
+        timeline: &Timeline,
+        now_s: f64,
+    ) -> Option<(f64, f64, f64)> {
+        let gpus = spec.total().gpus;
+        if spec.balloon || self.queues.admits(spec.queue, gpus) {
+            return Some((now_s, now_s, now_s));
+        }
+        let mut queues = self.queues.clone();
+        let mut start = (now_s, now_s, now_s);
+        for step in &timeline.steps {
+            queues.charge(step.queue, crate::Resources::gpus(step.gpus), false);
+            start = (start.0.max(step.p10_s), step.p50_s, start.2.max(step.p90_s));
+            if queues.admits(spec.queue, gpus) {
+                return Some((start.0.min(start.1), start.1, start.2.max(start.1)));
+            }
+        }
+        None
+    }
+
+    /// "128 GPUs of queue rl's quota, 64 of them borrowed from cohort research": the quota a
+    /// reservation holds.
+    fn quota_text(&self, queue: QueueId, gpus: u64) -> String {
+        let name = self.queues.name(queue);
+        let borrowed = gpus.saturating_sub(self.queues.nominal(queue));
+        if borrowed == 0 {
+            return format!("{gpus} GPUs of queue {name}'s quota");
+        }
+        let lenders = match self.queues.parent(queue) {
+            Some(parent) => format!("cohort {}", self.queues.name(parent)),
+            None => "the other top-level queues".to_string(),
+        };
+        format!("{gpus} GPUs of queue {name}'s quota, {borrowed} of them borrowed from {lenders}")
+    }
+
+    /// The quota hold: the reservation `spec`'s admission would delay, if any. A job behind a
+    /// reservation's owner that would borrow, or that is of the owner's own queue, may not
+    /// take what the owner needs of its queue's headroom, unless it is expected to end (by its
+    /// p90) before the owner's planned start. A job within its own queue's nominal quota in
+    /// another queue is never held: nominal quota is guaranteed.
+    pub(super) fn quota_hold_against(
+        &self,
+        id: JobId,
+        spec: &JobSpec,
+        admission: &crate::Admission,
+        now_s: f64,
+    ) -> Option<JobId> {
+        let gpus = spec.total().gpus;
+        if spec.balloon || gpus == 0 || self.plan.quota_holds.is_empty() {
+            return None;
+        }
+        let rank = Rank::of(id, spec);
+        // Its p90, not its p50 as on nodes: a job that overruns on a reserved node is evicted
+        // when the reservation comes due, while quota it took is given back only as it ends.
+        let ends = now_s + self.plan.runtimes.estimate(spec).p90_s;
+        let borrowing = matches!(admission, crate::Admission::Borrowing { .. });
+        let mut after: Option<crate::Queues> = None;
+        for hold in &self.plan.quota_holds {
+            if hold.rank.id == id
+                || !hold.rank.ahead_of(&rank)
+                || ends <= hold.start_s
+                || !(borrowing || hold.queue == spec.queue)
+            {
+                continue;
+            }
+            let before = self.queues.headroom(hold.queue);
+            let after = after.get_or_insert_with(|| {
+                let mut queues = self.queues.clone();
+                queues.charge(spec.queue, crate::Resources::gpus(gpus), true);
+                queues
+            });
+            let left = after.headroom(hold.queue);
+            if left < hold.gpus && left < before {
+                return Some(hold.rank.id);
+            }
+        }
+        None
+    }
+
+    /// The job whose reservation's quota hold would keep pending job `id` back at `now_s`, if
+    /// any: what a cycle would refuse it for after the built-in quota admitted it.
+    pub fn quota_hold_of(&self, id: JobId, now_s: f64) -> Option<JobId> {
+        let spec = &self.job_to_entry.get(&id)?.spec;
+        let admission = self.queues.admission(spec.queue, spec.total().gpus);
+        if matches!(admission, crate::Admission::Denied { .. }) {
+            return None;
+        }
+        self.quota_hold_against(id, spec, &admission, now_s)
+    }
+
+    /// Whether `id` holds a reservation's quota (see [`Scheduler::quota_hold_against`]).
+    pub(super) fn holds_quota(&self, id: JobId) -> bool {
+        self.plan.quota_holds.iter().any(|hold| hold.rank.id == id)
+    }
+
+    /// The rule the last replan gave reservations by.
+    pub fn reservation_rule_in_force(&self) -> ReservationRule {
+        self.plan.rule
+    }
+
     fn slots_of<'a>(&self, entry: &'a super::JobEntry) -> &'a [crate::Slot] {
         match &entry.state {
             JobState::Running { slots, .. } | JobState::Holding { slots, .. } => slots,
@@ -1337,6 +1607,7 @@ impl Scheduler {
             self.plan
                 .reserved_claims
                 .retain(|claim| claim.rank.id != id);
+            self.plan.quota_holds.retain(|hold| hold.rank.id != id);
         }
         held
     }

@@ -11,8 +11,10 @@ impl Scheduler {
     /// then borrowers beyond their quota (when `spec`'s queue is within its own), then jobs of
     /// lower priority. Never a job of higher priority, never one this cycle placed (binding a
     /// pod and evicting it at once is churn), and always whole gangs. `None` when even all of
-    /// them would not make room.
-    pub(super) fn find_victims(&self, spec: &JobSpec) -> Option<Vec<JobId>> {
+    /// them would not make room. Room counts only outside the reservations of jobs ahead of
+    /// it (see [`Scheduler::mask_reserved`]): a reclaim or a balloon's eviction never hands a
+    /// reserved node to a job the reservation's owner goes before.
+    pub(super) fn find_victims(&self, id: JobId, spec: &JobSpec, now_s: f64) -> Option<Vec<JobId>> {
         if spec.balloon {
             return None;
         }
@@ -30,8 +32,8 @@ impl Scheduler {
             return None;
         }
         let mut candidates: Vec<(u8, i32, f64, JobId)> = Vec::new();
-        for &id in &self.running {
-            let entry = &self.job_to_entry[&id];
+        for &running in &self.running {
+            let entry = &self.job_to_entry[&running];
             let JobState::Running { since_cycle, .. } = entry.state else {
                 continue;
             };
@@ -52,7 +54,7 @@ impl Scheduler {
             } else {
                 continue;
             };
-            candidates.push((class, victim.priority, -victim.submit_s, id));
+            candidates.push((class, victim.priority, -victim.submit_s, running));
         }
         candidates.sort_by(|a, b| a.0.cmp(&b.0).then(a.1.cmp(&b.1)).then(a.2.total_cmp(&b.2)));
         if candidates.is_empty() {
@@ -63,8 +65,8 @@ impl Scheduler {
         // A borrower gives back only what its queue borrowed: reclaiming never pushes a queue
         // below its own quota.
         let mut queue_to_borrowed: HashMap<QueueId, u64> = HashMap::new();
-        for (class, _, _, id) in candidates {
-            let victim = &self.job_to_entry[&id].spec;
+        for (class, _, _, candidate) in candidates {
+            let victim = &self.job_to_entry[&candidate].spec;
             if class == 1 {
                 let borrowed = queue_to_borrowed
                     .entry(victim.queue)
@@ -74,11 +76,11 @@ impl Scheduler {
                 }
                 *borrowed -= victim.total().gpus;
             }
-            for &slot in self.slots(id) {
+            for &slot in self.slots(candidate) {
                 scratch.release(slot, &victim.shape);
             }
-            victims.push(id);
-            if self.fits_in(spec, &scratch) {
+            victims.push(candidate);
+            if self.fits_in(id, spec, &scratch, now_s) {
                 // Keep only the victims the job needs: spare, latest taken first, any whose
                 // room it can do without.
                 for index in (0..victims.len() - 1).rev() {
@@ -91,7 +93,7 @@ impl Scheduler {
                             }
                         }
                     }
-                    if self.fits_in(spec, &trial) {
+                    if self.fits_in(id, spec, &trial, now_s) {
                         victims.remove(index);
                     }
                 }

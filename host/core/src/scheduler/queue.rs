@@ -169,6 +169,11 @@ pub trait WakeCheck {
     /// other woken jobs claimed `claimed` GPUs. It reads only the key's ask and priority, and
     /// must not hold for more claimed GPUs where it failed for fewer.
     fn room_possible(&self, key: &JobKey, claimed: u64) -> bool;
+    /// Whether the job's reservation holds quota: it is woken before the smaller asks of its
+    /// queue, which its hold keeps back, so they cannot use up the admission it waits for.
+    fn holds_quota(&self, _id: JobId) -> bool {
+        false
+    }
 }
 
 impl SchedulingQueue {
@@ -267,14 +272,26 @@ impl SchedulingQueue {
         let mut woken: Vec<JobId> = Vec::new();
         // Quota: per queue, smallest ask first, as many as its queue admits together (they
         // would be admitted one after another), up to the first it refuses.
+        let due = |parked: &Parked| {
+            let flushed = now_s >= parked.parked_s + FLUSH_S;
+            let event =
+                parked.quota_releases != epochs.quota || parked.policy_set != epochs.policy_set;
+            now_s >= parked.backoff_until_s && (event || flushed)
+        };
         for queue in 0..self.queue_to_quota_parked.len() {
             let mut together = 0u64;
+            // A reservation's holder first: the smaller asks behind it are held for it.
             for &(gpus, id) in &self.queue_to_quota_parked[queue] {
-                let parked = &self.job_to_parked[&id];
-                let flushed = now_s >= parked.parked_s + FLUSH_S;
-                let event =
-                    parked.quota_releases != epochs.quota || parked.policy_set != epochs.policy_set;
-                if now_s < parked.backoff_until_s || !(event || flushed) {
+                if check.holds_quota(id)
+                    && due(&self.job_to_parked[&id])
+                    && check.quota_admits(queue, together + gpus)
+                {
+                    together += gpus;
+                    woken.push(id);
+                }
+            }
+            for &(gpus, id) in &self.queue_to_quota_parked[queue] {
+                if !due(&self.job_to_parked[&id]) || woken.contains(&id) {
                     continue;
                 }
                 if !check.quota_admits(queue, together + gpus) {
