@@ -31,22 +31,21 @@
 //!   devices on one node; pure, not yet wired into the tracker or binder.
 //! - **Leader election** ([`leader`]): a `coordination.k8s.io/v1` Lease; only its holder binds.
 //!
-//! The core stays pure: kube types stop at this crate's boundary.
+//! The rules ([`tracker`], [`mapping`], [`podspec`], [`queues`], [`tenancy`], [`dra`],
+//! [`claims`], [`config`], [`quantity`]) are pure and live in `gantry-kube-model`; this crate is
+//! the I/O around them. The core stays pure: kube types stop at this crate's boundary.
 
 pub mod bench;
-pub mod claims;
 pub mod cluster;
-pub mod config;
-pub mod dra;
 pub mod evict;
 pub mod leader;
-pub mod mapping;
 pub mod nodes;
-pub mod podspec;
-pub mod quantity;
-pub mod queues;
-pub mod tenancy;
-pub mod tracker;
+
+// The rules, pure, live in `gantry-kube-model`; re-exported so that `gantry_kube::tracker` and
+// the rest keep their paths for this crate and its users.
+pub use gantry_kube_model::{
+    claims, config, dra, mapping, podspec, quantity, queues, tenancy, tracker,
+};
 
 pub use cluster::KubeCluster;
 pub use config::{KubeConfig, TopologyLabel};

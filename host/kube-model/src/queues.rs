@@ -11,12 +11,13 @@
 use std::collections::HashMap;
 
 use gantry_core::QueueDef;
-use kube::api::{ApiResource, DynamicObject, GroupVersionKind};
+use kube_core::{ApiResource, DynamicObject, GroupVersionKind};
 
 use crate::tenancy::NamespaceSelector;
 
-/// The API group and version of [`resource`].
+/// The API group of [`resource`].
 pub const GROUP: &str = "gantry.dev";
+/// The API version of [`resource`].
 pub const VERSION: &str = "v1alpha1";
 
 /// `queues.gantry.dev`, for the dynamic client.
@@ -27,6 +28,7 @@ pub fn resource() -> ApiResource {
 /// A usable `Queue`: its place in the tree and quotas, and which namespaces may use it.
 #[derive(Debug, Clone, PartialEq)]
 pub struct DeclaredQueue {
+    /// The queue's place in the tree and its quotas.
     pub def: QueueDef,
     /// `None` when absent or null: no namespace may use the queue.
     pub namespace_selector: Option<NamespaceSelector>,

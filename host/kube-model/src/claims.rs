@@ -2,7 +2,7 @@
 //! `spec.resourceClaims[]` entry names, whether Gantry can honour it, how many GPUs it adds to
 //! the pod's request, and which devices are in use. Pure (the caller hands it the objects the
 //! caches hold), so the rules are unit-tested without a cluster; [`crate::dra`] does the
-//! device model and the allocation, [`crate::KubeCluster`] the writes.
+//! device model and the allocation, `gantry_kube::KubeCluster` the writes.
 
 use std::collections::{BTreeSet, HashMap};
 use std::sync::{Arc, Mutex};

@@ -35,12 +35,15 @@ pub(crate) fn amount(name: &str, text: &str) -> Option<u64> {
 
 /// What one pod asks of a node.
 #[derive(Debug, Clone, Default, PartialEq, Eq)]
-pub(crate) struct PodRequest {
-    pub(crate) gpus: u32,
-    pub(crate) cpu_milli: u32,
-    pub(crate) memory_mib: u32,
+pub struct PodRequest {
+    /// GPUs (the GPU resource).
+    pub gpus: u32,
+    /// CPU, in millicores.
+    pub cpu_milli: u32,
+    /// Memory, in MiB.
+    pub memory_mib: u32,
     /// Every other resource by name (one `pods` slot always), in [`amount`]'s units.
-    pub(crate) other: BTreeMap<String, u32>,
+    pub other: BTreeMap<String, u32>,
 }
 
 /// Per resource name, what one container asks (its request, else its limit, as the API server
@@ -86,7 +89,7 @@ fn max_into(max: &mut BTreeMap<String, u64>, asks: &BTreeMap<String, u64>) {
 /// What `pod` asks, as kube-scheduler computes a pod's request: the containers' sum, or the
 /// largest init container's ask if more (a restartable init container, a sidecar, runs beside
 /// the ones after it, so it adds to both), plus the pod's overhead, plus one pod slot.
-pub(crate) fn pod_request(pod: &Pod, config: &KubeConfig) -> PodRequest {
+pub fn pod_request(pod: &Pod, config: &KubeConfig) -> PodRequest {
     let mut total: BTreeMap<String, u64> = BTreeMap::new();
     if let Some(spec) = &pod.spec {
         let mut sidecars: BTreeMap<String, u64> = BTreeMap::new();

@@ -5,11 +5,14 @@ use std::collections::BTreeSet;
 /// One topology level and the node label that names a node's domain in it.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct TopologyLabel {
+    /// The level's name (`rack`, `block`).
     pub level: String,
+    /// The node label whose value names the node's domain at this level.
     pub key: String,
 }
 
 impl TopologyLabel {
+    /// The level `level`, read from the node label `key`.
     pub fn new(level: &str, key: &str) -> Self {
         Self {
             level: level.into(),
@@ -59,6 +62,7 @@ pub struct KubeConfig {
     pub default_queue: String,
     /// Gantry's own gang labels: the gang's name and its size.
     pub gang_label: String,
+    /// The gang's size (see `gang_label`).
     pub gang_size_label: String,
     /// scheduler-plugins' pod label naming the pod's `PodGroup` (in the pod's namespace).
     pub pod_group_label: String,

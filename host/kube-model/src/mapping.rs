@@ -20,8 +20,11 @@ use crate::quantity;
 pub struct PendingPod {
     /// The cached object: once bound, it counts as running until the bound-pod cache has it.
     pub pod: Arc<Pod>,
+    /// The pod's namespace.
     pub namespace: String,
+    /// The pod's name.
     pub name: String,
+    /// The pod's uid, to tell it from a later pod of the same name.
     pub uid: String,
     /// The pod's `PodScheduled` condition as the cache has it: `(status, reason, message)`.
     /// The binder patches only when the new one differs.
@@ -29,7 +32,8 @@ pub struct PendingPod {
 }
 
 impl PendingPod {
-    pub(crate) fn of(pod: &Arc<Pod>) -> Self {
+    /// The pod Gantry decides about for the cached object `pod`.
+    pub fn of(pod: &Arc<Pod>) -> Self {
         let condition = pod
             .status
             .as_ref()
@@ -57,7 +61,7 @@ impl PendingPod {
     }
 }
 
-pub(crate) use crate::podspec::pod_request;
+pub use crate::podspec::pod_request;
 
 /// The annotation a pod declares its expected runtime in.
 pub(crate) const EXPECTED_RUNTIME: &str = "gantry.dev/expected-runtime";
@@ -351,7 +355,7 @@ fn node_health(node: &Node) -> Health {
 /// What a node's row is made of: a health change is applied in place, anything else
 /// rebuilds the node table.
 #[derive(Debug, Clone, PartialEq)]
-pub(crate) struct NodeDigest {
+pub struct NodeDigest {
     /// GPUs (the GPU resource's allocatable plus the GPUs the node's ResourceSlices publish),
     /// CPU (milli) and memory (MiB) allocatable.
     allocatable: (u32, u32, u32),
@@ -434,7 +438,7 @@ impl NodeDigest {
 /// The node table of `nodes` (in name order, so indexes are stable while the node set is),
 /// the node names by index, and each node's digest. `dra_gpus`: the GPUs each node's
 /// ResourceSlices publish, by node name.
-pub(crate) fn node_table(
+pub fn node_table(
     nodes: &[Arc<Node>],
     config: &KubeConfig,
     symbols: &Symbols,
