@@ -143,10 +143,7 @@ fn a_blocked_gang_holds_a_reservation_and_only_short_jobs_backfill_it() {
         .clone()
         .expect("the blocked gang has a start estimate");
     assert_eq!(estimate.p50_s, t0 + 600.0);
-    assert_eq!(
-        estimate.reservation.as_deref(),
-        Some("4 nodes in rack 0 and 32 GPUs of queue default's quota")
-    );
+    assert_eq!(estimate.reservation.as_deref(), Some("4 nodes in rack 0"));
     // One node frees early. A job declared to end before the reservation starts may use it;
     // one declared to run past it may not, though the node is idle.
     fx.sched.advance_clock(t0 + 200.0);

@@ -1038,7 +1038,11 @@ impl Scheduler {
                         start_s: start.1,
                     },
                 );
-                format!("{domain} and {}", self.quota_text(spec.queue, gpus))
+                if aged(&spec) {
+                    format!("{domain} and {}", self.quota_text(spec.queue, gpus))
+                } else {
+                    domain
+                }
             });
             // The first estimate's wait, to learn from once the job starts.
             self.plan
