@@ -299,14 +299,25 @@ fn preemption_takes_lower_priority_only_and_only_when_it_makes_room() {
     assert!(out.evicted.is_empty());
     assert!(fx.sched.is_running(high) && fx.sched.is_running(low));
 
-    // Two nodes: `low` gives way, `high` stays (`wide`, parked since nothing changed for it,
-    // is not tried and evicts nobody).
+    // Two nodes, for a job behind `wide`: `low` would give way, but its nodes are reserved
+    // for `wide`, which goes first (same priority, earlier), so nobody is evicted: preemption
+    // respects the reservations of the jobs ahead of the preemptor.
     assert_eq!(parked(&fx, wide), Some(Blocked::Room));
     let medium = fx.submit(fx.job("medium", "default", 50, 2, 8));
     let out = fx.checked_cycle();
     assert!(out.decisions.iter().all(|d| d.job != wide));
-    assert!(!fx.sched.is_running(wide));
     let d = fx.decision(&out, medium);
+    assert!(!d.placed);
+    assert!(out.evicted.is_empty());
+    assert!(fx.sched.is_running(low));
+
+    // Two nodes, for a job that outranks `wide`: `low` gives way, `high` stays (`wide` and
+    // `medium`, parked since nothing changed for them, are not tried and evict nobody).
+    let urgent = fx.submit(fx.job("urgent", "default", 60, 2, 8));
+    let out = fx.checked_cycle();
+    assert!(out.decisions.iter().all(|d| d.job != wide));
+    assert!(!fx.sched.is_running(wide));
+    let d = fx.decision(&out, urgent);
     assert!(d.placed);
     assert_eq!(d.explanation.preempted, ["low"]);
     assert_eq!(out.evicted, [low]);
