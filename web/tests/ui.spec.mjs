@@ -249,22 +249,34 @@ test("researcher (viewer) finds why a pod is pending", async ({ viewerPage: page
 
 test("researcher sees when a pending job will start, and what would start it sooner", async ({ viewerPage: page }) => {
   // The planner estimates the jobs nearest the front of their queues; take one it has estimated.
+  // Each forecast reaches the jobs its bounded runs got to, so a job far down its queue may
+  // lose its estimate to the next forecast (or start) before the page opens: such a job is
+  // skipped, and one of the tries must show its estimate.
   let job = null;
+  let skipped = 0;
+  const estimate = page.getByTestId("estimate");
   for (let attempt = 0; attempt < 20 && job === null; attempt++) {
     const pending = await api(VIEWER, "/api/jobs?state=pending&limit=10000");
     // One expected later than now shows the interval; any estimated one will do.
-    job = (pending.find((r) => r.estimate && r.estimate.p90_ms > Date.now() + 60000) ?? pending.find((r) => r.estimate))?.name ?? null;
-    if (job === null) await page.waitForTimeout(1000);
+    const candidate = (pending.find((r) => r.estimate && r.estimate.p90_ms > Date.now() + 60000) ?? pending.find((r) => r.estimate))?.name ?? null;
+    if (candidate === null) {
+      await page.waitForTimeout(1000);
+      continue;
+    }
+    await go(page, `jobs?name=${encodeURIComponent(candidate)}`, "#job-q");
+    try {
+      await estimate.waitFor({ timeout: 5000 });
+      job = candidate;
+    } catch {
+      skipped++;
+    }
   }
-  expect(job, "a pending job with an estimate within 20 s").not.toBeNull();
-  await go(page, `jobs?name=${encodeURIComponent(job)}`, "#job-q");
-  const estimate = page.getByTestId("estimate");
-  await estimate.waitFor({ timeout: 10000 });
+  expect(job, `a pending job whose page shows its estimate within 20 tries (${skipped} lost theirs first)`).not.toBeNull();
   const text = await estimate.innerText();
   expect(text, "the estimate").toMatch(/expected to start in about .+, 90% within |room for it is free now/i);
   const timeline = await page.getByTestId("start-timeline").getAttribute("aria-label");
   expect(timeline ?? "", "the timeline's label").toMatch(/^Start expected between .+ and .+, most likely about /);
-  figures.estimate_example = `${job}: ${text}`;
+  figures.estimate_example = `${job}: ${text} (${skipped} candidates lost their estimate before the page opened)`;
   await page.getByRole("button", { name: "Start sooner with…" }).click();
   const rows = page.locator("table[aria-label='What-if variations'] tbody tr");
   await rows.first().waitFor({ timeout: 10000 });
