@@ -30,6 +30,7 @@ fn balloon(name: &str, grace_s: i64) -> Pod {
 /// of them (Preempted events, "Preempted by pod ... on node ...") and binds whole; the other
 /// two balloons stay.
 #[test]
+#[ignore = "needs tests/cluster: scripts/test.sh runs it with --include-ignored"]
 fn balloons_give_way_to_a_high_priority_gang() {
     let bin = cluster_bin("kube preemption e2e");
     let started = Instant::now();
@@ -101,6 +102,7 @@ fn balloons_give_way_to_a_high_priority_gang() {
 /// binds. Then a victim with a 30 s grace period: it is evicted but terminates (no kubelet
 /// finishes it), so the preemptor is nominated, not bound, until the pod is gone.
 #[test]
+#[ignore = "needs tests/cluster: scripts/test.sh runs it with --include-ignored"]
 fn budgets_and_graceful_termination_hold_the_preemptor_back() {
     let bin = cluster_bin("kube preemption (PDB) e2e");
     let started = Instant::now();
@@ -291,6 +293,7 @@ fn binding_errors(replica: &Replica) -> Option<u64> {
 /// names it, and a binding that keeps failing is retried with a growing backoff, not every
 /// cycle.
 #[test]
+#[ignore = "needs tests/cluster: scripts/test.sh runs it with --include-ignored"]
 fn a_denied_binding_rolls_the_gang_back_and_backs_off() {
     let bin = cluster_bin("kube bind faults e2e");
     let plane = ControlPlane::start(&bin);

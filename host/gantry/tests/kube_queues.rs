@@ -67,6 +67,7 @@ fn namespace(name: &str, labels: serde_json::Value) -> Namespace {
 }
 
 #[test]
+#[ignore = "needs tests/cluster: scripts/test.sh runs it with --include-ignored"]
 fn queue_objects_bound_and_lend_gpus() {
     let bin = cluster_bin("kube queues e2e");
     let started = Instant::now();

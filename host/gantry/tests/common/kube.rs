@@ -13,9 +13,10 @@ use kube::Client;
 use kube::api::{ApiResource, GroupVersionKind};
 use serde_json::json;
 
-/// The binaries `tests/cluster/build.sh` printed. A test that needs the control plane fails,
-/// naming how to get it, when `GANTRY_CLUSTER_BIN` is unset: it never passes without having
-/// run. `scripts/test.sh` always sets it.
+/// The binaries `tests/cluster/build.sh` printed. The tests that need the control plane are
+/// `#[ignore]`d, so a bare `cargo test` leaves them out and says so; run with
+/// `--include-ignored` (as `scripts/test.sh` does, having set `GANTRY_CLUSTER_BIN`), one fails,
+/// naming how to get it, when the variable is unset: it never passes without having run.
 pub fn cluster_bin(test: &str) -> String {
     std::env::var("GANTRY_CLUSTER_BIN").unwrap_or_else(|_| {
         panic!(
