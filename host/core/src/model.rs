@@ -358,11 +358,12 @@ impl Ord for Seconds {
     }
 }
 
-/// The nearest-rank `p`th percentile of `sorted` (ascending), or 0 when it is empty: the one
-/// definition the simulator's waits and the engine's cycle times share.
-pub fn percentile(sorted: &[f64], p: f64) -> f64 {
+/// The nearest-rank `p`th percentile of `sorted` (ascending), or the zero value when it is
+/// empty: the one definition the simulator's waits, the engine's cycle times and the benches'
+/// latencies (seconds or `Duration`s) share.
+pub fn percentile<T: Copy + Default>(sorted: &[T], p: f64) -> T {
     if sorted.is_empty() {
-        return 0.0;
+        return T::default();
     }
     let rank = ((p / 100.0) * sorted.len() as f64).ceil() as usize;
     sorted[rank.clamp(1, sorted.len()) - 1]

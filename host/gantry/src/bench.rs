@@ -469,14 +469,6 @@ pub struct ScheduleBenchArgs {
     plugins: PluginDir,
 }
 
-fn percentile(sorted: &[Duration], p: f64) -> Duration {
-    if sorted.is_empty() {
-        return Duration::ZERO;
-    }
-    let rank = ((p / 100.0) * sorted.len() as f64).ceil() as usize;
-    sorted[rank.clamp(1, sorted.len()) - 1]
-}
-
 /// A scheduler on `cluster` with the three example policies active.
 fn bench_scheduler(
     args: &ScheduleBenchArgs,
@@ -590,21 +582,21 @@ pub fn run_schedule(args: ScheduleBenchArgs) -> anyhow::Result<()> {
         "policies": ["gpu-fit", "gpu-binpack", "team-quota"],
         "single_pods": args.pods,
         "single_pod_decisions_per_s": round2(args.pods as f64 / single_wall.as_secs_f64()),
-        "decision_p50_us": round2(ns(percentile(&single, 50.0)) / 1e3),
-        "decision_p99_us": round2(ns(percentile(&single, 99.0)) / 1e3),
+        "decision_p50_us": round2(ns(gantry_core::percentile(&single, 50.0)) / 1e3),
+        "decision_p99_us": round2(ns(gantry_core::percentile(&single, 99.0)) / 1e3),
         "gangs": args.gangs,
-        "gang_128x8_p50_ms": round2(ns(percentile(&gang, 50.0)) / 1e6),
-        "gang_128x8_p99_ms": round2(ns(percentile(&gang, 99.0)) / 1e6),
+        "gang_128x8_p50_ms": round2(ns(gantry_core::percentile(&gang, 50.0)) / 1e6),
+        "gang_128x8_p99_ms": round2(ns(gantry_core::percentile(&gang, 99.0)) / 1e6),
         "steady_cycle": {
             "running_jobs": RUNNING,
             "pending_jobs": PENDING,
             "changes_per_cycle": CHANGES,
-            "incremental_ms_p50": round2(ns(percentile(&incremental, 50.0)) / 1e6),
-            "incremental_ms_p99": round2(ns(percentile(&incremental, 99.0)) / 1e6),
-            "rebuild_ms_p50": round2(ns(percentile(&rebuild, 50.0)) / 1e6),
-            "rebuild_ms_p99": round2(ns(percentile(&rebuild, 99.0)) / 1e6),
+            "incremental_ms_p50": round2(ns(gantry_core::percentile(&incremental, 50.0)) / 1e6),
+            "incremental_ms_p99": round2(ns(gantry_core::percentile(&incremental, 99.0)) / 1e6),
+            "rebuild_ms_p50": round2(ns(gantry_core::percentile(&rebuild, 50.0)) / 1e6),
+            "rebuild_ms_p99": round2(ns(gantry_core::percentile(&rebuild, 99.0)) / 1e6),
             "rebuild_over_incremental": round2(
-                ns(percentile(&rebuild, 50.0)) / ns(percentile(&incremental, 50.0)).max(1.0)
+                ns(gantry_core::percentile(&rebuild, 50.0)) / ns(gantry_core::percentile(&incremental, 50.0)).max(1.0)
             ),
         },
         "planner": planner,
@@ -845,15 +837,15 @@ fn planner_figures(
         "running_jobs": nodes - PLANNED_FREE - ROUNDS,
         "pending_jobs": scheduler.pending().len(),
         "jobs_estimated_per_replan": planned,
-        "replan_after_one_job_ends_ms_p50": round2(ns(percentile(&replans, 50.0)) / 1e6),
-        "replan_after_one_job_ends_ms_p99": round2(ns(percentile(&replans, 99.0)) / 1e6),
-        "what_if_ms_p50": round2(ns(percentile(&what_ifs, 50.0)) / 1e6),
-        "what_if_ms_p99": round2(ns(percentile(&what_ifs, 99.0)) / 1e6),
+        "replan_after_one_job_ends_ms_p50": round2(ns(gantry_core::percentile(&replans, 50.0)) / 1e6),
+        "replan_after_one_job_ends_ms_p99": round2(ns(gantry_core::percentile(&replans, 99.0)) / 1e6),
+        "what_if_ms_p50": round2(ns(gantry_core::percentile(&what_ifs, 50.0)) / 1e6),
+        "what_if_ms_p99": round2(ns(gantry_core::percentile(&what_ifs, 99.0)) / 1e6),
         "what_ifs_answered": format!("{answered} of {}", what_ifs.len()),
-        "forecast_ms_p50": round2(ns(percentile(&forecasts, 50.0)) / 1e6),
-        "forecast_ms_max": round2(ns(percentile(&forecasts, 100.0)) / 1e6),
-        "forecast_loop_pause_ms_p50": round2(ns(percentile(&loop_pauses, 50.0)) / 1e6),
-        "forecast_loop_pause_ms_max": round2(ns(percentile(&loop_pauses, 100.0)) / 1e6),
+        "forecast_ms_p50": round2(ns(gantry_core::percentile(&forecasts, 50.0)) / 1e6),
+        "forecast_ms_max": round2(ns(gantry_core::percentile(&forecasts, 100.0)) / 1e6),
+        "forecast_loop_pause_ms_p50": round2(ns(gantry_core::percentile(&loop_pauses, 50.0)) / 1e6),
+        "forecast_loop_pause_ms_max": round2(ns(gantry_core::percentile(&loop_pauses, 100.0)) / 1e6),
         "jobs_forecast": forecast_reached,
     }))
 }
@@ -1023,8 +1015,8 @@ fn pod_spec_figures(
             times
         })
         .collect();
-    let p50 = |v: usize| ns(percentile(&times[v], 50.0)) / 1e3;
-    let p99 = |v: usize| round2(ns(percentile(&times[v], 99.0)) / 1e3);
+    let p50 = |v: usize| ns(gantry_core::percentile(&times[v], 50.0)) / 1e3;
+    let p99 = |v: usize| round2(ns(gantry_core::percentile(&times[v], 99.0)) / 1e3);
     let per_s = |v: usize| round2(SPEC_PODS as f64 / wall[v].as_secs_f64().max(1e-9));
     let nodes_mean = |v: usize| round2(evaluated[v] as f64 / SPEC_PODS as f64);
     Ok(json!({

@@ -33,20 +33,12 @@ pub struct ActivateBenchArgs {
     plugins: crate::PluginDir,
 }
 
-fn percentile(sorted: &[f64], p: f64) -> f64 {
-    if sorted.is_empty() {
-        return 0.0;
-    }
-    let rank = ((p / 100.0) * sorted.len() as f64).ceil() as usize;
-    sorted[rank.clamp(1, sorted.len()) - 1]
-}
-
 fn summary(mut ms: Vec<f64>) -> serde_json::Value {
     ms.sort_by(f64::total_cmp);
     let r = |x: f64| (x * 1000.0).round() / 1000.0;
     json!({
-        "p50": r(percentile(&ms, 50.0)),
-        "p99": r(percentile(&ms, 99.0)),
+        "p50": r(gantry_core::percentile(&ms, 50.0)),
+        "p99": r(gantry_core::percentile(&ms, 99.0)),
         "max": r(ms.last().copied().unwrap_or(0.0)),
     })
 }

@@ -77,19 +77,11 @@ fn ms(d: Duration) -> f64 {
     (d.as_secs_f64() * 1e5).round() / 100.0
 }
 
-fn percentile(sorted: &[Duration], p: f64) -> Duration {
-    if sorted.is_empty() {
-        return Duration::ZERO;
-    }
-    let rank = ((p / 100.0) * sorted.len() as f64).ceil() as usize;
-    sorted[rank.clamp(1, sorted.len()) - 1]
-}
-
 fn summary(mut samples: Vec<Duration>) -> serde_json::Value {
     samples.sort_unstable();
     json!({
-        "p50_ms": ms(percentile(&samples, 50.0)),
-        "p99_ms": ms(percentile(&samples, 99.0)),
+        "p50_ms": ms(gantry_core::percentile(&samples, 50.0)),
+        "p99_ms": ms(gantry_core::percentile(&samples, 99.0)),
         "max_ms": ms(samples.last().copied().unwrap_or_default()),
     })
 }
@@ -423,7 +415,7 @@ pub fn run(args: FaultsBenchArgs) -> anyhow::Result<()> {
     let p99 = |samples: &[Duration]| {
         let mut sorted = samples.to_vec();
         sorted.sort();
-        ms(percentile(&sorted, 99.0))
+        ms(gantry_core::percentile(&sorted, 99.0))
     };
     let noise = (p99(&without_a) - p99(&without_b)).abs();
     let effect = p99(&shadow_cycles) - p99(&without);
