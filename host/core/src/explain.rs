@@ -47,11 +47,29 @@ pub struct Explanation {
     /// For a pending job the planner covered: when it is expected to start, and the
     /// reservation it holds.
     #[serde(default, skip_serializing_if = "Option::is_none")]
-    pub estimate: Option<crate::scheduler::plan::StartEstimate>,
+    pub estimate: Option<StartEstimate>,
     /// On the record of a preemption: the job whose placement evicted this one. Kept as data,
     /// not only in `waiting_for`'s words, so a job's history can say who preempted it.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub preempted_by: Option<String>,
+}
+
+/// When a pending job is expected to start (seconds, on the scheduler's clock), and what holds
+/// it: a reservation, or only the estimate. The planner makes it; it lives here, beside the
+/// record that carries it, so the record depends on no stage of the scheduler.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[cfg_attr(feature = "schema", derive(utoipa::ToSchema))]
+pub struct StartEstimate {
+    /// When the plan was made.
+    pub planned_at_s: f64,
+    /// As early as this (10%).
+    pub p10_s: f64,
+    /// Most likely about then (the median).
+    pub p50_s: f64,
+    /// By then, 90% of the time.
+    pub p90_s: f64,
+    /// The nodes held for it, when it holds a reservation: e.g. `16 nodes in rack 3`.
+    pub reservation: Option<String>,
 }
 
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]

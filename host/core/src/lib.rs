@@ -21,16 +21,14 @@ pub use affinity::{
     AffinityIndex, ChunkAffinity, Field, LabelOp, NodeAffinity, NodeLabel, Requirement, Term,
 };
 pub use cluster::{ClusterState, Slot};
-pub use explain::{Explanation, Outcome, PolicyRef};
+pub use explain::{Explanation, Outcome, PolicyRef, StartEstimate};
 pub use hooks::{BuiltinOnly, PolicyHooks, Verdict};
 pub use model::{
     CohortUsage, Health, JobRequest, LevelColumn, NodeTable, PodShape, QueueUsage, QuotaVerdict,
     ResourceColumn, Resources, Seconds, Taint, TaintEffect, Toleration, percentile,
 };
 pub use queues::{Admission, QueueDef, QueueError, QueueId, Queues};
-pub use scheduler::plan::{
-    EstimateSource, PlanConfig, PlanStats, RuntimeEstimate, StartEstimate, WhatIf,
-};
+pub use scheduler::plan::{EstimateSource, PlanConfig, PlanStats, RuntimeEstimate, WhatIf};
 pub use scheduler::{
     Blocked, CycleOutput, Decision, ForecastRun, Forecasts, JobId, JobSpec, Mode, Scheduler,
     SchedulerConfig, TopologyPref,

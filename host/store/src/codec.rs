@@ -19,8 +19,8 @@
 //! the records' encodings back to back. Its records have consecutive sequence numbers starting
 //! at the chunk's key, so the key and a record's position give its sequence number.
 
+use gantry_core::StartEstimate;
 use gantry_core::explain::{FilterExplain, NodeScore, QuotaExplain};
-use gantry_core::scheduler::plan::StartEstimate;
 use gantry_core::{Admission, Explanation, Outcome, PolicyRef};
 
 use crate::{Result, StoreError};
