@@ -26,10 +26,68 @@ pub type QueueId = usize;
 /// Why the queue tree could not be built.
 #[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
 pub enum QueueError {
+    /// Walking up from `queue`, its parent chain names `parent`, which is not declared.
     #[error("queue {queue}: parent {parent} is not a declared queue")]
     UnknownParent { queue: String, parent: String },
+    /// A second queue of this name.
     #[error("queue {0} is declared twice")]
     Duplicate(String),
+    /// Walking up from `queue` meets a queue twice: `chain` runs from `queue` to the repeat.
+    #[error("queue {queue}: the parent chain loops: {}", chain.join(" -> "))]
+    Cycle { queue: String, chain: Vec<String> },
+}
+
+impl QueueDef {
+    /// What is wrong with the tree `defs` declares, per queue (its index in `defs`), in
+    /// declaration order: a name declared again, or a parent chain that names an undeclared
+    /// queue or loops. The one check the core, the cluster-spec loader and the Queue objects'
+    /// reader share; each words and places the problems its own way.
+    pub fn check_tree(defs: &[QueueDef]) -> Vec<(usize, QueueError)> {
+        let mut name_to_index: HashMap<&str, usize> = HashMap::new();
+        let mut problems = Vec::new();
+        for (index, def) in defs.iter().enumerate() {
+            if name_to_index.contains_key(def.name.as_str()) {
+                problems.push((index, QueueError::Duplicate(def.name.clone())));
+            } else {
+                name_to_index.insert(&def.name, index);
+            }
+        }
+        for (index, def) in defs.iter().enumerate() {
+            if problems.iter().any(|(at, _)| *at == index) {
+                continue;
+            }
+            // Walk up to a root; meeting a queue twice means the chain loops.
+            let mut chain = vec![def.name.as_str()];
+            let mut current = def;
+            while let Some(parent) = &current.parent {
+                let Some(&next) = name_to_index.get(parent.as_str()) else {
+                    problems.push((
+                        index,
+                        QueueError::UnknownParent {
+                            queue: def.name.clone(),
+                            parent: parent.clone(),
+                        },
+                    ));
+                    break;
+                };
+                let looped = chain.contains(&parent.as_str());
+                chain.push(parent);
+                if looped {
+                    problems.push((
+                        index,
+                        QueueError::Cycle {
+                            queue: def.name.clone(),
+                            chain: chain.iter().map(|name| name.to_string()).collect(),
+                        },
+                    ));
+                    break;
+                }
+                current = &defs[next];
+            }
+        }
+        problems.sort_by_key(|(index, _)| *index);
+        problems
+    }
 }
 
 /// The built-in quota answer, before any Wasm quota policy.
@@ -97,12 +155,19 @@ impl Queues {
         capacity: Resources,
         half_life_s: f64,
     ) -> Result<Self, QueueError> {
-        let mut name_to_id = HashMap::new();
-        for (id, def) in defs.iter().enumerate() {
-            if name_to_id.insert(def.name.clone(), id).is_some() {
-                return Err(QueueError::Duplicate(def.name.clone()));
-            }
+        // A name declared twice first, then the first broken chain.
+        let problems = QueueDef::check_tree(defs);
+        if let Some((_, problem)) = problems
+            .into_iter()
+            .min_by_key(|(index, problem)| (!matches!(problem, QueueError::Duplicate(_)), *index))
+        {
+            return Err(problem);
         }
+        let name_to_id: HashMap<String, QueueId> = defs
+            .iter()
+            .enumerate()
+            .map(|(id, def)| (def.name.clone(), id))
+            .collect();
         let mut queues: Vec<Queue> = defs
             .iter()
             .map(|def| Queue {
@@ -453,6 +518,36 @@ impl Queues {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn check_tree_names_each_broken_queue_once_in_declaration_order() {
+        let defs = [
+            def("child", Some("orphan"), 0),
+            def("orphan", Some("nowhere"), 0),
+            def("x", Some("y"), 0),
+            def("y", Some("x"), 0),
+            def("fine", None, 8),
+            def("fine", None, 8),
+        ];
+        let texts: Vec<(usize, String)> = QueueDef::check_tree(&defs)
+            .into_iter()
+            .map(|(index, problem)| (index, problem.to_string()))
+            .collect();
+        assert_eq!(
+            texts,
+            [
+                (0, "queue child: parent nowhere is not a declared queue".into()),
+                (1, "queue orphan: parent nowhere is not a declared queue".into()),
+                (2, "queue x: the parent chain loops: x -> y -> x".into()),
+                (3, "queue y: the parent chain loops: y -> x -> y".into()),
+                (5, "queue fine is declared twice".into()),
+            ]
+        );
+        // The core refuses the tree, a repeated name first.
+        let refused = Queues::new(&defs, Resources::gpus(8), 3600.0).unwrap_err();
+        assert_eq!(refused, QueueError::Duplicate("fine".into()));
+        assert!(QueueDef::check_tree(&defs[4..5]).is_empty());
+    }
 
     fn def(name: &str, parent: Option<&str>, nominal: u64) -> QueueDef {
         QueueDef {

@@ -10,7 +10,7 @@
 
 use std::collections::HashMap;
 
-use gantry_core::QueueDef;
+use gantry_core::{QueueDef, QueueError};
 use kube_core::{ApiResource, DynamicObject, GroupVersionKind};
 
 use crate::tenancy::NamespaceSelector;
@@ -118,40 +118,27 @@ pub fn check(
         .iter()
         .map(|q| (q.def.name.as_str(), &q.def))
         .collect();
+    // The tree's problems as the core finds them: a queue whose chain reaches a parent left out
+    // above (or never declared), or loops, is left out too.
+    let defs: Vec<QueueDef> = queues.iter().map(|q| q.def.clone()).collect();
+    let tree_problems = QueueDef::check_tree(&defs);
     let mut usable: Vec<DeclaredQueue> = Vec::new();
-    for queue in &queues {
-        let def = &queue.def;
-        // Walk up to a root; meeting a queue twice means the chain loops.
-        let mut current = def;
-        let mut chain = vec![def.name.as_str()];
-        let verdict = loop {
-            let Some(parent) = &current.parent else {
-                break Ok(());
-            };
-            match name_to_def.get(parent.as_str()) {
-                None => {
-                    break Err(format!(
-                        "queue {}: spec.parent {parent} is not a usable Queue",
-                        def.name
-                    ));
-                }
-                Some(next) => {
-                    let looped = chain.contains(&parent.as_str());
-                    chain.push(parent);
-                    if looped {
-                        break Err(format!(
-                            "queue {}: the parent chain loops: {}",
-                            def.name,
-                            chain.join(" -> ")
-                        ));
-                    }
-                    current = next;
-                }
+    for (index, queue) in queues.iter().enumerate() {
+        match tree_problems.iter().find(|(at, _)| *at == index) {
+            None => usable.push(queue.clone()),
+            Some((
+                _,
+                QueueError::UnknownParent {
+                    queue: name,
+                    parent,
+                },
+            )) => {
+                problems.push((
+                    name.clone(),
+                    format!("queue {name}: spec.parent {parent} is not a usable Queue"),
+                ));
             }
-        };
-        match verdict {
-            Ok(()) => usable.push(queue.clone()),
-            Err(problem) => problems.push((def.name.clone(), problem)),
+            Some((_, problem)) => problems.push((queue.def.name.clone(), problem.to_string())),
         }
     }
     // Parents first: the core links a child to a parent it has seen.

@@ -109,6 +109,20 @@ fn default_weight() -> u32 {
     1
 }
 
+impl QueueSpec {
+    /// The queue as the core declares it.
+    pub fn def(&self) -> QueueDef {
+        QueueDef {
+            name: self.name.clone(),
+            parent: self.parent.clone(),
+            nominal_gpus: self.nominal_gpus,
+            weight: self.weight,
+            borrowing_limit_gpus: self.borrowing_limit_gpus,
+            lending_limit_gpus: self.lending_limit_gpus,
+        }
+    }
+}
+
 /// A spec turned into the core's model: what the simulated cluster source hands the scheduler.
 /// The node table is built once here, with every column filled, so the cycle never needs the
 /// spec again.
@@ -122,17 +136,7 @@ pub struct Cluster {
 impl Cluster {
     /// The queue tree as the core declares it.
     pub fn queue_defs(&self) -> Vec<QueueDef> {
-        self.queues
-            .iter()
-            .map(|q| QueueDef {
-                name: q.name.clone(),
-                parent: q.parent.clone(),
-                nominal_gpus: q.nominal_gpus,
-                weight: q.weight,
-                borrowing_limit_gpus: q.borrowing_limit_gpus,
-                lending_limit_gpus: q.lending_limit_gpus,
-            })
-            .collect()
+        self.queues.iter().map(QueueSpec::def).collect()
     }
 
     /// Queues with no children: the ones jobs are submitted to.
@@ -435,7 +439,16 @@ impl ClusterSpec {
             }
             by_name.insert(&queue.name, index);
         }
-        for queue in &self.queues {
+        // The tree's own problems (names are unique by now), per queue, as the core finds them.
+        let problems =
+            QueueDef::check_tree(&self.queues.iter().map(QueueSpec::def).collect::<Vec<_>>());
+        let problem_of = |index: usize| {
+            problems
+                .iter()
+                .find(|(at, _)| *at == index)
+                .map(|(_, problem)| problem)
+        };
+        for (index, queue) in self.queues.iter().enumerate() {
             if queue.weight == 0 {
                 return Err(SpecError::ZeroWeight {
                     file: file(),
@@ -452,8 +465,10 @@ impl ClusterSpec {
                     nominal: queue.nominal_gpus,
                 });
             }
-            if let Some(parent) = &queue.parent
-                && !by_name.contains_key(parent.as_str())
+            // Only the queue that names the missing parent itself (its descendants meet the
+            // same name walking up).
+            if let Some(QueueError::UnknownParent { parent, .. }) = problem_of(index)
+                && queue.parent.as_ref() == Some(parent)
             {
                 return Err(SpecError::UnknownParent {
                     file: file(),
@@ -462,26 +477,16 @@ impl ClusterSpec {
                 });
             }
         }
-        // Walk up from each queue; a chain longer than the queue count has looped.
-        for queue in &self.queues {
-            let mut chain = vec![queue.name.as_str()];
-            let mut current = queue;
-            while let Some(parent) = &current.parent {
-                current = &self.queues[by_name[parent.as_str()]];
-                let looped = chain.contains(&current.name.as_str());
-                chain.push(&current.name);
-                if looped {
-                    // Report the loop itself, not the path into it.
-                    let start = chain
-                        .iter()
-                        .position(|&name| name == current.name)
-                        .unwrap_or(0);
-                    return Err(SpecError::QueueCycle {
-                        file: file(),
-                        queue: current.name.clone(),
-                        chain: chain[start..].join(" -> "),
-                    });
-                }
+        for (_, problem) in &problems {
+            if let QueueError::Cycle { chain, .. } = problem {
+                // Report the loop itself, not the path into it.
+                let repeat = chain.last().cloned().unwrap_or_default();
+                let start = chain.iter().position(|name| *name == repeat).unwrap_or(0);
+                return Err(SpecError::QueueCycle {
+                    file: file(),
+                    queue: repeat,
+                    chain: chain[start..].join(" -> "),
+                });
             }
         }
         Ok(())
