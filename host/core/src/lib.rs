@@ -24,8 +24,8 @@ pub use cluster::{ClusterState, Slot};
 pub use explain::{Explanation, Outcome, PolicyRef, StartEstimate};
 pub use hooks::{BuiltinOnly, PolicyHooks, Verdict};
 pub use model::{
-    CohortUsage, Health, JobRequest, LevelColumn, NodeTable, PodShape, QueueUsage, QuotaVerdict,
-    ResourceColumn, Resources, Seconds, Taint, TaintEffect, Toleration, percentile,
+    CohortUsage, Health, JobRequest, LevelColumn, NodeRow, NodeTable, PodShape, QueueUsage,
+    QuotaVerdict, ResourceColumn, Resources, Seconds, Taint, TaintEffect, Toleration, percentile,
 };
 pub use queues::{Admission, QueueDef, QueueError, QueueId, Queues};
 pub use scheduler::plan::{EstimateSource, PlanConfig, PlanStats, RuntimeEstimate, WhatIf};

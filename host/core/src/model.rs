@@ -153,7 +153,81 @@ pub struct ResourceColumn {
     pub free: Vec<u32>,
 }
 
+/// One node as a source reads it: what [`NodeTable::push`] appends to every per-node column.
+/// Topology levels, labels and resource columns are the source's to fill, since their domains
+/// and names come from all the nodes at once.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct NodeRow {
+    pub name: Sym,
+    pub gpu_total: u32,
+    pub gpu_free: u32,
+    /// Most milli-GPUs free on one GPU (1000 when a GPU is wholly free).
+    pub gpu_milli_free_max: u32,
+    pub gpu_type: Sym,
+    pub cpu_free_milli: u32,
+    pub memory_free_mib: u32,
+    pub health: Health,
+    /// In any order: the table keeps each distinct set once.
+    pub taints: Vec<Taint>,
+}
+
+impl NodeRow {
+    /// A healthy, untainted node with all of its `gpus` free.
+    pub fn new(
+        name: Sym,
+        gpus: u32,
+        gpu_type: Sym,
+        cpu_free_milli: u32,
+        memory_free_mib: u32,
+    ) -> Self {
+        Self {
+            name,
+            gpu_total: gpus,
+            gpu_free: gpus,
+            gpu_milli_free_max: if gpus > 0 { 1000 } else { 0 },
+            gpu_type,
+            cpu_free_milli,
+            memory_free_mib,
+            health: Health::Healthy,
+            taints: Vec::new(),
+        }
+    }
+}
+
 impl NodeTable {
+    /// Appends `row` as the next node, returning its index: the one way every source (cluster
+    /// spec, Kubernetes nodes, policy test cases, samples) fills the per-node columns, so a
+    /// column added later is filled everywhere. Its taint set is shared with any node that has
+    /// the same taints (set 0 is the empty set).
+    pub fn push(&mut self, row: NodeRow) -> usize {
+        let mut taints = row.taints;
+        let set = if taints.is_empty() {
+            0
+        } else {
+            taints.sort_by_key(|t| (t.key, t.value, t.effect as u8));
+            if self.taint_sets.is_empty() {
+                self.taint_sets.push(Vec::new());
+            }
+            match self.taint_sets.iter().position(|set| *set == taints) {
+                Some(set) => set,
+                None => {
+                    self.taint_sets.push(taints);
+                    self.taint_sets.len() - 1
+                }
+            }
+        };
+        self.name.push(row.name);
+        self.gpu_total.push(row.gpu_total);
+        self.gpu_free.push(row.gpu_free);
+        self.gpu_milli_free_max.push(row.gpu_milli_free_max);
+        self.gpu_type.push(row.gpu_type);
+        self.cpu_free_milli.push(row.cpu_free_milli);
+        self.memory_free_mib.push(row.memory_free_mib);
+        self.health.push(row.health as u8);
+        self.taint_set.push(u32::try_from(set).unwrap_or(u32::MAX));
+        self.name.len() - 1
+    }
+
     pub fn len(&self) -> usize {
         self.name.len()
     }

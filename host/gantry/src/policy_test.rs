@@ -12,8 +12,8 @@ use std::process::ExitCode;
 
 use clap::Args;
 use gantry_core::{
-    CohortUsage, Health, JobRequest, LevelColumn, NodeLabel, NodeTable, PodShape, QueueUsage,
-    QuotaVerdict, Resources, Symbols, Taint, TaintEffect, Toleration,
+    CohortUsage, Health, JobRequest, LevelColumn, NodeLabel, NodeRow, NodeTable, PodShape,
+    QueueUsage, QuotaVerdict, Resources, Symbols, Taint, TaintEffect, Toleration,
 };
 use gantry_policy::{Limits, Policy, PolicyEngine, PolicyOptions, Role, WasmNodes};
 use serde::Deserialize;
@@ -926,17 +926,13 @@ fn build_cluster(
                 }
                 let gpus = node.gpus.unwrap_or(8);
                 names.push(node.name.clone());
-                table.name.push(symbols.intern(&node.name));
-                table.gpu_total.push(gpus);
-                table.gpu_free.push(gpus);
-                table
-                    .gpu_milli_free_max
-                    .push(if gpus > 0 { 1000 } else { 0 });
-                table.gpu_type.push(0);
-                table.cpu_free_milli.push(96_000);
-                table.memory_free_mib.push(1_000_000);
-                table.health.push(Health::Healthy as u8);
-                table.taint_set.push(0);
+                table.push(NodeRow::new(
+                    symbols.intern(&node.name),
+                    gpus,
+                    0,
+                    96_000,
+                    1_000_000,
+                ));
                 for (level, name) in cluster.levels.iter().enumerate() {
                     let domain = match node.domains.get(name) {
                         Some(domain) => {

@@ -2,8 +2,8 @@
 //! branch of the example policies, and deterministic so runs compare.
 
 use gantry_core::{
-    CohortUsage, Health, JobRequest, LevelColumn, NodeTable, PodShape, QueueUsage, Resources,
-    Symbols, Taint, TaintEffect,
+    CohortUsage, Health, JobRequest, LevelColumn, NodeRow, NodeTable, PodShape, QueueUsage,
+    Resources, Symbols, Taint, TaintEffect,
 };
 
 /// `count` 8-GPU A100 nodes in racks of 16 and blocks of 32 racks, with a spread of free GPUs,
@@ -11,15 +11,13 @@ use gantry_core::{
 pub fn cluster(symbols: &Symbols, count: usize) -> NodeTable {
     let a100 = symbols.intern("A100-SXM4-80GB");
     let h100 = symbols.intern("H100-SXM5-80GB");
+    let team_rl = vec![Taint {
+        key: symbols.intern("gantry.dev/team"),
+        value: symbols.intern("rl"),
+        effect: TaintEffect::NoSchedule,
+    }];
     let mut table = NodeTable {
-        taint_sets: vec![
-            vec![],
-            vec![Taint {
-                key: symbols.intern("gantry.dev/team"),
-                value: symbols.intern("rl"),
-                effect: TaintEffect::NoSchedule,
-            }],
-        ],
+        taint_sets: vec![vec![]],
         ..NodeTable::default()
     };
     // A small xorshift keeps the spread deterministic without a dependency.
@@ -32,25 +30,34 @@ pub fn cluster(symbols: &Symbols, count: usize) -> NodeTable {
     };
     for i in 0..count {
         let roll = next();
-        table.name.push(symbols.intern(&format!("node-{i:05}")));
-        table.gpu_total.push(8);
         let free = (roll % 9) as u32;
-        table.gpu_free.push(free);
-        table.gpu_milli_free_max.push(if free > 0 {
-            1000
-        } else {
-            (roll >> 8) as u32 % 1000
+        let gpu_type = if i % 50 == 49 { h100 } else { a100 };
+        let name = symbols.intern(&format!("node-{i:05}"));
+        let (cpu, memory) = (
+            96_000 - (8 - free) * 10_000,
+            1_843_200 - (8 - free) * 200_000,
+        );
+        table.push(NodeRow {
+            gpu_free: free,
+            gpu_milli_free_max: if free > 0 {
+                1000
+            } else {
+                (roll >> 8) as u32 % 1000
+            },
+            health: match (roll >> 20) % 100 {
+                0 => Health::Unhealthy,
+                1 => Health::Preflight,
+                2 => Health::NotReady,
+                _ => Health::Healthy,
+            },
+            // The one taint set declared above.
+            taints: if (roll >> 32) % 40 == 0 {
+                team_rl.clone()
+            } else {
+                Vec::new()
+            },
+            ..NodeRow::new(name, 8, gpu_type, cpu, memory)
         });
-        table.gpu_type.push(if i % 50 == 49 { h100 } else { a100 });
-        table.cpu_free_milli.push(96_000 - (8 - free) * 10_000);
-        table.memory_free_mib.push(1_843_200 - (8 - free) * 200_000);
-        table.health.push(match (roll >> 20) % 100 {
-            0 => Health::Unhealthy as u8,
-            1 => Health::Preflight as u8,
-            2 => Health::NotReady as u8,
-            _ => Health::Healthy as u8,
-        });
-        table.taint_set.push(u32::from((roll >> 32) % 40 == 0));
     }
     for (name, size) in [("rack", 16u32), ("block", 512u32)] {
         let node_domain = (0..count as u32).map(|i| i / size).collect();

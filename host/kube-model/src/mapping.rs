@@ -7,7 +7,7 @@ use std::collections::HashMap;
 use std::sync::Arc;
 
 use gantry_core::{
-    Health, LevelColumn, NodeLabel, NodeTable, PodShape, QueueDef, Queues, ResourceColumn,
+    Health, LevelColumn, NodeLabel, NodeRow, NodeTable, PodShape, QueueDef, Queues, ResourceColumn,
     Resources, Sym, Symbols, Taint, TaintEffect, Toleration,
 };
 use k8s_openapi::api::core::v1::{Node, Pod};
@@ -450,26 +450,13 @@ pub fn node_table(
         taint_sets: vec![Vec::new()],
         ..NodeTable::default()
     };
-    let mut taint_set_ids: HashMap<Vec<Taint>, u32> = HashMap::new();
     let mut node_names = Vec::with_capacity(nodes.len());
     let mut digests = HashMap::with_capacity(nodes.len());
     for node in &nodes {
         let name = node.metadata.name.clone().unwrap_or_default();
         let digest = NodeDigest::of(node, config, dra_gpus.get(&name).copied().unwrap_or(0));
         let (gpus, cpu, memory) = digest.allocatable;
-        table.name.push(symbols.intern(&name));
-        table.gpu_total.push(gpus);
-        table.gpu_free.push(gpus);
-        table
-            .gpu_milli_free_max
-            .push(if gpus > 0 { 1000 } else { 0 });
-        table
-            .gpu_type
-            .push(digest.gpu_type.as_deref().map_or(0, |t| symbols.intern(t)));
-        table.cpu_free_milli.push(cpu);
-        table.memory_free_mib.push(memory);
-        table.health.push(digest.health as u8);
-        let mut taints: Vec<Taint> = digest
+        let taints: Vec<Taint> = digest
             .taints
             .iter()
             .filter_map(|(key, value, effect)| {
@@ -480,17 +467,17 @@ pub fn node_table(
                 })
             })
             .collect();
-        let set = if taints.is_empty() {
-            0
-        } else {
-            taints.sort_by_key(|t| (t.key, t.value, t.effect as u8));
-            let next = table.taint_sets.len() as u32;
-            *taint_set_ids.entry(taints.clone()).or_insert_with(|| {
-                table.taint_sets.push(taints);
-                next
-            })
-        };
-        table.taint_set.push(set);
+        table.push(NodeRow {
+            health: digest.health,
+            taints,
+            ..NodeRow::new(
+                symbols.intern(&name),
+                gpus,
+                digest.gpu_type.as_deref().map_or(0, |t| symbols.intern(t)),
+                cpu,
+                memory,
+            )
+        });
         let mut labels: Vec<NodeLabel> = digest
             .labels
             .iter()

@@ -31,7 +31,7 @@ use std::collections::HashMap;
 use std::path::Path;
 
 use gantry_core::{
-    Health, LevelColumn, NodeTable, QueueDef, QueueError, Queues, Resources, Symbols,
+    LevelColumn, NodeRow, NodeTable, QueueDef, QueueError, Queues, Resources, Symbols,
 };
 use serde::{Deserialize, Serialize};
 
@@ -603,19 +603,13 @@ impl ClusterSpec {
                 spans[global] = Some((span, first));
             }
             for index in 0..count {
-                nodes
-                    .name
-                    .push(symbols.intern(&format!("{}-{index}", pool.name)));
-                nodes.gpu_total.push(gpus);
-                nodes.gpu_free.push(gpus);
-                nodes
-                    .gpu_milli_free_max
-                    .push(if gpus > 0 { 1000 } else { 0 });
-                nodes.gpu_type.push(gpu_type);
-                nodes.cpu_free_milli.push(pool.cpu_milli);
-                nodes.memory_free_mib.push(pool.memory_mib);
-                nodes.health.push(Health::Healthy as u8);
-                nodes.taint_set.push(0);
+                nodes.push(NodeRow::new(
+                    symbols.intern(&format!("{}-{index}", pool.name)),
+                    gpus,
+                    gpu_type,
+                    pool.cpu_milli,
+                    pool.memory_mib,
+                ));
                 for (column, span) in nodes.levels.iter_mut().zip(&spans) {
                     column.node_domain.push(match span {
                         Some((span, first)) => {
@@ -675,7 +669,12 @@ mod tests {
             assert_eq!(column, n);
         }
         assert_eq!(nodes.taint_sets, vec![Vec::new()]);
-        assert!(nodes.health.iter().all(|&h| h == Health::Healthy as u8));
+        assert!(
+            nodes
+                .health
+                .iter()
+                .all(|&h| h == gantry_core::Health::Healthy as u8)
+        );
         assert_eq!(nodes.gpu_total, nodes.gpu_free);
         for level in &nodes.levels {
             assert_eq!(level.node_domain.len(), n);

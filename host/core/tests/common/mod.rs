@@ -10,8 +10,8 @@ use std::sync::Arc;
 
 use gantry_core::{
     Admission, BuiltinOnly, ClusterState, CycleOutput, Decision, Health, JobId, JobSpec,
-    LevelColumn, Mode, NodeTable, Outcome, PodShape, QueueDef, Queues, Resources, Scheduler,
-    SchedulerConfig, Symbols, TopologyPref,
+    LevelColumn, Mode, NodeRow, NodeTable, Outcome, PodShape, QueueDef, Queues, Resources,
+    Scheduler, SchedulerConfig, Symbols, TopologyPref,
 };
 
 /// Level 0 of every fixture table.
@@ -99,19 +99,13 @@ pub fn node_table(symbols: &Symbols, pools: &[Pool]) -> NodeTable {
             }
         }
         for index in 0..count {
-            nodes
-                .name
-                .push(symbols.intern(&format!("{}-{index}", pool.name)));
-            nodes.gpu_total.push(pool.gpus_per_node);
-            nodes.gpu_free.push(pool.gpus_per_node);
-            nodes
-                .gpu_milli_free_max
-                .push(if pool.gpus_per_node > 0 { 1000 } else { 0 });
-            nodes.gpu_type.push(gpu_type);
-            nodes.cpu_free_milli.push(pool.cpu_milli);
-            nodes.memory_free_mib.push(pool.memory_mib);
-            nodes.health.push(Health::Healthy as u8);
-            nodes.taint_set.push(0);
+            nodes.push(NodeRow::new(
+                symbols.intern(&format!("{}-{index}", pool.name)),
+                pool.gpus_per_node,
+                gpu_type,
+                pool.cpu_milli,
+                pool.memory_mib,
+            ));
             for (column, span) in nodes.levels.iter_mut().zip(&spans) {
                 column.node_domain.push(match span {
                     Some((span, first)) => first + (index / span) as u32,

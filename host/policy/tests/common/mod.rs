@@ -5,7 +5,7 @@
 use std::path::PathBuf;
 use std::sync::Arc;
 
-use gantry_core::{Health, LevelColumn, NodeTable, PodShape, Symbols, Taint, TaintEffect};
+use gantry_core::{LevelColumn, NodeRow, NodeTable, PodShape, Symbols, Taint, TaintEffect};
 use gantry_policy::{Limits, PolicyEngine};
 
 /// A policy built by `scripts/build-plugins.sh`, by crate name (`gpu-fit`, `hostile-loop`).
@@ -52,18 +52,18 @@ pub fn nodes(symbols: &Symbols, count: usize) -> NodeTable {
         ..NodeTable::default()
     };
     for i in 0..count {
-        table.name.push(symbols.intern(&format!("node-{i}")));
-        table.gpu_total.push(8);
         let free = (i % 9).min(8) as u32;
-        table.gpu_free.push(free);
-        table
-            .gpu_milli_free_max
-            .push(if free > 0 { 1000 } else { 0 });
-        table.gpu_type.push(a100);
-        table.cpu_free_milli.push(96_000);
-        table.memory_free_mib.push(1 << 20);
-        table.health.push(Health::Healthy as u8);
-        table.taint_set.push(0);
+        table.push(NodeRow {
+            gpu_free: free,
+            gpu_milli_free_max: if free > 0 { 1000 } else { 0 },
+            ..NodeRow::new(
+                symbols.intern(&format!("node-{i}")),
+                8,
+                a100,
+                96_000,
+                1 << 20,
+            )
+        });
     }
     let rack = LevelColumn::from_node_domains(
         symbols.intern("rack"),
