@@ -536,8 +536,14 @@ mod tests {
         assert_eq!(
             texts,
             [
-                (0, "queue child: parent nowhere is not a declared queue".into()),
-                (1, "queue orphan: parent nowhere is not a declared queue".into()),
+                (
+                    0,
+                    "queue child: parent nowhere is not a declared queue".into()
+                ),
+                (
+                    1,
+                    "queue orphan: parent nowhere is not a declared queue".into()
+                ),
                 (2, "queue x: the parent chain loops: x -> y -> x".into()),
                 (3, "queue y: the parent chain loops: y -> x -> y".into()),
                 (5, "queue fine is declared twice".into()),
