@@ -8,7 +8,6 @@
 //! one; this loop does not know which it drives.
 
 use std::sync::Arc;
-use std::sync::atomic::{AtomicBool, Ordering};
 use std::time::{Duration, Instant};
 
 use gantry_core::{BindOutcome, Changes, Cluster, CycleOutput, Decision, Forecasts, Scheduler};
@@ -305,12 +304,12 @@ impl Engine {
         }
     }
 
-    /// Runs passes on the wall clock until `stop` is set or `duration_s` has passed, publishing
-    /// the view, applying retention and calling `progress` after every pass.
+    /// Runs passes on the wall clock until `stop` is triggered or `duration_s` has passed,
+    /// publishing the view, applying retention and calling `progress` after every pass.
     pub fn run(
         &mut self,
         cluster: &mut dyn Cluster,
-        stop: &AtomicBool,
+        stop: &crate::Shutdown,
         duration_s: Option<f64>,
         progress: &mut dyn FnMut(&Engine, f64, &Pass),
     ) {
@@ -319,7 +318,7 @@ impl Engine {
         let mut last_compact = Instant::now();
         loop {
             let now_s = started.elapsed().as_secs_f64();
-            if duration_s.is_some_and(|d| now_s >= d) || stop.load(Ordering::Relaxed) {
+            if duration_s.is_some_and(|d| now_s >= d) || stop.is_triggered() {
                 break;
             }
             // Questions asked while the loop waited, from the plan as the last pass left it.
@@ -824,7 +823,7 @@ mod tests {
         let mut engine = engine_with(config);
         engine.config.pause = Duration::ZERO;
         engine.config.compact_every = Duration::from_millis(200);
-        let stop = AtomicBool::new(false);
+        let stop = crate::Shutdown::new();
         let (mut placed, mut peak) = (0u64, 0u64);
         let mut cluster = Churn { next: 0 };
         engine.run(&mut cluster, &stop, None, &mut |engine, _, pass| {
@@ -832,7 +831,7 @@ mod tests {
             let bytes = engine.live().store.decision_bytes().expect("bytes");
             peak = peak.max(bytes);
             if placed >= 200_000 {
-                stop.store(true, Ordering::Relaxed);
+                stop.trigger();
             }
         });
         engine.live().compact();

@@ -8,6 +8,7 @@
 //! - `metrics`: the Prometheus registry, named like kube-scheduler's;
 //! - `whatif`: "when would a job of this shape start", answered by the loop from its plan, and
 //!   the words estimates are shown in;
+//! - `shutdown`: [`Shutdown`], the one signal that the process is stopping;
 //! - `error`: [`EngineError`].
 
 #![warn(missing_docs)]
@@ -16,6 +17,7 @@ pub mod engine;
 pub mod error;
 pub mod live;
 pub mod metrics;
+pub mod shutdown;
 pub mod whatif;
 
 pub use engine::{Engine, EngineConfig, Pass, RunStats};
@@ -26,6 +28,7 @@ pub use live::{
     lent_gpus, now_ms,
 };
 pub use metrics::Metrics;
+pub use shutdown::Shutdown;
 pub use whatif::{
     EstimateView, WhatIfAnswer, WhatIfError, WhatIfJob, WhatIfOutcome, WhatIfShape, duration_text,
     estimate_text,

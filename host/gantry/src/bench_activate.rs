@@ -5,12 +5,11 @@
 //! the new set (0 when such a cycle started before the response arrived).
 
 use std::path::PathBuf;
-use std::sync::Arc;
-use std::sync::atomic::{AtomicBool, Ordering};
 use std::time::{Duration, Instant};
 
 use clap::Args;
 use gantry_core::Symbols;
+use gantry_engine::Shutdown;
 use serde_json::json;
 
 use crate::serve::{Load, ServerArgs, SimCluster, run_loop, start_api, start_live};
@@ -98,7 +97,7 @@ fn measure(args: &ActivateBenchArgs, dir: &std::path::Path) -> anyhow::Result<se
         "bench: without gpu-binpack",
         gantry_engine::now_ms(),
     )?;
-    let stop = Arc::new(AtomicBool::new(false));
+    let stop = Shutdown::new();
     let (addr, api) = start_api(live.clone(), door, "127.0.0.1:0".parse()?, stop.clone())?;
     let load = Load {
         jobs_per_s: args.jobs_per_s,
@@ -166,12 +165,9 @@ fn measure(args: &ActivateBenchArgs, dir: &std::path::Path) -> anyhow::Result<se
         }
         Ok(())
     })();
-    stop.store(true, Ordering::Relaxed);
+    stop.trigger();
     let _ = scheduler.join();
-    let deadline = Instant::now() + Duration::from_secs(3);
-    while !api.is_finished() && Instant::now() < deadline {
-        std::thread::sleep(Duration::from_millis(20));
-    }
+    Shutdown::join_by(api, crate::serve::API_PATIENCE);
     outcome?;
     Ok(json!({
         "activations": args.activations,

@@ -4,14 +4,13 @@
 
 use std::net::SocketAddr;
 use std::path::PathBuf;
-use std::sync::Arc;
-use std::sync::atomic::{AtomicBool, Ordering};
-use std::time::{Duration, Instant};
+use std::time::Duration;
 
 use clap::Args;
 use gantry_core::{
     BindOutcome, ClusterState, NodeTable, Queues, Resources, Scheduler, SchedulerConfig, Symbols,
 };
+use gantry_engine::Shutdown;
 use gantry_engine::{Engine, EngineConfig};
 use gantry_kube::nodes::NodeDef;
 use gantry_kube::{KubeCluster, KubeConfig, LeaderSettings, TopologyLabel};
@@ -103,7 +102,7 @@ pub fn serve(opts: KubeServe) -> anyhow::Result<()> {
         // A live cluster's scheduler runs in a pod: its output is a log.
         false,
     )?;
-    let stop = Arc::new(AtomicBool::new(false));
+    let stop = Shutdown::new();
     let (bound, api) = start_api(live.clone(), tokens, opts.listen, stop.clone())?;
     println!(
         "  API on http://{bound}/api (OpenAPI at /api/openapi.json), data in {}",
@@ -176,13 +175,10 @@ pub fn serve(opts: KubeServe) -> anyhow::Result<()> {
             }
         },
     );
-    stop.store(true, Ordering::Relaxed);
+    stop.trigger();
     cluster.resign();
     live.store.flush()?;
-    let deadline = Instant::now() + Duration::from_secs(3);
-    while !api.is_finished() && Instant::now() < deadline {
-        std::thread::sleep(Duration::from_millis(20));
-    }
+    Shutdown::join_by(api, crate::serve::API_PATIENCE);
     println!("gantry serve: stopped after {passes} passes; {bound_pods} pods bound");
     Ok(())
 }

@@ -7,11 +7,11 @@
 use std::net::SocketAddr;
 use std::path::PathBuf;
 use std::sync::Arc;
-use std::sync::atomic::{AtomicBool, Ordering};
-use std::time::{Duration, Instant};
+use std::time::Duration;
 
 use clap::Args;
 use gantry_core::{ClusterState, Scheduler, SchedulerConfig, Symbols};
+use gantry_engine::Shutdown;
 use gantry_sim::ClusterSpec;
 
 #[derive(Args, Debug)]
@@ -244,12 +244,17 @@ pub fn start_live(
     Ok((live, door))
 }
 
-/// Runs the API on `listen` in a background runtime until `stop` is set.
+/// How long a stopping process waits for the API server: its graceful shutdown waits for open
+/// connections, and a live-feed subscriber never closes its own.
+pub const API_PATIENCE: Duration = Duration::from_secs(3);
+
+/// Runs the API on `listen` in a background runtime until `stop` is triggered; Ctrl-C and
+/// SIGTERM trigger it.
 pub fn start_api(
     live: Arc<gantry_engine::Live>,
     door: FrontDoor,
     listen: SocketAddr,
-    stop: Arc<AtomicBool>,
+    stop: Shutdown,
 ) -> anyhow::Result<(SocketAddr, std::thread::JoinHandle<()>)> {
     let runtime = tokio::runtime::Builder::new_multi_thread()
         .worker_threads(2)
@@ -270,21 +275,24 @@ pub fn start_api(
         .name("gantry-api".into())
         .spawn(move || {
             runtime.block_on(async move {
-                let stop_signal = stop.clone();
                 let shutdown = async move {
                     let mut term =
                         tokio::signal::unix::signal(tokio::signal::unix::SignalKind::terminate())
                             .ok();
-                    loop {
-                        tokio::select! {
-                            _ = tokio::signal::ctrl_c() => break,
-                            _ = async { match term.as_mut() { Some(t) => { t.recv().await; } None => std::future::pending().await } } => break,
-                            _ = tokio::time::sleep(Duration::from_millis(100)) => {
-                                if stop_signal.load(Ordering::Relaxed) { break; }
+                    let terminated = async {
+                        match term.as_mut() {
+                            Some(term) => {
+                                term.recv().await;
                             }
+                            None => std::future::pending().await,
                         }
+                    };
+                    tokio::select! {
+                        _ = tokio::signal::ctrl_c() => {}
+                        _ = terminated => {}
+                        _ = stop.triggered() => {}
                     }
-                    stop_signal.store(true, Ordering::Relaxed);
+                    stop.trigger();
                 };
                 if let Err(error) = gantry_server::serve(listener, state, tls, shutdown).await {
                     tracing::error!(%error, "the API server stopped");
@@ -386,7 +394,7 @@ pub fn run(args: ServeArgs) -> anyhow::Result<()> {
         (!args.no_policies).then_some(&args.plugins),
         true,
     )?;
-    let stop = Arc::new(AtomicBool::new(false));
+    let stop = Shutdown::new();
     let (bound, api) = start_api(live.clone(), door, args.listen, stop.clone())?;
     let jobs_per_s = args
         .jobs_per_s
@@ -432,7 +440,7 @@ pub fn run(args: ServeArgs) -> anyhow::Result<()> {
         log_every_s: Some(args.log_every_s),
     };
     let (summary, stats) = run_loop(sim, live.clone(), &stop, &load);
-    stop.store(true, Ordering::Relaxed);
+    stop.trigger();
     if let Some(path) = &args.report {
         std::fs::write(path, serde_json::to_string_pretty(&stats)? + "\n")
             .map_err(|e| anyhow::anyhow!("{}: cannot write the report: {e}", path.display()))?;
@@ -450,12 +458,7 @@ pub fn run(args: ServeArgs) -> anyhow::Result<()> {
         );
     }
     live.store.flush()?;
-    // Graceful shutdown waits for open connections; an SSE subscriber never closes its own, so
-    // the wait is bounded.
-    let deadline = Instant::now() + Duration::from_secs(3);
-    while !api.is_finished() && Instant::now() < deadline {
-        std::thread::sleep(Duration::from_millis(20));
-    }
+    Shutdown::join_by(api, API_PATIENCE);
     println!(
         "gantry serve: stopped after {} jobs ({} pods) submitted, {} placed, {} finished; {} cycle failures",
         summary.submitted,
@@ -468,11 +471,11 @@ pub fn run(args: ServeArgs) -> anyhow::Result<()> {
 }
 
 /// Schedules the simulated cluster under `load` through the engine until the duration ends or
-/// `stop` is set; what it did, and the run's figures.
+/// `stop` is triggered; what it did, and the run's figures.
 pub fn run_loop(
     sim: SimCluster,
     live: Arc<gantry_engine::Live>,
-    stop: &AtomicBool,
+    stop: &Shutdown,
     load: &Load,
 ) -> (LoopSummary, gantry_engine::RunStats) {
     let SimCluster {
