@@ -1,0 +1,307 @@
+//! The read-only cluster picture the loop publishes after each pass ([`ClusterView`], with
+//! its queues and jobs), the decision events the live feed streams, and what each queue lends
+//! ([`lent_gpus`]).
+
+use super::*;
+
+/// What the loop publishes about the cluster, a few times a second. Immutable once published,
+/// so a handler reads a consistent picture without a lock.
+#[derive(Debug, Clone, Default)]
+pub struct ClusterView {
+    /// The cluster's name, as the cluster summary reports it.
+    pub cluster: String,
+    /// When this view was published (ms since the epoch), so a reader can tell how fresh it is.
+    pub at_ms: u64,
+    /// The node table as the core sees it; names resolve through the engine's symbols.
+    pub nodes: Arc<NodeTable>,
+    /// Every queue's quota, usage and fair share, in declaration order: what `/api/queues` serves.
+    pub queues: Vec<QueueView>,
+    /// Jobs pending or running now, by name.
+    pub job_to_state: HashMap<String, JobView>,
+    /// Running jobs per node index, for "what runs here".
+    pub node_to_jobs: HashMap<u32, Vec<String>>,
+    /// The first leaf queue's usage, for the quota self-test of an upload.
+    pub sample_usage: Option<(QueueUsage, Option<CohortUsage>)>,
+    /// Pods of all pending jobs (each pod of a gang counted), for the cluster summary.
+    pub pending_pods: u64,
+    /// Pods of all running jobs, for the cluster summary.
+    pub running_pods: u64,
+}
+
+/// One queue's quota, usage, borrowing and fair share.
+#[derive(Debug, Clone, Serialize, Deserialize)]
+#[cfg_attr(feature = "schema", derive(utoipa::ToSchema))]
+pub struct QueueView {
+    /// The queue's name, as declared.
+    pub name: String,
+    /// The cohort it belongs to; `None` for a top-level queue.
+    pub parent: Option<String>,
+    /// GPUs guaranteed to the queue: declared, or its children's sum when it declares none.
+    pub nominal_gpus: u64,
+    /// GPUs its running jobs hold now (a cohort's include its children's).
+    pub used_gpus: u64,
+    /// GPUs used beyond the nominal quota, lent by siblings.
+    pub borrowed_gpus: u64,
+    /// Of the nominal quota, what is idle and may be lent to siblings.
+    pub lendable_gpus: u64,
+    /// Of the nominal quota, what other queues use now by borrowing it (see [`lent_gpus`]).
+    pub lent_gpus: u64,
+    /// Most GPUs it may borrow beyond its nominal quota; `None` = no limit.
+    pub borrowing_limit_gpus: Option<u64>,
+    /// Most of its idle nominal quota it may lend; `None` = all of it.
+    pub lending_limit_gpus: Option<u64>,
+    /// Its weight against its siblings' in fair share: a higher weight earns a larger share.
+    pub weight: u32,
+    /// Dominant share of the queue, decayed over time (0 = idle).
+    pub fair_share: f64,
+    /// Lower goes first among siblings.
+    pub fair_share_key: f64,
+    /// Jobs submitted to this queue itself (not its children) that wait to be placed.
+    pub pending_jobs: u32,
+    /// Jobs submitted to this queue itself (not its children) that run now.
+    pub running_jobs: u32,
+}
+
+/// A job the loop knows about now.
+#[derive(Debug, Clone, Serialize)]
+#[cfg_attr(feature = "schema", derive(utoipa::ToSchema))]
+pub struct JobView {
+    /// The queue it was submitted to.
+    pub queue: String,
+    /// Pods in its gang (1 for a single pod).
+    pub pods: u32,
+    /// GPUs each pod asks for.
+    pub gpus_per_pod: u32,
+    /// Its priority: higher goes first within its queue.
+    pub priority: i32,
+    /// When it was submitted, in seconds on the scheduler's clock: among equal priorities the
+    /// oldest goes first.
+    pub submitted_s: f64,
+    /// When it was submitted, in ms since the epoch: the scheduler's clock mapped onto the
+    /// wall clock when the view was published, so the UI can show and sort by how long it has
+    /// waited.
+    pub submitted_ms: u64,
+    /// `pending` or `running`.
+    pub state: &'static str,
+    /// Place among its queue's pending jobs (1 = next), by priority then age.
+    pub queue_position: Option<u32>,
+    /// A placeholder that holds idle capacity and gives way to real work; `/api/jobs` leaves
+    /// these out.
+    pub balloon: bool,
+    /// When a pending job is expected to start, from the planner's last replan.
+    pub estimate: Option<crate::whatif::EstimateView>,
+}
+
+/// A decision as the SSE feed sends it: small, with the one-line summary.
+#[derive(Debug, Clone, Serialize)]
+#[cfg_attr(feature = "schema", derive(utoipa::ToSchema))]
+pub struct DecisionEvent {
+    /// When the cycle that decided ran (ms since the epoch).
+    pub time_ms: u64,
+    /// The job decided about.
+    pub job: String,
+    /// The queue it was submitted to.
+    pub queue: String,
+    /// True when every pod has a node; false when the job stays pending.
+    pub placed: bool,
+    /// Pods in its gang (1 for a single pod).
+    pub pods: u32,
+    /// GPUs each pod asks for.
+    pub gpus_per_pod: u32,
+    /// Names of the nodes it was placed on; empty when pending.
+    pub nodes: Vec<String>,
+    /// The topology domain a gang was placed in, e.g. `rack 12`.
+    pub domain: Option<String>,
+    /// The policy-set version that decided.
+    pub policy_set: u64,
+    /// The decision's one-line summary, as the live feed shows it.
+    pub summary: String,
+}
+
+/// GPUs of each queue's nominal quota that other queues use now by borrowing them.
+///
+/// The core records what each queue borrows beyond its quota, not from whom: a borrower draws
+/// on its siblings' idle quota as one pool (see `Queues::admission`). So, level by level from
+/// the top, what a group of siblings borrows from each other (their borrowing less what their
+/// parent borrows from its own siblings) is split over the group's lenders in proportion to
+/// what each may lend. What a cohort lends to its siblings is, in turn, its children's idle
+/// quota: it is split over them in proportion to what they may still lend.
+pub fn lent_gpus(queues: &Queues) -> Vec<u64> {
+    let mut lent = vec![0u64; queues.len()];
+    let roots: Vec<QueueId> = queues
+        .ids()
+        .filter(|&id| queues.parent(id).is_none())
+        .collect();
+    lend_within(queues, &roots, None, &mut lent);
+    lent
+}
+
+/// Splits the borrowing inside one group of siblings over its lenders, then recurses.
+pub(super) fn lend_within(
+    queues: &Queues,
+    group: &[QueueId],
+    parent: Option<QueueId>,
+    lent: &mut [u64],
+) {
+    let from_above = parent.map_or(0, |p| queues.borrowed(p));
+    let borrowed: u64 = group.iter().map(|&q| queues.borrowed(q)).sum();
+    let lendable: Vec<u64> = group.iter().map(|&q| queues.lendable(q)).collect();
+    let within = split(borrowed.saturating_sub(from_above), &lendable);
+    // What the parent lends outwards comes from its children's idle quota that is left.
+    let left: Vec<u64> = lendable
+        .iter()
+        .zip(&within)
+        .map(|(l, w)| l.saturating_sub(*w))
+        .collect();
+    let outwards = split(parent.map_or(0, |p| lent[p]), &left);
+    for (i, &q) in group.iter().enumerate() {
+        lent[q] = within[i] + outwards[i];
+    }
+    for &q in group {
+        let children = queues.children(q);
+        if !children.is_empty() {
+            lend_within(queues, children, Some(q), lent);
+        }
+    }
+}
+
+/// `total` (at most the weights' sum) split in proportion to `weights`, each share at most its
+/// weight; the remainder of the rounding goes to the largest fractions.
+pub(super) fn split(total: u64, weights: &[u64]) -> Vec<u64> {
+    let sum: u128 = weights.iter().map(|&w| u128::from(w)).sum();
+    if sum == 0 {
+        return vec![0; weights.len()];
+    }
+    let total = u128::from(total).min(sum);
+    let mut shares: Vec<u64> = Vec::with_capacity(weights.len());
+    let mut remainders: Vec<(u128, usize)> = Vec::with_capacity(weights.len());
+    for (i, &w) in weights.iter().enumerate() {
+        let exact = total * u128::from(w);
+        shares.push((exact / sum) as u64);
+        remainders.push((exact % sum, i));
+    }
+    let mut short = (total - shares.iter().map(|&s| u128::from(s)).sum::<u128>()) as usize;
+    remainders.sort_by(|a, b| b.0.cmp(&a.0).then(a.1.cmp(&b.1)));
+    for &(_, i) in &remainders {
+        if short == 0 {
+            break;
+        }
+        if shares[i] < weights[i] {
+            shares[i] += 1;
+            short -= 1;
+        }
+    }
+    shares
+}
+
+impl Live {
+    /// The cluster picture the loop published last; a handler reads it without a lock.
+    pub fn view(&self) -> Arc<ClusterView> {
+        self.view.load_full()
+    }
+
+    /// Replaces the cluster picture the API serves.
+    pub fn publish(&self, scheduler: &Scheduler, cluster: &str) {
+        let _span = tracing::debug_span!("publish").entered();
+        let queues = &scheduler.queues;
+        let mut queue_pending: HashMap<usize, u32> = HashMap::new();
+        let mut queue_running: HashMap<usize, u32> = HashMap::new();
+        let mut job_to_state: HashMap<String, JobView> = HashMap::new();
+        let mut node_to_jobs: HashMap<u32, Vec<String>> = HashMap::new();
+        let mut pending_pods = 0u64;
+        let mut running_pods = 0u64;
+        let mut by_queue: HashMap<usize, Vec<(i32, f64, String)>> = HashMap::new();
+        let published_ms = now_ms();
+        let clock_s = scheduler.clock_s();
+        let view_of = |spec: &gantry_core::JobSpec, state: &'static str| JobView {
+            queue: queues.name(spec.queue).to_string(),
+            pods: spec.pods,
+            gpus_per_pod: spec.shape.gpus,
+            priority: spec.priority,
+            submitted_s: spec.submit_s,
+            submitted_ms: published_ms
+                .saturating_sub(((clock_s - spec.submit_s).max(0.0) * 1000.0) as u64),
+            state,
+            queue_position: None,
+            balloon: spec.balloon,
+            estimate: None,
+        };
+        for id in scheduler.pending() {
+            let spec = scheduler.job(id);
+            pending_pods += u64::from(spec.pods);
+            *queue_pending.entry(spec.queue).or_default() += 1;
+            by_queue.entry(spec.queue).or_default().push((
+                spec.priority,
+                spec.submit_s,
+                spec.name.clone(),
+            ));
+            let mut view = view_of(spec, "pending");
+            view.estimate = scheduler.start_estimate(id).map(|estimate| {
+                crate::whatif::EstimateView::new(estimate, scheduler.clock_s(), published_ms)
+            });
+            job_to_state.insert(spec.name.clone(), view);
+        }
+        for jobs in by_queue.values_mut() {
+            jobs.sort_by(|a, b| b.0.cmp(&a.0).then(a.1.total_cmp(&b.1)));
+            for (i, (_, _, name)) in jobs.iter().enumerate() {
+                if let Some(view) = job_to_state.get_mut(name) {
+                    view.queue_position = Some(i as u32 + 1);
+                }
+            }
+        }
+        for id in scheduler.running() {
+            let spec = scheduler.job(id);
+            running_pods += u64::from(spec.pods);
+            *queue_running.entry(spec.queue).or_default() += 1;
+            for slot in scheduler.slots(id) {
+                let jobs = node_to_jobs.entry(slot.node).or_default();
+                if jobs.last() != Some(&spec.name) {
+                    jobs.push(spec.name.clone());
+                }
+            }
+            job_to_state.insert(spec.name.clone(), view_of(spec, "running"));
+        }
+        let lent = lent_gpus(queues);
+        let queue_views: Vec<QueueView> = queues
+            .ids()
+            .map(|id| {
+                let def = queues.def(id);
+                QueueView {
+                    name: def.name.clone(),
+                    parent: def.parent.clone(),
+                    nominal_gpus: queues.nominal(id),
+                    used_gpus: queues.used(id).gpus,
+                    borrowed_gpus: queues.borrowed(id),
+                    lendable_gpus: queues.lendable(id),
+                    lent_gpus: lent[id],
+                    borrowing_limit_gpus: def.borrowing_limit_gpus,
+                    lending_limit_gpus: def.lending_limit_gpus,
+                    weight: def.weight,
+                    fair_share: queues.fair_share(id),
+                    fair_share_key: queues.fair_share_key(id),
+                    pending_jobs: queue_pending.get(&id).copied().unwrap_or(0),
+                    running_jobs: queue_running.get(&id).copied().unwrap_or(0),
+                }
+            })
+            .collect();
+        let sample_usage = queues
+            .ids()
+            .find(|&id| queues.children(id).is_empty())
+            .map(|id| scheduler.usage(id));
+        self.metrics.pending_pods.set(pending_pods as i64);
+        let at_ms = now_ms();
+        self.sample_history(&queue_views, at_ms);
+        self.view.store(Arc::new(ClusterView {
+            cluster: cluster.to_string(),
+            at_ms,
+            nodes: Arc::new(scheduler.state.nodes.clone()),
+            queues: queue_views,
+            job_to_state,
+            node_to_jobs,
+            sample_usage,
+            pending_pods,
+            running_pods,
+        }));
+        self.ready.store(true, Ordering::Release);
+    }
+}
