@@ -319,6 +319,42 @@ fn a_negative_forecast_interval_is_refused_by_name() {
     assert!(!report.exists(), "no report is written");
 }
 
+/// The gang-burst report as the last blessed build made it (`--no-wall-clock --seed 3`), from
+/// the workspace root: a change to what the simulator or the scheduler decides shows up as a
+/// diff of it, reviewed with the change.
+const GANG_BURST_GOLDEN: &str = "tests/scenarios/gang-burst/report.golden.json";
+
+/// `actual` must be the checked-in golden file at `relative` (from the workspace root), or,
+/// with `GANTRY_WRITE_GENERATED=1`, becomes it.
+fn check_golden(relative: &str, actual: &str) {
+    let path = std::path::Path::new(env!("CARGO_MANIFEST_DIR"))
+        .join("../..")
+        .join(relative);
+    if std::env::var("GANTRY_WRITE_GENERATED").is_ok_and(|v| v == "1") {
+        std::fs::write(&path, actual).expect("write the golden file");
+        return;
+    }
+    let golden = std::fs::read_to_string(&path).unwrap_or_default();
+    let first_difference = golden
+        .lines()
+        .zip(actual.lines())
+        .position(|(a, b)| a != b)
+        .map_or_else(String::new, |line| {
+            format!(
+                " (first at line {}: {:?} is now {:?})",
+                line + 1,
+                golden.lines().nth(line).unwrap_or_default(),
+                actual.lines().nth(line).unwrap_or_default()
+            )
+        });
+    assert!(
+        golden == actual,
+        "{relative} is not the report this build makes{first_difference}.\n\
+         If the change is meant, bless it and commit it with the change:\n  \
+         GANTRY_WRITE_GENERATED=1 cargo test --release -p gantry --test cli byte_identical"
+    );
+}
+
 #[test]
 fn the_same_inputs_give_byte_identical_reports_and_estimates() {
     let (cluster, trace) = gang_burst();
@@ -332,6 +368,7 @@ fn the_same_inputs_give_byte_identical_reports_and_estimates() {
     let report = run(&a, &a_csv);
     run(&b, &b_csv);
     assert_eq!(std::fs::read(&a).unwrap(), std::fs::read(&b).unwrap());
+    check_golden(GANG_BURST_GOLDEN, &std::fs::read_to_string(&a).unwrap());
     assert_eq!(
         std::fs::read(&a_csv).unwrap(),
         std::fs::read(&b_csv).unwrap()
