@@ -11,7 +11,7 @@
 #   tests/cluster/bench.sh [--workload mixed|openai] --nodes N [--pods M] [--json]
 #                          [--timeout-s S] [--idle-s S] [--only NAME]
 #
-# Workloads (`gantry_kube::bench`): `mixed` (the default) is M pods, half in gangs of 4-32
+# Workloads (host/gantry/src/bench/kube.rs): `mixed` (the default) is M pods, half in gangs of 4-32
 # one-GPU pods, half single 1-2-GPU pods, 70% of the GPUs at N = M/5. `openai` sizes itself from
 # N: 8-GPU pods (one per node) in gangs of 16 to 256 holding 70% of the GPUs asked for, single
 # 8-GPU pods and a few 1-4-GPU ones, one burst asking for 90% of the cluster's GPUs.
@@ -68,7 +68,7 @@ case "$workload" in
         [[ "$pods" =~ $positive ]] || refuse "--pods takes a positive integer, not '$pods'" ;;
     openai)
         [[ -z "$pods" ]] || refuse "the openai workload sizes itself from --nodes; drop --pods"
-        # gantry_kube::bench::OPENAI_NODES
+        # OPENAI_NODES in host/gantry/src/bench/kube.rs
         ((nodes >= 32 && nodes <= 7500)) \
             || refuse "the openai workload is defined for 32 to 7500 nodes, not $nodes" ;;
     *) refuse "unknown workload '$workload': use mixed or openai" ;;

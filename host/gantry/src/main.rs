@@ -2,9 +2,6 @@
 //! only here; every library crate reports its own typed errors.
 
 mod bench;
-mod bench_activate;
-mod bench_cluster;
-mod bench_faults;
 mod client;
 mod compose;
 mod kube;
@@ -61,11 +58,11 @@ enum KubeCommand {
     /// Create fake GPU nodes (for kwok) from a cluster spec, with topology labels.
     CreateNodes(kube::CreateNodesArgs),
     /// Benchmark: create the workload of tests/cluster/bench.sh (single pods and PodGroup gangs).
-    BenchPods(bench_cluster::BenchPodsArgs),
+    BenchPods(bench::cluster::BenchPodsArgs),
     /// Benchmark: start a scheduler once the workload exists and time its bindings (JSON).
-    BenchWatch(bench_cluster::BenchWatchArgs),
+    BenchWatch(bench::cluster::BenchWatchArgs),
     /// Benchmark: bind the workload to nodes decided up front, with no scheduling (the ceiling).
-    BenchBind(bench_cluster::BenchBindArgs),
+    BenchBind(bench::cluster::BenchBindArgs),
 }
 
 #[derive(Subcommand)]
@@ -102,9 +99,9 @@ enum BenchCommand {
     /// Batched decision-record writes per second into the sled store.
     Store(bench::StoreBenchArgs),
     /// How soon an activated policy set takes effect, over the API, under load.
-    Activate(bench_activate::ActivateBenchArgs),
+    Activate(bench::activate::ActivateBenchArgs),
     /// Cycle latency with a faulting policy (active, then in shadow) and during uploads.
-    Faults(bench_faults::FaultsBenchArgs),
+    Faults(bench::faults::FaultsBenchArgs),
 }
 
 /// Where the policies built from `plugins/` are found.
@@ -159,10 +156,10 @@ fn main() -> ExitCode {
             bench::run_policy(args).map(|()| ExitCode::SUCCESS)
         }
         Command::Bench(BenchCommand::Activate(args)) => {
-            bench_activate::run(args).map(|()| ExitCode::SUCCESS)
+            bench::activate::run(args).map(|()| ExitCode::SUCCESS)
         }
         Command::Bench(BenchCommand::Faults(args)) => {
-            bench_faults::run(args).map(|()| ExitCode::SUCCESS)
+            bench::faults::run(args).map(|()| ExitCode::SUCCESS)
         }
         Command::Bench(BenchCommand::Store(args)) => {
             bench::run_store(args).map(|()| ExitCode::SUCCESS)
@@ -173,13 +170,13 @@ fn main() -> ExitCode {
         Command::Simulate(args) => simulate::run(args).map(|()| ExitCode::SUCCESS),
         Command::Serve(args) => serve::run(*args).map(|()| ExitCode::SUCCESS),
         Command::Kube(KubeCommand::BenchPods(args)) => {
-            bench_cluster::pods(args).map(|()| ExitCode::SUCCESS)
+            bench::cluster::pods(args).map(|()| ExitCode::SUCCESS)
         }
         Command::Kube(KubeCommand::BenchWatch(args)) => {
-            bench_cluster::watch(args).map(|()| ExitCode::SUCCESS)
+            bench::cluster::watch(args).map(|()| ExitCode::SUCCESS)
         }
         Command::Kube(KubeCommand::BenchBind(args)) => {
-            bench_cluster::bind(args).map(|()| ExitCode::SUCCESS)
+            bench::cluster::bind(args).map(|()| ExitCode::SUCCESS)
         }
         Command::Kube(KubeCommand::CreateNodes(args)) => {
             kube::create_nodes(args).map(|()| ExitCode::SUCCESS)

@@ -36,8 +36,8 @@ use crate::{Error, Result};
 const COMPONENT: &str = "gantry";
 /// Queue statuses are written at most this often.
 const QUEUE_STATUS_EVERY: Duration = Duration::from_secs(5);
-/// Bindings and status patches in flight at once.
-pub(crate) const CONCURRENCY: usize = 16;
+/// Bindings and status patches in flight at once (the cluster bench binds with the same).
+pub const CONCURRENCY: usize = 16;
 /// Scheduled Events in flight at once, in the background (see
 /// [`KubeCluster::post_scheduled_events`]).
 const EVENT_CONCURRENCY: usize = 4;
@@ -242,7 +242,7 @@ const DRA_VERSION: &str = "resource.k8s.io/v1";
 const DISCOVER_EVERY: Duration = Duration::from_secs(30);
 
 /// A small runtime for the caches and calls; the scheduling loop blocks on it.
-pub(crate) fn runtime() -> Result<tokio::runtime::Runtime> {
+pub fn runtime() -> Result<tokio::runtime::Runtime> {
     tokio::runtime::Builder::new_multi_thread()
         .worker_threads(2)
         .thread_name("gantry-kube")
@@ -256,7 +256,7 @@ pub const IN_CLUSTER: &str = "in-cluster";
 
 /// A client from the kubeconfig at `path` (its current context), or from the pod's service
 /// account when `path` is [`IN_CLUSTER`].
-pub(crate) fn client(runtime: &tokio::runtime::Runtime, path: &Path) -> Result<Client> {
+pub fn client(runtime: &tokio::runtime::Runtime, path: &Path) -> Result<Client> {
     client_with(runtime, path, true, None)
 }
 

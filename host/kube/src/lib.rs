@@ -35,7 +35,6 @@
 //! [`claims`], [`config`], [`quantity`]) are pure and live in `gantry-kube-model`; this crate is
 //! the I/O around them. The core stays pure: kube types stop at this crate's boundary.
 
-pub mod bench;
 pub mod cluster;
 pub mod evict;
 pub mod leader;
@@ -79,8 +78,6 @@ pub enum Error {
     CreateNode { node: String, message: String },
     #[error("cannot start the kube runtime: {0}")]
     Runtime(String),
-    #[error("benchmark: {0}")]
-    Bench(String),
 }
 
 /// This crate's result.

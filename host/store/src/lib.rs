@@ -39,24 +39,24 @@
 //! outcomes it keeps are flushed before the records they copy are deleted.
 
 mod audit;
-mod bench;
 mod codec;
 mod decisions;
 mod index;
 mod pods;
 mod policies;
+mod sample;
 
 use std::path::{Path, PathBuf};
 use std::sync::{Arc, Mutex, MutexGuard, PoisonError, RwLock, RwLockReadGuard, RwLockWriteGuard};
 use std::time::Duration;
 
 pub use audit::{Actor, AuditEntry};
-pub use bench::{BenchResult, bench_append, sample_explanation};
 pub use decisions::{CompactReport, DecisionRecord, NewDecision};
 pub use policies::{
     FailurePolicy, NewPolicy, PolicyManifest, PolicyRole, PolicySet, PutPolicy, SetEntry,
     sha256_hex,
 };
+pub use sample::sample_explanation;
 
 /// The schema version this build writes and understands. Bump it when a key or value layout
 /// changes; a build then refuses a directory of any other version instead of misreading it.

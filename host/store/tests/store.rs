@@ -7,8 +7,7 @@ use std::time::Duration;
 use common::{decision, open};
 use gantry_core::Outcome;
 use gantry_store::{
-    Actor, FailurePolicy, NewDecision, NewPolicy, PolicyRole, SetEntry, Store, StoreConfig,
-    StoreError, bench_append,
+    Actor, FailurePolicy, NewPolicy, PolicyRole, SetEntry, Store, StoreConfig, StoreError,
 };
 
 #[test]
@@ -606,15 +605,4 @@ fn a_missing_directory_is_created() {
     let store = open(&path);
     store.append_decisions(&[decision("x", 1, &[])]).unwrap();
     assert!(path.join("conf").exists());
-}
-
-#[test]
-fn bench_append_reports_a_rate() {
-    let dir = tempfile::tempdir().unwrap();
-    let r = bench_append(&dir.path().join("bench"), 50_000, 1000).unwrap();
-    assert_eq!(r.records, 50_000);
-    assert!(r.records_per_s > 0.0);
-    assert!(r.decision_bytes > 0);
-    eprintln!("{}", serde_json::to_string(&r).unwrap());
-    let _unused: Option<NewDecision> = None;
 }

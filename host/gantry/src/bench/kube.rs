@@ -12,7 +12,7 @@
 //!   the watch sees it, until every pod is bound or time runs out;
 //! - [`raw_bind`]: the ceiling, binding pods to nodes decided up front, with no scheduling.
 //!
-//! All of them talk to the API server through this crate's client, with the binder's
+//! All of them talk to the API server through `gantry_kube`'s client, with the binder's
 //! concurrency.
 
 use std::collections::{BTreeMap, HashMap};
@@ -30,8 +30,8 @@ use kube::{Api, Client};
 use serde::Serialize;
 use serde_json::json;
 
-use crate::cluster::{CONCURRENCY as BIND_CONCURRENCY, client, runtime};
-use crate::{Error, Result};
+use anyhow::{Result, anyhow};
+use gantry_kube::cluster::{CONCURRENCY as BIND_CONCURRENCY, client, runtime};
 
 /// Every benchmark pod carries this label, so the watch and the raw binder see only them.
 pub const BENCH_LABEL: &str = "gantry.dev/bench";
@@ -107,9 +107,9 @@ pub struct BenchPod {
 /// eight-GPU nodes (which sets its own pod count). An error names what cannot be served.
 pub fn workload(kind: Workload, pods: usize, nodes: usize) -> Result<Vec<BenchPod>> {
     match kind {
-        Workload::Mixed if pods == 0 => Err(Error::Bench("the mixed workload needs --pods".into())),
+        Workload::Mixed if pods == 0 => Err(anyhow!("the mixed workload needs --pods")),
         Workload::Mixed => Ok(mixed_workload(pods)),
-        Workload::Openai if !OPENAI_NODES.contains(&nodes) => Err(Error::Bench(format!(
+        Workload::Openai if !OPENAI_NODES.contains(&nodes) => Err(anyhow!(format!(
             "the openai workload is defined for {} to {} nodes, not {nodes}",
             OPENAI_NODES.start(),
             OPENAI_NODES.end()
@@ -297,7 +297,7 @@ pub fn create_pods(
         for (kind, object) in &objects {
             let api: Api<DynamicObject> = Api::namespaced_with(client.clone(), namespace, kind);
             create_tolerating_conflict(api.create(&PostParams::default(), object).await).map_err(
-                |message| Error::Bench(format!("{} {}: {message}", kind.kind, object.name_any())),
+                |message| anyhow!(format!("{} {}: {message}", kind.kind, object.name_any())),
             )?;
         }
         let created: Vec<Result<()>> = futures::stream::iter(workload)
@@ -312,7 +312,7 @@ pub fn create_pods(
                             )
                             .await,
                     )
-                    .map_err(|message| Error::Bench(format!("pod {}: {message}", pod.name)));
+                    .map_err(|message| anyhow!(format!("pod {}: {message}", pod.name)));
                     progress();
                     result
                 }
@@ -327,7 +327,7 @@ pub fn create_pods(
 
 /// GPUs a pod asks for, read the way the scheduler reads it.
 fn gpus_of(pod: &Pod) -> u32 {
-    crate::mapping::pod_request(pod, &crate::KubeConfig::default()).gpus
+    gantry_kube::mapping::pod_request(pod, &gantry_kube::KubeConfig::default()).gpus
 }
 
 /// A node's allocatable GPUs.
@@ -335,8 +335,8 @@ fn allocatable_gpus(node: &Node) -> u32 {
     node.status
         .as_ref()
         .and_then(|s| s.allocatable.as_ref())
-        .and_then(|a| a.get(&crate::KubeConfig::default().gpu_resource))
-        .and_then(|q| crate::quantity::count(&q.0))
+        .and_then(|a| a.get(&gantry_kube::KubeConfig::default().gpu_resource))
+        .and_then(|q| gantry_kube::quantity::count(&q.0))
         .map_or(0, |n| u32::try_from(n).unwrap_or(u32::MAX))
 }
 
@@ -418,14 +418,14 @@ pub fn watch(
                 Ok(watcher::Event::Apply(pod) | watcher::Event::InitApply(pod)) => pod,
                 Ok(watcher::Event::InitDone) => {
                     if started.is_none() && name_to_pod.len() < pods {
-                        return Err(Error::Bench(format!(
+                        return Err(anyhow!(format!(
                             "only {} of the {pods} benchmark pods exist; create them first",
                             name_to_pod.len()
                         )));
                     }
                     if let Some(start) = start.take() {
                         started = Some(Instant::now());
-                        start().map_err(Error::Bench)?;
+                        start().map_err(anyhow::Error::msg)?;
                     }
                     continue;
                 }
@@ -467,7 +467,7 @@ pub fn watch(
         let nodes = Api::<Node>::all(client)
             .list(&ListParams::default())
             .await
-            .map_err(|e| Error::Bench(format!("cannot list nodes: {e}")))?;
+            .map_err(|e| anyhow!(format!("cannot list nodes: {e}")))?;
         let gpus_total: u64 = nodes
             .items
             .iter()
@@ -567,12 +567,12 @@ pub fn raw_bind(kubeconfig: &Path, namespace: &str) -> Result<usize> {
         let nodes = Api::<Node>::all(client.clone())
             .list(&ListParams::default())
             .await
-            .map_err(|e| Error::Bench(format!("cannot list nodes: {e}")))?;
+            .map_err(|e| anyhow!(format!("cannot list nodes: {e}")))?;
         let pods: Api<Pod> = Api::namespaced(client.clone(), namespace);
         let mut list = pods
             .list(&ListParams::default().labels(BENCH_LABEL))
             .await
-            .map_err(|e| Error::Bench(format!("cannot list pods: {e}")))?
+            .map_err(|e| anyhow!(format!("cannot list pods: {e}")))?
             .items;
         list.retain(|p| p.spec.as_ref().is_some_and(|s| s.node_name.is_none()));
         // Gang members next to each other, so first fit keeps a gang together.
@@ -593,7 +593,7 @@ pub fn raw_bind(kubeconfig: &Path, namespace: &str) -> Result<usize> {
                 .map(|i| (cursor + i) % free.len())
                 .find(|&i| free[i].1 >= want)
             else {
-                return Err(Error::Bench(format!(
+                return Err(anyhow!(format!(
                     "no node has {want} free GPUs for pod {}",
                     pod.name_any()
                 )));
@@ -638,10 +638,13 @@ async fn bind_one(client: &Client, namespace: &str, pod: String, node: String) -
     )
     .await
     .map(|_| ())
-    .map_err(|e| Error::Bind {
-        pod,
-        node,
-        message: e.to_string(),
+    .map_err(|e| {
+        gantry_kube::Error::Bind {
+            pod,
+            node,
+            message: e.to_string(),
+        }
+        .into()
     })
 }
 

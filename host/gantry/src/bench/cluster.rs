@@ -1,6 +1,6 @@
 //! `gantry kube bench-pods | bench-watch | bench-bind`: the commands `tests/cluster/bench.sh`
 //! runs to race Gantry, kube-scheduler (native gangs, or Coscheduling) and a raw binder on one
-//! workload (see `gantry_kube::bench`). JSON goes to stdout, progress to stderr.
+//! workload (see [`super::kube`]). JSON goes to stdout, progress to stderr.
 
 use std::path::PathBuf;
 use std::process::{Child, Command};
@@ -19,7 +19,7 @@ pub struct BenchPodsArgs {
     /// Which pods: `mixed` (half one-GPU gang pods, half small single pods; needs --pods) or
     /// `openai` (8-GPU pods in gangs of 16 to 256 and single, 90% of --nodes' GPUs).
     #[arg(long, default_value = "mixed")]
-    workload: gantry_kube::bench::Workload,
+    workload: super::kube::Workload,
     /// How many pods, for the mixed workload.
     #[arg(long, default_value_t = 0)]
     pods: usize,
@@ -30,7 +30,7 @@ pub struct BenchPodsArgs {
     /// or `upstream` (scheduling.k8s.io Workload and PodGroup, what kube-scheduler's native
     /// gang scheduling reads). Gantry reads both.
     #[arg(long, default_value = "plugins")]
-    gang_api: gantry_kube::bench::GangApi,
+    gang_api: super::kube::GangApi,
     /// The `spec.schedulerName` of every pod: who is to schedule them.
     #[arg(long)]
     scheduler_name: String,
@@ -86,9 +86,9 @@ fn bar(len: u64, what: &str) -> ProgressBar {
 /// Creates the workload's pods; prints how many on stdout (the openai workload sets its own
 /// count, which `bench.sh` then waits for).
 pub fn pods(args: BenchPodsArgs) -> anyhow::Result<()> {
-    let workload = gantry_kube::bench::workload(args.workload, args.pods, args.nodes)?;
+    let workload = super::kube::workload(args.workload, args.pods, args.nodes)?;
     let bar = bar(workload.len() as u64, "creating pods");
-    let created = gantry_kube::bench::create_pods(
+    let created = super::kube::create_pods(
         &args.target.kubeconfig,
         &args.target.namespace,
         &workload,
@@ -182,7 +182,7 @@ pub fn watch(args: BenchWatchArgs) -> anyhow::Result<()> {
             }
         })
     };
-    let outcome = gantry_kube::bench::watch(
+    let outcome = super::kube::watch(
         &args.target.kubeconfig,
         &args.target.namespace,
         args.pods,
@@ -286,7 +286,7 @@ fn sum_and_count(text: &str, name: &str) -> (f64, f64) {
 }
 
 pub fn bind(args: BenchBindArgs) -> anyhow::Result<()> {
-    let bound = gantry_kube::bench::raw_bind(&args.target.kubeconfig, &args.target.namespace)?;
+    let bound = super::kube::raw_bind(&args.target.kubeconfig, &args.target.namespace)?;
     eprintln!("bench-bind: {bound} pods bound");
     Ok(())
 }

@@ -1,28 +1,8 @@
-//! A write benchmark the CLI runs as `gantry bench store`: how many decision records per second
-//! the store takes, batched the way the scheduler writes them (one batch per cycle).
-
-use std::path::Path;
-use std::time::Instant;
+//! A realistic decision record: the fixture the store's, the engine's and the API's tests
+//! write, and what `gantry bench store` appends.
 
 use gantry_core::explain::{FilterExplain, NodeScore, QuotaExplain};
 use gantry_core::{Admission, Explanation, Outcome, PolicyRef};
-use serde::{Deserialize, Serialize};
-
-use crate::{NewDecision, Result, Store, StoreConfig};
-
-/// The benchmark's figures, serialisable for `--json`.
-#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
-pub struct BenchResult {
-    pub records: u64,
-    pub batch: u64,
-    /// Wall time for all appends plus a final flush to disk.
-    pub seconds: f64,
-    pub records_per_s: f64,
-    /// The store's byte accounting of the history written ([`Store::decision_bytes`]).
-    pub decision_bytes: u64,
-    /// sled's own on-disk figure after the flush.
-    pub size_on_disk: u64,
-}
 
 /// A realistic decision for job `i`: one in four pending with filter reasons, the rest placed
 /// on one to four nodes with their scores. About 350 bytes as stored (880 as JSON).
@@ -86,34 +66,4 @@ pub fn sample_explanation(i: u64) -> Explanation {
         estimate: None,
         preempted_by: None,
     }
-}
-
-/// Writes `records` sample decisions in batches of `batch` into a fresh store at `dir` (which
-/// should be empty or absent), flushes, and reports the rate. Retention is not applied.
-pub fn bench_append(dir: &Path, records: u64, batch: u64) -> Result<BenchResult> {
-    let mut config = StoreConfig::new(dir);
-    config.max_bytes = u64::MAX;
-    let store = Store::open(config)?;
-    let batch = batch.max(1);
-    // Build the records before timing: the scheduler has them in hand already.
-    let all: Vec<NewDecision> = (0..records)
-        .map(|i| NewDecision {
-            time_ms: 1_700_000_000_000 + i,
-            explanation: sample_explanation(i),
-        })
-        .collect();
-    let start = Instant::now();
-    for chunk in all.chunks(batch as usize) {
-        store.append_decisions(chunk)?;
-    }
-    store.flush()?;
-    let seconds = start.elapsed().as_secs_f64();
-    Ok(BenchResult {
-        records,
-        batch,
-        seconds,
-        records_per_s: records as f64 / seconds.max(1e-9),
-        decision_bytes: store.decision_bytes()?,
-        size_on_disk: store.size_on_disk()?,
-    })
 }

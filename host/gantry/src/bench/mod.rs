@@ -1,5 +1,16 @@
 //! `gantry bench policy`: what a Wasm policy costs per node against the same logic in native
 //! Rust, measured in one run on one core. Figures, not thresholds: the README quotes them.
+//!
+//! Every benchmark lives in this folder, none in a library crate: `activate` (activation
+//! latency through the API), `cluster` and `kube` (`gantry bench pods|watch|bind`, racing
+//! schedulers on a real API server), `faults` (hostile policies under load), `store` (the
+//! decision store's append rate); here, the policy, schedule and store commands.
+
+pub mod activate;
+pub mod cluster;
+pub mod faults;
+pub mod kube;
+pub mod store;
 
 use std::hint::black_box;
 use std::time::{Duration, Instant};
@@ -1075,7 +1086,7 @@ pub fn run_store(args: StoreBenchArgs) -> anyhow::Result<()> {
         "--records and --batch must be at least 1"
     );
     let dir = std::env::temp_dir().join(format!("gantry-bench-store-{}", std::process::id()));
-    let result = gantry_store::bench_append(&dir, args.records, args.batch);
+    let result = store::bench_append(&dir, args.records, args.batch);
     let _ = std::fs::remove_dir_all(&dir);
     let result = result?;
     if args.json {
