@@ -54,9 +54,10 @@ pub struct Explanation {
     pub preempted_by: Option<String>,
 }
 
+// The planner makes it; it lives here, beside the record that carries it, so the record
+// depends on no stage of the scheduler.
 /// When a pending job is expected to start (seconds, on the scheduler's clock), and what holds
-/// it: a reservation, or only the estimate. The planner makes it; it lives here, beside the
-/// record that carries it, so the record depends on no stage of the scheduler.
+/// it: a reservation, or only the estimate.
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
 #[cfg_attr(feature = "schema", derive(utoipa::ToSchema))]
 pub struct StartEstimate {
