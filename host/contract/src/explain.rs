@@ -1,7 +1,7 @@
 //! "Why is it pending now?" (or where it went): the answer of `GET /api/explain/{name}`, which
 //! `gantry explain` prints and the UI's job page shows.
 
-use gantry_engine::{EstimateView, QueueView};
+use crate::{EstimateView, QueueView};
 use gantry_store::DecisionRecord;
 use serde::{Deserialize, Serialize};
 use utoipa::ToSchema;

@@ -1,6 +1,6 @@
 //! The job list: `GET /api/jobs`.
 
-use gantry_engine::JobView;
+use crate::JobView;
 use serde::Serialize;
 use utoipa::ToSchema;
 

@@ -14,21 +14,27 @@
 //!   [`NodeColumns`], [`NodeDetail`]);
 //! - [`jobs`]: the job list ([`JobRow`]);
 //! - [`query`]: the query strings of the list routes ([`Limit`], [`TimeRange`],
-//!   [`HistoryQuery`], [`JobQuery`]).
+//!   [`HistoryQuery`], [`JobQuery`]);
+//! - [`views`]: what the scheduling loop publishes (queues, jobs, feed events, queue history,
+//!   shadow reports, upload validations), which the engine fills;
+//! - [`estimates`]: start estimates and what-if questions and answers, with their words.
 //!
-//! Types that live beside the code that makes them (the store's records, the engine's views, the
-//! core's explanations) derive their schema there, behind their crates' `schema` feature, and
-//! are re-exported here, so a client names every type of the API from this one crate.
+//! The store's records and the core's explanations derive their schema beside the code that
+//! makes them, behind their crates' `schema` feature, and are re-exported here, so a client
+//! names every type of the API from this one crate. The contract depends on no engine: the
+//! engine depends on it.
 
 #![warn(missing_docs)]
 
 pub mod auth;
 pub mod cluster;
 pub mod error;
+pub mod estimates;
 pub mod explain;
 pub mod jobs;
 pub mod policies;
 pub mod query;
+pub mod views;
 
 pub use auth::{Caller, Role};
 pub use cluster::{ClusterSummary, DomainUse, LevelUse, NodeColumns, NodeDetail};
@@ -38,14 +44,16 @@ pub use jobs::JobRow;
 pub use policies::{ConfigQuery, NewSet, RunningPolicy, SetList, ShadowStart, WasmModule};
 pub use query::{HistoryQuery, JobQuery, JobSort, JobState, Limit, TimeRange};
 
-pub use gantry_core::{Admission, Explanation, Outcome, PolicyRef};
-pub use gantry_engine::{
-    DecisionEvent, EstimateView, JobView, QueueHistoryView, QueueSeries, QueueView,
-    ShadowDisagreement, ShadowReport, Upload, Validation, WhatIfAnswer, WhatIfJob, WhatIfOutcome,
-    WhatIfShape,
+pub use estimates::{
+    EstimateView, WhatIfAnswer, WhatIfJob, WhatIfOutcome, WhatIfShape, duration_text, estimate_text,
 };
+pub use gantry_core::{Admission, Explanation, Outcome, PolicyRef};
 pub use gantry_store::{
     AuditEntry, DecisionRecord, FailurePolicy, PolicyManifest, PolicyRole, PolicySet, SetEntry,
+};
+pub use views::{
+    DecisionEvent, JobView, QueueHistoryView, QueueSeries, QueueView, ShadowDisagreement,
+    ShadowReport, Upload, Validation,
 };
 
 /// Most entries any list route returns, whatever `limit` asks.

@@ -37,42 +37,6 @@ pub(super) struct QueueHistory {
     pub(super) queue_to_samples: BTreeMap<String, VecDeque<QueueSample>>,
 }
 
-/// One queue's history as columns of equal length, oldest first: what the queues page charts.
-#[derive(Debug, Clone, Default, Serialize)]
-#[cfg_attr(feature = "schema", derive(utoipa::ToSchema))]
-pub struct QueueSeries {
-    /// The queue's name.
-    pub name: String,
-    /// When each sample was taken (ms since the epoch): the chart's time axis.
-    pub at_ms: Vec<u64>,
-    /// GPUs in use at each sample.
-    pub used_gpus: Vec<u64>,
-    /// Nominal quota at each sample.
-    pub nominal_gpus: Vec<u64>,
-    /// GPUs used beyond the nominal quota at each sample.
-    pub borrowed_gpus: Vec<u64>,
-    /// GPUs of its nominal quota that other queues used at each sample.
-    pub lent_gpus: Vec<u64>,
-    /// Fair share at each sample, as [`QueueView::fair_share`].
-    pub fair_share: Vec<f64>,
-    /// Fair-share key at each sample (lower goes first among siblings).
-    pub fair_share_key: Vec<f64>,
-    /// Pending jobs at each sample.
-    pub pending_jobs: Vec<u32>,
-}
-
-/// The queues' history, as the history route serves it.
-#[derive(Debug, Clone, Serialize)]
-#[cfg_attr(feature = "schema", derive(utoipa::ToSchema))]
-pub struct QueueHistoryView {
-    /// Time between samples.
-    pub interval_ms: u64,
-    /// How far back samples are kept.
-    pub keep_ms: u64,
-    /// One series per queue with samples, ordered by name.
-    pub queues: Vec<QueueSeries>,
-}
-
 impl Live {
     /// Adds a sample of every queue to the history when [`HISTORY_EVERY`] has passed since the
     /// last one, and drops samples older than [`HISTORY_KEEP`].

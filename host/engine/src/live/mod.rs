@@ -18,17 +18,14 @@ use std::time::{Duration, Instant};
 
 use arc_swap::{ArcSwap, ArcSwapOption};
 use gantry_core::{
-    BindOutcome, CohortUsage, CycleOutput, Decision, Explanation, JobId, JobRequest, NodeTable,
-    Outcome, PodShape, QueueId, QueueUsage, Queues, QuotaVerdict, Resources, Scheduler, Symbols,
+    BindOutcome, CohortUsage, CycleOutput, Decision, JobId, JobRequest, NodeTable, Outcome,
+    PodShape, QueueId, QueueUsage, Queues, QuotaVerdict, Resources, Scheduler, Symbols,
 };
 use gantry_policy::{
     ActiveSet, CycleGate, NodeCache, Policy, PolicyEngine, PolicyOptions, PolicySet, Role,
     SetEntry, WasmNodes,
 };
-use gantry_store::{
-    Actor, FailurePolicy, NewDecision, NewPolicy, PolicyManifest, PolicyRole, Store,
-};
-use serde::{Deserialize, Serialize};
+use gantry_store::{Actor, FailurePolicy, NewDecision, NewPolicy, PolicyRole, Store};
 use tokio::sync::{broadcast, watch};
 
 use crate::error::{EngineError, Result};
@@ -39,13 +36,16 @@ mod registry;
 mod shadow;
 mod view;
 
+// The views the API serves are the contract's: the engine fills them.
+pub use gantry_contract::{
+    DecisionEvent, JobView, QueueHistoryView, QueueSeries, QueueView, ShadowDisagreement,
+    ShadowReport, Upload, Validation,
+};
 use history::*;
-pub use history::{HISTORY_EVERY, HISTORY_KEEP, QueueHistoryView, QueueSeries};
+pub use history::{HISTORY_EVERY, HISTORY_KEEP};
 use registry::*;
-pub use registry::{Upload, Validation};
 use shadow::*;
-pub use shadow::{ShadowDisagreement, ShadowReport};
-pub use view::{ClusterView, DecisionEvent, JobView, QueueView, lent_gpus};
+pub use view::{ClusterView, lent_gpus};
 
 /// Milliseconds since the Unix epoch: the time stamp of records and audit entries.
 pub fn now_ms() -> u64 {

@@ -4,39 +4,6 @@
 
 use super::*;
 
-/// What validating an upload found: the policy's own description and its self-test.
-#[derive(Debug, Clone, Serialize, Deserialize)]
-#[cfg_attr(feature = "schema", derive(utoipa::ToSchema))]
-pub struct Validation {
-    /// The name the policy declares.
-    pub name: String,
-    /// The version the policy declares.
-    pub version: String,
-    /// `filter`, `score` or `quota`: the interface it exports, so where in a cycle it runs.
-    pub role: String,
-    /// SHA-256 of the module's bytes: the key it is stored under and sets refer to it by.
-    pub sha256: String,
-    /// Size of the module, in bytes.
-    pub size: u64,
-    /// Declared reason codes and their texts, sorted by code: how its verdicts will read in
-    /// explanations.
-    pub reasons: Vec<(u16, String)>,
-    /// One line on how it answered a sample request against the current cluster snapshot.
-    pub self_test: String,
-}
-
-/// The answer to an upload.
-#[derive(Debug, Clone, Serialize, Deserialize)]
-#[cfg_attr(feature = "schema", derive(utoipa::ToSchema))]
-pub struct Upload {
-    /// The stored policy's manifest.
-    pub manifest: PolicyManifest,
-    /// True when the same bytes were stored before; the API then answers 200 rather than 201.
-    pub already_stored: bool,
-    /// What validating the upload found.
-    pub validation: Validation,
-}
-
 /// A loaded policy is keyed by its bytes, its config, its failure policy and its call deadline
 /// (ms): the same entry in two set versions is one instance pool, so rolling back
 /// re-initialises nothing.

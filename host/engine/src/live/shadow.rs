@@ -11,49 +11,6 @@ pub(super) struct Shadow {
     pub(super) report: Mutex<ShadowReport>,
 }
 
-/// Where a candidate set disagrees with the active one, over the shadow run so far.
-#[derive(Debug, Clone, Serialize, Deserialize)]
-#[cfg_attr(feature = "schema", derive(utoipa::ToSchema))]
-pub struct ShadowReport {
-    /// The policy-set version under test.
-    pub candidate_version: u64,
-    /// When the shadow run started (ms since the epoch).
-    pub started_ms: u64,
-    /// Who started it, as the audit log names them.
-    pub started_by: String,
-    /// Cycles in which the candidate decided beside the active set.
-    pub cycles: u64,
-    /// Cycles the candidate sat out because the shadow thread was still busy with an earlier
-    /// one: the active set never waits for the candidate.
-    pub cycles_skipped: u64,
-    /// Decisions of the active set compared with the candidate's: what the counts are out of.
-    pub decisions_compared: u64,
-    /// Disagreements by kind (`other-nodes`, `other-domain`, `rejected-by-candidate`,
-    /// `admitted-by-candidate`).
-    pub counts: BTreeMap<String, u64>,
-    /// The most recent disagreements, newest last, with both explanations.
-    #[cfg_attr(feature = "schema", schema(value_type = Vec<ShadowDisagreement>))]
-    pub recent: VecDeque<ShadowDisagreement>,
-}
-
-/// One job decided differently by the candidate.
-#[derive(Debug, Clone, Serialize, Deserialize)]
-#[cfg_attr(feature = "schema", derive(utoipa::ToSchema))]
-pub struct ShadowDisagreement {
-    /// When the cycle that decided ran (ms since the epoch).
-    pub time_ms: u64,
-    /// The job decided differently.
-    pub job: String,
-    /// How the two differ: one of the kinds counted in [`ShadowReport::counts`].
-    pub kind: String,
-    /// The version of the active set that made the real decision.
-    pub active_set: u64,
-    /// The active set's explanation of what it decided.
-    pub active: Explanation,
-    /// The candidate's explanation of what it would have decided.
-    pub candidate: Explanation,
-}
-
 /// One cycle for the shadow thread: a copy of the scheduler as the active set saw it, and the
 /// channel the active cycle's output arrives on.
 pub(super) struct ShadowJob {

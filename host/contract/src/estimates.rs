@@ -1,0 +1,162 @@
+//! When a job would start, in the API's terms: a pending job's estimate ([`EstimateView`],
+//! with the words it is shown in, [`estimate_text`]), and what-if questions and answers
+//! ([`WhatIfJob`], [`WhatIfAnswer`]). The engine answers them from its plan.
+
+use gantry_core::StartEstimate;
+use serde::{Deserialize, Serialize};
+
+/// A job shape to ask about, as `POST /api/whatif` takes it. Either `like` (a pending job whose
+/// shape to start from) or `queue`; the other fields change the shape.
+#[derive(Debug, Clone, Default, Deserialize, Serialize)]
+#[serde(deny_unknown_fields)]
+#[derive(utoipa::ToSchema)]
+pub struct WhatIfJob {
+    /// A pending job to start from: its queue, pods, GPUs per pod, GPU type and priority.
+    #[serde(default)]
+    pub like: Option<String>,
+    /// The queue to submit to.
+    #[serde(default)]
+    pub queue: Option<String>,
+    /// Pods in the gang (1 for a single pod).
+    #[serde(default)]
+    #[schema(minimum = 1, maximum = 100000)]
+    pub pods: Option<u32>,
+    /// GPUs each pod asks for.
+    #[serde(default)]
+    #[schema(minimum = 0, maximum = 64)]
+    pub gpus_per_pod: Option<u32>,
+    /// The GPU model each pod needs (as nodes label it); `""` = any.
+    #[serde(default)]
+    pub gpu_type: Option<String>,
+    /// How long it would run, if known: otherwise learned from finished jobs like it.
+    #[serde(default)]
+    #[schema(exclusive_minimum = 0)]
+    pub expected_runtime_s: Option<f64>,
+    /// Also answer for the variations a researcher would try: half the GPUs per pod, three
+    /// quarters of the pods, each other queue, each other GPU type.
+    #[serde(default)]
+    pub variations: bool,
+}
+
+/// When a job would start (or is expected to), in wall-clock milliseconds, with the words.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize, utoipa::ToSchema)]
+pub struct EstimateView {
+    /// As early as this (10%).
+    pub p10_ms: u64,
+    /// Most likely about then (the median).
+    pub p50_ms: u64,
+    /// By then, 90% of the time.
+    pub p90_ms: u64,
+    /// The nodes held for it, when it holds a reservation.
+    pub reservation: Option<String>,
+    /// E.g. "expected to start in about 2 h 10 min, 90% within 5 h".
+    pub text: String,
+}
+
+impl EstimateView {
+    /// `estimate`, made on the scheduler's clock at `clock_s`, as seen at `now_ms`.
+    pub fn new(estimate: &StartEstimate, clock_s: f64, now_ms: u64) -> Self {
+        let at = |s: f64| now_ms.saturating_add(((s - clock_s).max(0.0) * 1000.0) as u64);
+        let (p10_ms, p50_ms, p90_ms) = (at(estimate.p10_s), at(estimate.p50_s), at(estimate.p90_s));
+        Self {
+            p10_ms,
+            p50_ms,
+            p90_ms,
+            reservation: estimate.reservation.clone(),
+            text: estimate_text(
+                (p50_ms - now_ms) as f64 / 1000.0,
+                (p90_ms - now_ms) as f64 / 1000.0,
+                estimate.reservation.as_deref(),
+                p50_ms,
+            ),
+        }
+    }
+}
+
+/// "expected to start in about 2 h 10 min, 90% within 5 h; it holds a reservation on 16 nodes
+/// in rack 3 from 14:20 UTC".
+pub fn estimate_text(
+    p50_in_s: f64,
+    p90_in_s: f64,
+    reservation: Option<&str>,
+    p50_at_ms: u64,
+) -> String {
+    let mut text = if p50_in_s < 1.0 {
+        "room for it is free now: it is expected to start at its next attempt".to_string()
+    } else {
+        format!(
+            "expected to start in about {}, 90% within {}",
+            duration_text(p50_in_s),
+            duration_text(p90_in_s.max(p50_in_s))
+        )
+    };
+    if let Some(nodes) = reservation {
+        let minutes = (p50_at_ms / 60_000) % (24 * 60);
+        text.push_str(&format!(
+            "; it holds a reservation on {nodes} from {:02}:{:02} UTC",
+            minutes / 60,
+            minutes % 60
+        ));
+    }
+    text
+}
+
+/// "45 s", "12 min", "2 h 10 min", "3 days 4 h".
+pub fn duration_text(s: f64) -> String {
+    let s = s.max(0.0).round() as u64;
+    match s {
+        0..60 => format!("{s} s"),
+        60..3600 => format!("{} min", s / 60),
+        3600..86_400 => match (s % 3600) / 60 {
+            0 => format!("{} h", s / 3600),
+            m => format!("{} h {m} min", s / 3600),
+        },
+        _ => match (s % 86_400) / 3600 {
+            0 => format!("{} days", s / 86_400),
+            h => format!("{} days {h} h", s / 86_400),
+        },
+    }
+}
+
+/// The shape a what-if was answered for, as the caller reads it back.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize, utoipa::ToSchema)]
+pub struct WhatIfShape {
+    /// Its queue.
+    pub queue: String,
+    /// Pods in the gang.
+    pub pods: u32,
+    /// GPUs per pod.
+    pub gpus_per_pod: u32,
+    /// The GPU model asked for; `""` = any.
+    pub gpu_type: String,
+}
+
+/// One answer: for the shape asked about, or for one variation of it.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize, utoipa::ToSchema)]
+pub struct WhatIfOutcome {
+    /// What changed from the shape asked about (`""` for the shape itself).
+    pub change: String,
+    /// The shape answered for.
+    pub job: WhatIfShape,
+    /// When it would start; `None` when it would not fit the cluster at all.
+    pub estimate: Option<EstimateView>,
+    /// Where, e.g. "16 nodes in rack 3".
+    pub nodes: Option<String>,
+    /// Its runtime as the planner expects it: p10, p50, p90 seconds, and where that came from.
+    pub runtime: gantry_core::RuntimeEstimate,
+    /// "would start in about 40 min on 16 nodes in rack 3", or why it would not.
+    pub text: String,
+}
+
+/// The answer to `POST /api/whatif`.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize, utoipa::ToSchema)]
+pub struct WhatIfAnswer {
+    /// When the plan was asked (ms since the epoch).
+    pub at_ms: u64,
+    /// Pending jobs the plan puts ahead of it: it keeps off their nodes.
+    pub jobs_ahead: usize,
+    /// For the shape asked about.
+    pub answer: WhatIfOutcome,
+    /// With `variations`: the variations, soonest start first.
+    pub variations: Vec<WhatIfOutcome>,
+}
