@@ -37,6 +37,8 @@ step "tests"
 # The control-plane tests (host/gantry/tests/kube_*.rs) are #[ignore]d, so a bare `cargo test`
 # is green without tests/cluster; here, with it built above, they run too.
 cargo test --release --workspace --quiet -- --include-ignored 2>&1 | tee "$CARGO_TARGET_DIR/test.log"
+# That run built target/release/gantry with the UI of the first step: the steps below use it.
+export GANTRY_BINARY_CURRENT=1
 
 step "cluster bench, small (tests/cluster/bench.sh: Gantry, native kube-scheduler, Coscheduling, raw binder)"
 # Bad sizes and workloads are refused with exit 2 before anything starts.

@@ -12,8 +12,13 @@ if ! command -v chromium >/dev/null; then
     apt-get update -qq && apt-get install -y -qq chromium >/dev/null
 fi
 scripts/ui-build.sh
-# Rebuild so the binary embeds the UI just built (build.rs watches web/dist/).
-cargo build --release --quiet -p gantry
+# Rebuild so the binary embeds the UI just built (build.rs watches web/dist/). Under
+# scripts/test.sh, `cargo test` already built it with this UI: building it again here, with the
+# features `cargo build -p gantry` resolves rather than the whole workspace's, would compile
+# gantry once more, and the next `cargo test` again.
+if [ -z "${GANTRY_BINARY_CURRENT:-}" ]; then
+    cargo build --release --quiet -p gantry
+fi
 artifacts="$CARGO_TARGET_DIR/ui-artifacts"
 rm -rf "$artifacts"
 source scripts/test-server.sh
