@@ -44,10 +44,7 @@ fn summary(mut ms: Vec<f64>) -> serde_json::Value {
 
 pub fn run(args: ActivateBenchArgs) -> anyhow::Result<()> {
     anyhow::ensure!(args.activations > 0, "--activations must be at least 1");
-    let dir = std::env::temp_dir().join(format!("gantry-bench-activate-{}", std::process::id()));
-    let result = measure(&args, &dir);
-    let _ = std::fs::remove_dir_all(&dir);
-    let result = result?;
+    let result = super::in_temp_dir("activate", |dir| measure(&args, dir))?;
     if args.json {
         println!("{}", serde_json::to_string(&result)?);
     } else {

@@ -1078,6 +1078,16 @@ pub struct StoreBenchArgs {
     json: bool,
 }
 
+/// Runs `measure` on a path of its own in the temporary directory (named for the `bench` and
+/// this process) and removes it afterwards, whatever `measure` returned: the benches that
+/// write a store start from nothing and leave nothing.
+fn in_temp_dir<T>(bench: &str, measure: impl FnOnce(&std::path::Path) -> T) -> T {
+    let dir = std::env::temp_dir().join(format!("gantry-bench-{bench}-{}", std::process::id()));
+    let result = measure(&dir);
+    let _ = std::fs::remove_dir_all(&dir);
+    result
+}
+
 /// `gantry bench store`: batched decision-record appends into a fresh store in a temporary
 /// directory, removed afterwards.
 pub fn run_store(args: StoreBenchArgs) -> anyhow::Result<()> {
@@ -1085,10 +1095,9 @@ pub fn run_store(args: StoreBenchArgs) -> anyhow::Result<()> {
         args.records > 0 && args.batch > 0,
         "--records and --batch must be at least 1"
     );
-    let dir = std::env::temp_dir().join(format!("gantry-bench-store-{}", std::process::id()));
-    let result = store::bench_append(&dir, args.records, args.batch);
-    let _ = std::fs::remove_dir_all(&dir);
-    let result = result?;
+    let result = in_temp_dir("store", |dir| {
+        store::bench_append(dir, args.records, args.batch)
+    })?;
     if args.json {
         println!("{}", serde_json::to_string(&result)?);
     } else {
