@@ -28,6 +28,8 @@
 pub mod claims;
 pub mod config;
 pub mod dra;
+#[cfg(any(test, feature = "fixtures"))]
+pub mod fixtures;
 pub mod mapping;
 pub mod podspec;
 pub mod quantity;

@@ -130,6 +130,26 @@ impl Leadership {
     }
 }
 
+#[cfg(test)]
+impl Leadership {
+    /// A Lease held (or not) without an election loop: what the writes it fences see.
+    pub(crate) fn held(holding: bool) -> Arc<Self> {
+        Arc::new(Self {
+            settings: LeaderSettings::new("gantry", "gantry-system"),
+            holding: AtomicBool::new(holding),
+            renewed: Mutex::new(Some(Instant::now())),
+            holder: Mutex::new(None),
+            stop: AtomicBool::new(false),
+            loop_beat: Mutex::new(None),
+        })
+    }
+
+    /// The Lease is lost: a renewal failed, or another replica holds it.
+    pub(crate) fn lose(&self) {
+        self.holding.store(false, Ordering::Release);
+    }
+}
+
 fn now() -> MicroTime {
     MicroTime(k8s_openapi::jiff::Timestamp::now())
 }

@@ -1,23 +1,29 @@
 //! Gantry's cluster source and binder for live Kubernetes clusters: the only part, with
 //! `gantry-sim`, that differs between a real cluster and the simulator.
 //!
-//! - **Source** ([`KubeCluster`]): reflectors (watch caches) over nodes, over our unbound pods
-//!   (`spec.schedulerName: gantry`), over every bound pod (for accounting), over namespaces
-//!   (their labels, for the Queues' `namespaceSelector`), over the upstream gang API's
-//!   `scheduling.k8s.io` PodGroups and scheduler-plugins' `PodGroup`s, and over Kueue's
-//!   `LocalQueue`s. Nothing is listed per cycle or per node; nothing is scheduled
-//!   until every cache has synced. [`tracker::Tracker`] keeps one long-lived scheduler up to date
-//!   from the keys each watch event changed, using [`mapping`]'s rules: a node table
-//!   (topology from labels, GPUs from `nvidia.com/gpu`, health from conditions and taints)
-//!   with bound pods reserved, and one job per single pod or complete gang.
-//! - **Binder** (`KubeCluster`'s [`gantry_core::Binder`]): binds through the `pods/binding` subresource,
-//!   idempotently (409 means bound already, and `spec.nodeName` is read back; a binding sent
-//!   but never answered is read back too, else counted as bound until the caches say), and posts
-//!   `Scheduled` / `FailedScheduling` Events, the `PodScheduled` condition and an upstream
-//!   PodGroup's `PodGroupScheduled` condition the way kube-scheduler does.
+//! - **[`KubeCluster`]** is a thin [`gantry_core::ClusterSource`] and [`gantry_core::Binder`]
+//!   over three parts: what comes in, the tracker, and what goes out.
+//! - **In** (`watch/`): reflectors (watch caches), one generic setup for every kind, over
+//!   nodes, over our unbound pods (`spec.schedulerName: gantry`), over every bound pod (for
+//!   accounting), over namespaces (their labels, for the Queues' `namespaceSelector`), over
+//!   the upstream gang API's `scheduling.k8s.io` PodGroups and scheduler-plugins'
+//!   `PodGroup`s, over Kueue's `LocalQueue`s and DRA's objects; the optional kinds are found
+//!   by discovery. Nothing is listed per cycle or per node; nothing is scheduled until every
+//!   cache has synced. Each sync hands [`tracker::Tracker`] the keys each watch event
+//!   changed, and it keeps one long-lived scheduler up to date using [`mapping`]'s rules: a
+//!   node table (topology from labels, GPUs from `nvidia.com/gpu`, health from conditions and
+//!   taints) with bound pods reserved, and one job per single pod or complete gang.
+//! - **Out** (`write/`): binds through the `pods/binding` subresource, idempotently (409
+//!   means bound already, and `spec.nodeName` is read back; a binding sent but never answered
+//!   is read back too, else counted as bound until the caches say), and posts `Scheduled` /
+//!   `FailedScheduling` Events, the `PodScheduled` condition, an upstream PodGroup's
+//!   `PodGroupScheduled` condition the way kube-scheduler does, DRA claim allocations and
+//!   Queue statuses. Its tests run it against a mock API server.
 //! - **Preemption** ([`evict`]): bound pods of ours and balloons (`gantry.dev/balloon`) are
 //!   running jobs the core may preempt; victims go through the Eviction API (PodDisruptionBudgets
 //!   apply) and the preemptor is nominated, not bound, until they are gone.
+//! - **Clients** ([`connect`]): the runtime the loop blocks on, and clients whose writes are
+//!   each bounded by a timeout.
 //! - **Queues** ([`queues`]): `Queue` objects (`gantry.dev/v1alpha1`) are the quota tree.
 //! - **Tenancy** ([`tenancy`]): which queue a pod may use, from each Queue's
 //!   `namespaceSelector`, the namespace's labels and Kueue's `LocalQueue`s, never from the pod's
@@ -28,7 +34,7 @@
 //!   Gantry does not honour, refused by name.
 //! - **Devices** ([`dra`]): DRA (`resource.k8s.io/v1`) ResourceSlices as per-node devices,
 //!   claims with their DeviceClasses and CEL selectors, and all-or-nothing allocation of
-//!   devices on one node; pure, not yet wired into the tracker or binder.
+//!   devices on one node: the tracker reads them, and the writer allocates them at bind.
 //! - **Leader election** ([`leader`]): a `coordination.k8s.io/v1` Lease; only its holder binds.
 //!
 //! The rules ([`tracker`], [`mapping`], [`podspec`], [`queues`], [`tenancy`], [`dra`],
@@ -36,9 +42,13 @@
 //! the I/O around them. The core stays pure: kube types stop at this crate's boundary.
 
 pub mod cluster;
-pub mod evict;
+pub mod connect;
 pub mod leader;
 pub mod nodes;
+mod watch;
+mod write;
+
+pub use write::evict;
 
 // The rules, pure, live in `gantry-kube-model`; re-exported so that `gantry_kube::tracker` and
 // the rest keep their paths for this crate and its users.

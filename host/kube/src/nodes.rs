@@ -93,8 +93,8 @@ pub fn node_object(def: &NodeDef, config: &KubeConfig) -> Node {
 /// Creates `nodes` in the cluster of the kubeconfig at `path`. Nodes that exist already are
 /// left as they are. Returns how many were created.
 pub fn create_nodes(path: &Path, nodes: Vec<Node>) -> Result<usize> {
-    let runtime = crate::cluster::runtime()?;
-    let client = crate::cluster::client(&runtime, path)?;
+    let runtime = crate::connect::runtime()?;
+    let client = crate::connect::client(&runtime, path)?;
     let api: Api<Node> = Api::all(client);
     let results: Vec<Result<bool>> = runtime.block_on(
         futures::stream::iter(nodes)

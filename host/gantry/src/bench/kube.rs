@@ -31,7 +31,7 @@ use serde::Serialize;
 use serde_json::json;
 
 use anyhow::{Result, anyhow};
-use gantry_kube::cluster::{CONCURRENCY as BIND_CONCURRENCY, client, runtime};
+use gantry_kube::connect::{CONCURRENCY as BIND_CONCURRENCY, client, runtime};
 
 /// Every benchmark pod carries this label, so the watch and the raw binder see only them.
 pub const BENCH_LABEL: &str = "gantry.dev/bench";

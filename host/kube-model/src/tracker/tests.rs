@@ -1,136 +1,25 @@
 use super::*;
+use crate::fixtures::{build, key, label_map, node, pod};
 use std::collections::{BTreeMap, HashMap};
 use std::sync::Arc;
 use std::time::Duration;
 
-use gantry_core::{ClusterState, JobId, QueueDef, Resources, Scheduler, Symbols};
+use gantry_core::{JobId, QueueDef, Scheduler};
 use k8s_openapi::api::core::v1::{Node, Pod};
 
 use crate::config::KubeConfig;
 use crate::mapping::{GroupPolicy, PendingPod, is_balloon};
 use crate::queues::DeclaredQueue;
 use crate::tenancy::Labels;
-use gantry_core::{BuiltinOnly, Health, Queues, SchedulerConfig};
-use k8s_openapi::api::core::v1::{
-    Container, NodeCondition, NodeSpec, NodeStatus, PodSpec, ResourceRequirements, Taint as KTaint,
-};
+use gantry_core::{BuiltinOnly, Health};
+use k8s_openapi::api::core::v1::Taint as KTaint;
 use k8s_openapi::apimachinery::pkg::api::resource::Quantity;
-use k8s_openapi::apimachinery::pkg::apis::meta::v1::ObjectMeta;
-
-fn label_map(labels: &[(&str, &str)]) -> std::collections::BTreeMap<String, String> {
-    labels
-        .iter()
-        .map(|(k, v)| (k.to_string(), v.to_string()))
-        .collect()
-}
-
-fn node(name: &str, gpus: u32, labels: &[(&str, &str)], ready: bool) -> Arc<Node> {
-    Arc::new(Node {
-        metadata: ObjectMeta {
-            name: Some(name.into()),
-            labels: Some(label_map(labels)),
-            ..ObjectMeta::default()
-        },
-        spec: Some(NodeSpec::default()),
-        status: Some(NodeStatus {
-            allocatable: Some(
-                [
-                    ("nvidia.com/gpu", gpus.to_string()),
-                    ("cpu", "64".into()),
-                    ("memory", "512Gi".into()),
-                    ("pods", "110".into()),
-                ]
-                .into_iter()
-                .map(|(k, v)| (k.to_string(), Quantity(v)))
-                .collect(),
-            ),
-            conditions: Some(vec![NodeCondition {
-                type_: "Ready".into(),
-                status: if ready { "True" } else { "False" }.into(),
-                ..NodeCondition::default()
-            }]),
-            ..NodeStatus::default()
-        }),
-    })
-}
-
-fn pod(name: &str, gpus: u32, labels: &[(&str, &str)], node: Option<&str>) -> Arc<Pod> {
-    Arc::new(Pod {
-        metadata: ObjectMeta {
-            name: Some(name.into()),
-            namespace: Some("ns".into()),
-            uid: Some(format!("uid-{name}")),
-            labels: Some(label_map(labels)),
-            ..ObjectMeta::default()
-        },
-        spec: Some(PodSpec {
-            scheduler_name: Some("gantry".into()),
-            node_name: node.map(str::to_string),
-            containers: vec![Container {
-                name: "main".into(),
-                resources: Some(ResourceRequirements {
-                    limits: Some(
-                        [("nvidia.com/gpu".to_string(), Quantity(gpus.to_string()))].into(),
-                    ),
-                    ..ResourceRequirements::default()
-                }),
-                ..Container::default()
-            }],
-            ..PodSpec::default()
-        }),
-        status: None,
-    })
-}
 
 /// `pod` with a PriorityClass.
 fn with_class(pod: Arc<Pod>, class: &str) -> Arc<Pod> {
     let mut pod = (*pod).clone();
     pod.spec.as_mut().unwrap().priority_class_name = Some(class.into());
     Arc::new(pod)
-}
-
-fn key(name: &str) -> PodKey {
-    ("ns".to_string(), name.to_string())
-}
-
-/// A tracker and its scheduler, built from whole caches.
-fn build(
-    nodes: &[Arc<Node>],
-    bound: &[Arc<Pod>],
-    pending: &[Arc<Pod>],
-    groups: &[(&str, u32)],
-    queues: &[QueueDef],
-) -> (Tracker, Scheduler) {
-    let symbols = Symbols::new();
-    let mut scheduler = Scheduler::new(
-        ClusterState::new(gantry_core::NodeTable::default()),
-        Queues::new(&[], Resources::default(), 600.0).unwrap(),
-        symbols.clone(),
-        SchedulerConfig::default(),
-    );
-    let mut tracker = Tracker::new(KubeConfig::default(), symbols);
-    tracker.set_clock(0.0, 0.0);
-    tracker.namespace_changed("ns", Some(Labels::new()));
-    // Every namespace may use these queues: the tenancy tests below say otherwise.
-    let declared = queues
-        .iter()
-        .map(|def| DeclaredQueue {
-            def: def.clone(),
-            namespace_selector: Some(Default::default()),
-        })
-        .collect();
-    tracker.queues_changed(&mut scheduler, declared, &BTreeMap::new());
-    tracker.pod_groups_changed(groups.iter().map(|(name, min)| (key(name), *min)).collect());
-    tracker.rebuild(
-        &mut scheduler,
-        &World {
-            nodes,
-            bound,
-            pending,
-        },
-    );
-    tracker.finish_sync(&mut scheduler, Duration::from_secs(120));
-    (tracker, scheduler)
 }
 
 /// `(name, pods)` of every job, by id.

@@ -13,12 +13,9 @@
 
 use std::time::{Duration, Instant};
 
-use k8s_openapi::api::core::v1::{ObjectReference, Pod};
-use k8s_openapi::api::events::v1::Event;
+use k8s_openapi::api::core::v1::Pod;
 use k8s_openapi::api::policy::v1::Eviction;
-use k8s_openapi::apimachinery::pkg::apis::meta::v1::{
-    DeleteOptions, MicroTime, ObjectMeta, Preconditions,
-};
+use k8s_openapi::apimachinery::pkg::apis::meta::v1::{DeleteOptions, ObjectMeta, Preconditions};
 use kube::api::{Patch, PatchParams, PostParams};
 use kube::{Api, Client};
 
@@ -148,35 +145,40 @@ pub async fn retry_blocked<K: std::fmt::Debug>(
     }
 }
 
-/// Evicts `victim`; `None` when it is evicted (or gone), else why not.
-async fn evict(client: &Client, victim: &PendingPod, note: &str) -> Option<String> {
-    let api: Api<Pod> = Api::namespaced(client.clone(), &victim.namespace);
+/// Posts `pod`'s eviction through the `pods/eviction` subresource, with its uid as a
+/// precondition, so a pod recreated under the same name is not evicted in its place.
+pub(super) async fn post_eviction(
+    client: &Client,
+    pod: &PendingPod,
+) -> Result<serde_json::Value, kube::Error> {
+    let api: Api<Pod> = Api::namespaced(client.clone(), &pod.namespace);
     let eviction = Eviction {
         metadata: ObjectMeta {
-            name: Some(victim.name.clone()),
-            namespace: Some(victim.namespace.clone()),
+            name: Some(pod.name.clone()),
+            namespace: Some(pod.namespace.clone()),
             ..ObjectMeta::default()
         },
-        // The uid keeps a pod recreated under the same name out of it.
         delete_options: Some(DeleteOptions {
             preconditions: Some(Preconditions {
-                uid: Some(victim.uid.clone()),
+                uid: Some(pod.uid.clone()),
                 ..Preconditions::default()
             }),
             ..DeleteOptions::default()
         }),
     };
-    let result = api
-        .create_subresource::<_, serde_json::Value>(
-            "eviction",
-            &victim.name,
-            &PostParams::default(),
-            &eviction,
-        )
-        .await;
+    api.create_subresource("eviction", &pod.name, &PostParams::default(), &eviction)
+        .await
+}
+
+/// Evicts `victim`; `None` when it is evicted (or gone), else why not.
+async fn evict(client: &Client, victim: &PendingPod, note: &str) -> Option<String> {
+    let result = post_eviction(client, victim).await;
     match result {
         Ok(_) => {
-            if let Err(error) = preempted_event(client, victim, note).await {
+            if let Err(error) =
+                super::report::event(client, victim, "Normal", "Preempted", "Preempting", note)
+                    .await
+            {
                 tracing::warn!(pod = %victim.key(), %error, "cannot post the Preempted event");
             }
             None
@@ -204,40 +206,4 @@ async fn nominate(client: &Client, pod: &PendingPod, node: &str) {
     {
         tracing::warn!(pod = %pod.key(), %error, "cannot set nominatedNodeName");
     }
-}
-
-/// The `Preempted` Event on a victim (events.k8s.io/v1, as kube-scheduler posts it).
-async fn preempted_event(
-    client: &Client,
-    victim: &PendingPod,
-    note: &str,
-) -> Result<(), kube::Error> {
-    let now = k8s_openapi::jiff::Timestamp::now();
-    let event = Event {
-        metadata: ObjectMeta {
-            name: Some(format!("{}.{:x}", victim.name, now.as_nanosecond())),
-            namespace: Some(victim.namespace.clone()),
-            ..ObjectMeta::default()
-        },
-        event_time: Some(MicroTime(now)),
-        type_: Some("Normal".into()),
-        reason: Some("Preempted".into()),
-        action: Some("Preempting".into()),
-        note: Some(note.chars().take(1000).collect()),
-        reporting_controller: Some("gantry.dev/scheduler".into()),
-        reporting_instance: Some("gantry".into()),
-        regarding: Some(ObjectReference {
-            api_version: Some("v1".into()),
-            kind: Some("Pod".into()),
-            name: Some(victim.name.clone()),
-            namespace: Some(victim.namespace.clone()),
-            uid: Some(victim.uid.clone()),
-            ..ObjectReference::default()
-        }),
-        ..Event::default()
-    };
-    Api::<Event>::namespaced(client.clone(), &victim.namespace)
-        .create(&PostParams::default(), &event)
-        .await
-        .map(|_| ())
 }

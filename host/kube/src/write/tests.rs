@@ -1,0 +1,341 @@
+//! The writer against a mock API server (a `tower_test` service behind a real kube `Client`,
+//! as kube-rs' own tests do): the shape of every request a bind pass, a gang's rollback, an
+//! eviction, a claim write and a lost Lease send or do not send. No control plane.
+
+use std::sync::{Arc, Mutex};
+
+use gantry_core::{BindOutcome, BuiltinOnly, Scheduler};
+use gantry_kube_model::fixtures::{build, node, pod};
+use http::{Request, Response};
+use k8s_openapi::api::core::v1::{Node, Pod};
+use kube::Client;
+use kube::client::Body;
+use serde_json::{Value, json};
+
+use super::{NOT_LEADER, Watched, Writer};
+use crate::leader::Leadership;
+use crate::mapping::PendingPod;
+use crate::tracker::Tracker;
+
+/// One request the mock API server received.
+#[derive(Debug, Clone)]
+struct Call {
+    method: String,
+    /// The path and query.
+    path: String,
+    content_type: String,
+    body: Value,
+}
+
+/// Every request so far, in the order they came.
+type Calls = Arc<Mutex<Vec<Call>>>;
+
+/// A mock API server on `runtime`: records each request and answers it with `answer`'s
+/// status and JSON body. Returns a client that talks to it, and what it received.
+fn mock_api(
+    runtime: &tokio::runtime::Runtime,
+    answer: impl Fn(&Call) -> (u16, Value) + Send + 'static,
+) -> (Client, Calls) {
+    let (service, mut handle) = tower_test::mock::pair::<Request<Body>, Response<Body>>();
+    let calls = Calls::default();
+    let seen = calls.clone();
+    runtime.spawn(async move {
+        while let Some((request, send)) = handle.next_request().await {
+            let (parts, body) = request.into_parts();
+            let bytes = body.collect_bytes().await.expect("a request body");
+            let call = Call {
+                method: parts.method.to_string(),
+                path: parts
+                    .uri
+                    .path_and_query()
+                    .map_or_else(String::new, |p| p.to_string()),
+                content_type: parts
+                    .headers
+                    .get(http::header::CONTENT_TYPE)
+                    .and_then(|v| v.to_str().ok())
+                    .unwrap_or_default()
+                    .to_string(),
+                body: serde_json::from_slice(&bytes).unwrap_or(Value::Null),
+            };
+            let (status, body) = answer(&call);
+            seen.lock().unwrap().push(call);
+            send.send_response(
+                Response::builder()
+                    .status(status)
+                    .header(http::header::CONTENT_TYPE, "application/json")
+                    .body(Body::from(serde_json::to_vec(&body).unwrap()))
+                    .unwrap(),
+            );
+        }
+    });
+    // The client's buffer task starts on the runtime it is made in.
+    let _inside = runtime.enter();
+    (Client::new(service, "default"), calls)
+}
+
+/// The API server's refusal: a `Status` with `code`, `reason` and `message`.
+fn refusal(code: u16, reason: &str, message: &str) -> (u16, Value) {
+    (
+        code,
+        json!({"kind": "Status", "apiVersion": "v1", "metadata": {}, "status": "Failure",
+               "message": message, "reason": reason, "code": code}),
+    )
+}
+
+/// What a write that went through answers: the object written back.
+fn accepted(call: &Call) -> (u16, Value) {
+    let code = if call.method == "POST" { 201 } else { 200 };
+    (code, call.body.clone())
+}
+
+fn runtime() -> tokio::runtime::Runtime {
+    tokio::runtime::Builder::new_multi_thread()
+        .worker_threads(1)
+        .enable_all()
+        .build()
+        .unwrap()
+}
+
+/// A tracker and its scheduler built from `nodes` and the pending `pods`, after one cycle:
+/// its output is what a bind pass gets.
+fn cycled(
+    nodes: &[Arc<Node>],
+    pods: &[Arc<Pod>],
+) -> (Tracker, Scheduler, gantry_core::CycleOutput) {
+    let (tracker, mut scheduler) = build(nodes, &[], pods, &[], &[]);
+    let output = scheduler.cycle(0.0, &mut BuiltinOnly);
+    assert!(
+        output.decisions.iter().all(|d| d.placed),
+        "every job fits: {:?}",
+        output.decisions
+    );
+    (tracker, scheduler, output)
+}
+
+/// The requests to `suffix` (a path ending, e.g. `/binding`), in order.
+fn to(calls: &Calls, method: &str, suffix: &str) -> Vec<Call> {
+    calls
+        .lock()
+        .unwrap()
+        .iter()
+        .filter(|c| c.method == method && c.path.split('?').next().unwrap().ends_with(suffix))
+        .cloned()
+        .collect()
+}
+
+#[test]
+fn a_placed_pod_binds_through_the_binding_subresource_with_its_uid() {
+    let runtime = runtime();
+    let (client, calls) = mock_api(&runtime, accepted);
+    let mut writer = Writer::new(runtime.handle().clone(), client.clone(), client);
+    let (mut tracker, scheduler, output) =
+        cycled(&[node("n0", 8, &[], true)], &[pod("p", 8, &[], None)]);
+
+    let outcomes = writer.pass(&mut tracker, Watched::default(), &scheduler, &output);
+
+    assert!(
+        matches!(outcomes[..], [BindOutcome::Bound { .. }]),
+        "{outcomes:?}"
+    );
+    let bindings = to(&calls, "POST", "/binding");
+    assert_eq!(bindings.len(), 1, "{bindings:?}");
+    assert_eq!(bindings[0].path, "/api/v1/namespaces/ns/pods/p/binding?");
+    assert_eq!(
+        bindings[0].body,
+        json!({
+            "apiVersion": "v1", "kind": "Binding",
+            "metadata": {"name": "p", "namespace": "ns", "uid": "uid-p"},
+            "target": {"apiVersion": "v1", "kind": "Node", "name": "n0"},
+        })
+    );
+    // Nothing was evicted, and no pod was told it waits.
+    assert!(to(&calls, "POST", "/eviction").is_empty());
+    assert!(to(&calls, "PATCH", "/status").is_empty());
+}
+
+#[test]
+fn a_gang_whose_member_is_refused_evicts_the_members_bound_and_says_why() {
+    let runtime = runtime();
+    let (client, calls) = mock_api(&runtime, |call| {
+        if call.path.contains("/pods/g-1/binding") {
+            refusal(
+                403,
+                "Forbidden",
+                "pods \"g-1\" is forbidden: node n1 is cordoned",
+            )
+        } else {
+            accepted(call)
+        }
+    });
+    let mut writer = Writer::new(runtime.handle().clone(), client.clone(), client);
+    let gang = [("gantry.dev/gang", "g"), ("gantry.dev/gang-size", "2")];
+    let (mut tracker, scheduler, output) = cycled(
+        &[node("n0", 8, &[], true), node("n1", 8, &[], true)],
+        &[pod("g-0", 8, &gang, None), pod("g-1", 8, &gang, None)],
+    );
+
+    let outcomes = writer.pass(&mut tracker, Watched::default(), &scheduler, &output);
+
+    let [BindOutcome::Failed { reason, .. }] = &outcomes[..] else {
+        panic!("one failed gang: {outcomes:?}");
+    };
+    assert!(reason.contains("node n1 is cordoned"), "{reason}");
+    assert_eq!(to(&calls, "POST", "/binding").len(), 2);
+    // The member bound is evicted again, with its uid as a precondition; the refused one is
+    // left alone.
+    let evictions = to(&calls, "POST", "/eviction");
+    assert_eq!(evictions.len(), 1, "{evictions:?}");
+    assert_eq!(
+        evictions[0].path,
+        "/api/v1/namespaces/ns/pods/g-0/eviction?"
+    );
+    assert_eq!(
+        evictions[0].body["deleteOptions"]["preconditions"]["uid"],
+        "uid-g-0"
+    );
+    // Both members wait, and say so: a FailedScheduling Event and PodScheduled=False each.
+    let events = to(&calls, "POST", "/events");
+    let failed: Vec<&Call> = events
+        .iter()
+        .filter(|e| e.body["reason"] == "FailedScheduling")
+        .collect();
+    assert_eq!(failed.len(), 2, "{events:?}");
+    for event in failed {
+        let note = event.body["note"].as_str().unwrap();
+        assert!(
+            note.starts_with("Binding failed: ")
+                && note
+                    .contains("the 1 members bound already were deleted so the gang starts whole"),
+            "{note}"
+        );
+    }
+    let conditions = to(&calls, "PATCH", "/status");
+    assert_eq!(conditions.len(), 2, "{conditions:?}");
+    assert_eq!(
+        conditions[0].content_type,
+        "application/strategic-merge-patch+json"
+    );
+    assert_eq!(
+        conditions[0].body["status"]["conditions"][0]["reason"],
+        "Unschedulable"
+    );
+}
+
+#[test]
+fn an_eviction_a_disruption_budget_refuses_keeps_the_victim_and_nominates_the_preemptor() {
+    let runtime = runtime();
+    let budget = "Cannot evict pod as it would violate the pod's disruption budget.";
+    let (client, calls) = mock_api(&runtime, move |call| {
+        if call.path.ends_with("/eviction?") {
+            refusal(429, "TooManyRequests", budget)
+        } else {
+            accepted(call)
+        }
+    });
+    let victim = PendingPod::of(&pod("v", 8, &[], None));
+    let preemptor = PendingPod::of(&pod("p", 8, &[], None));
+
+    let preemption = runtime.block_on(super::evict::start(
+        &client,
+        vec![victim],
+        vec![(preemptor, "n0".into())],
+    ));
+
+    let evictions = to(&calls, "POST", "/eviction");
+    assert_eq!(evictions.len(), 1);
+    assert_eq!(evictions[0].path, "/api/v1/namespaces/ns/pods/v/eviction?");
+    assert_eq!(
+        evictions[0].body,
+        json!({
+            "apiVersion": "policy/v1", "kind": "Eviction",
+            "metadata": {"name": "v", "namespace": "ns"},
+            "deleteOptions": {"preconditions": {"uid": "uid-v"}},
+        })
+    );
+    // Refused: no Preempted Event, and the preemptor waits nominated, saying why.
+    assert!(to(&calls, "POST", "/events").is_empty());
+    let nominations = to(&calls, "PATCH", "/status");
+    assert_eq!(nominations.len(), 1);
+    assert_eq!(nominations[0].path, "/api/v1/namespaces/ns/pods/p/status?");
+    assert_eq!(nominations[0].content_type, "application/merge-patch+json");
+    assert_eq!(
+        nominations[0].body,
+        json!({"status": {"nominatedNodeName": "n0"}})
+    );
+    assert_eq!(
+        preemption.reason(),
+        "preemption blocked: cannot evict ns/v (Cannot evict pod as it would violate the \
+         pod's disruption budget); retrying (nominated node(s) n0)."
+    );
+}
+
+#[test]
+fn a_claim_write_merge_patches_the_status_it_read_and_a_conflict_names_the_claim() {
+    let runtime = runtime();
+    let (client, calls) = mock_api(&runtime, |call| {
+        if call.body["metadata"]["resourceVersion"] == "7" {
+            accepted(call)
+        } else {
+            refusal(
+                409,
+                "Conflict",
+                "the object has been modified; please apply your changes to the latest version",
+            )
+        }
+    });
+    let key = ("ns".to_string(), "gpus".to_string());
+    let patch = |version: &str| {
+        json!({
+            "metadata": {"resourceVersion": version},
+            "status": {"reservedFor": [{"resource": "pods", "name": "p", "uid": "uid-p"}]},
+        })
+    };
+
+    let written = runtime.block_on(super::claims::patch_claim(&client, None, &key, &patch("7")));
+    let conflict = runtime.block_on(super::claims::patch_claim(&client, None, &key, &patch("6")));
+
+    assert!(written.is_ok(), "{written:?}");
+    let error = conflict.expect_err("a stale version is refused");
+    assert!(
+        error.starts_with("cannot write the status of ResourceClaim ns/gpus: ")
+            && error.contains("the object has been modified"),
+        "{error}"
+    );
+    let writes = to(&calls, "PATCH", "/status");
+    assert_eq!(writes.len(), 2);
+    assert_eq!(
+        writes[0].path,
+        "/apis/resource.k8s.io/v1/namespaces/ns/resourceclaims/gpus/status?"
+    );
+    assert_eq!(writes[0].content_type, "application/merge-patch+json");
+    assert_eq!(writes[0].body, patch("7"));
+}
+
+#[test]
+fn a_replica_that_lost_its_lease_writes_nothing() {
+    let runtime = runtime();
+    let (client, calls) = mock_api(&runtime, accepted);
+    let mut writer = Writer::new(runtime.handle().clone(), client.clone(), client.clone());
+    let leadership = Leadership::held(true);
+    writer.leadership = Some(leadership.clone());
+    let (mut tracker, scheduler, output) =
+        cycled(&[node("n0", 8, &[], true)], &[pod("p", 8, &[], None)]);
+    leadership.lose();
+
+    let outcomes = writer.pass(&mut tracker, Watched::default(), &scheduler, &output);
+    let claim = runtime.block_on(super::claims::patch_claim(
+        &client,
+        Some(&leadership),
+        &("ns".to_string(), "gpus".to_string()),
+        &json!({"status": {}}),
+    ));
+
+    let [BindOutcome::Failed { reason, .. }] = &outcomes[..] else {
+        panic!("the job fails to bind: {outcomes:?}");
+    };
+    assert_eq!(reason, NOT_LEADER);
+    assert_eq!(claim.expect_err("no claim write"), NOT_LEADER);
+    assert!(!writer.may_write());
+    let sent = calls.lock().unwrap().clone();
+    assert!(sent.is_empty(), "a follower sent {sent:?}");
+}
