@@ -12,6 +12,7 @@ pub mod explain;
 pub mod hooks;
 pub mod model;
 pub mod queues;
+pub mod roles;
 pub mod scheduler;
 pub mod shadow;
 pub mod source;
@@ -28,6 +29,7 @@ pub use model::{
     QuotaVerdict, ResourceColumn, Resources, Seconds, Taint, TaintEffect, Toleration, percentile,
 };
 pub use queues::{Admission, QueueDef, QueueError, QueueId, Queues};
+pub use roles::{FailurePolicy, PolicyRole};
 pub use scheduler::plan::{EstimateSource, PlanConfig, PlanStats, RuntimeEstimate, WhatIf};
 pub use scheduler::{
     Blocked, CycleOutput, Decision, ForecastRun, Forecasts, JobId, JobSpec, Mode, Scheduler,

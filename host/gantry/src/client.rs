@@ -11,7 +11,6 @@ use gantry_contract::{
     ErrorBody, Explain, ExplainKind, Explanation, NewSet, Outcome, PolicyManifest, PolicySet,
     SetList, ShadowReport, ShadowStart, Upload, WhatIfAnswer, WhatIfJob, WhatIfOutcome,
 };
-use gantry_store::FailurePolicy;
 use serde_json::Value;
 
 /// Where the server is and who is asking.
@@ -637,11 +636,7 @@ fn print_set(set: &PolicySet, manifests: &[PolicyManifest]) {
             .find(|m| m.sha256 == e.sha256)
             .map(|m| (format!("{} {}", m.name, m.version), m.role.to_string()))
             .unwrap_or_else(|| ("?".into(), "?".into()));
-        let failure = match e.failure {
-            FailurePolicy::Default => "default",
-            FailurePolicy::FailOpen => "fail-open",
-            FailurePolicy::FailClosed => "fail-closed",
-        };
+        let failure = e.failure.as_str();
         let deadline = e
             .deadline_ms
             .map(|ms| format!("{ms} ms"))

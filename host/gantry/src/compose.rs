@@ -219,11 +219,9 @@ impl Edits {
         for given in &self.failure {
             let (entry, value) = split("--failure", given)?;
             let i = entry_index(&entries, manifests, entry)?;
-            entries[i].failure = match value {
-                "default" => FailurePolicy::Default,
-                "fail-open" => FailurePolicy::FailOpen,
-                "fail-closed" => FailurePolicy::FailClosed,
-                _ => {
+            entries[i].failure = match FailurePolicy::parse(value) {
+                Some(failure) => failure,
+                None => {
                     return Err(ComposeError::BadEdit {
                         flag: "--failure",
                         given: given.clone(),

@@ -15,7 +15,7 @@ use gantry_core::{
     CohortUsage, Health, JobRequest, LevelColumn, NodeLabel, NodeRow, NodeTable, PodShape,
     QueueUsage, QuotaVerdict, Resources, Symbols, Taint, TaintEffect, Toleration,
 };
-use gantry_policy::{Limits, Policy, PolicyEngine, PolicyOptions, Role, WasmNodes};
+use gantry_policy::{Limits, Policy, PolicyEngine, PolicyOptions, PolicyRole, WasmNodes};
 use serde::Deserialize;
 
 /// Exit code for every case answered as expected.
@@ -503,9 +503,9 @@ fn run_case(
         )));
     }
     match policy.role() {
-        Role::Filter => diff_filter(&policy, &case.expect, &built, &mut diff)?,
-        Role::Score => diff_score(&policy, &case.expect, &built, &mut diff)?,
-        Role::Quota => diff_quota(&policy, &case.expect, &built, &mut diff),
+        PolicyRole::Filter => diff_filter(&policy, &case.expect, &built, &mut diff)?,
+        PolicyRole::Score => diff_score(&policy, &case.expect, &built, &mut diff)?,
+        PolicyRole::Quota => diff_quota(&policy, &case.expect, &built, &mut diff),
     }
     Ok(CaseOutcome {
         description: case.description,
@@ -513,16 +513,16 @@ fn run_case(
     })
 }
 
-fn expected_role(expect: &Expect) -> Result<Role, CaseError> {
+fn expected_role(expect: &Expect) -> Result<PolicyRole, CaseError> {
     let mut roles = Vec::new();
     if !expect.verdicts.is_empty() || !expect.counts.is_empty() {
-        roles.push(Role::Filter);
+        roles.push(PolicyRole::Filter);
     }
     if !expect.scores.is_empty() || !expect.order.is_empty() {
-        roles.push(Role::Score);
+        roles.push(PolicyRole::Score);
     }
     if expect.quota.is_some() {
-        roles.push(Role::Quota);
+        roles.push(PolicyRole::Quota);
     }
     match roles.as_slice() {
         [role] => Ok(*role),

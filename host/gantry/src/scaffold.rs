@@ -6,7 +6,7 @@
 //! Python helper module, and the pinned componentize-py and ComponentizeJS versions. So a new
 //! project builds offline apart from its package registries, and matches the host it came with.
 //!
-//! - [`Lang`], [`Role`]: the choices;
+//! - [`Lang`], [`PolicyRole`]: the choices;
 //! - [`files`]: the project's files, as (path, contents), pure and unit-tested;
 //! - [`run`]: the command, which writes them and says how to build and test.
 
@@ -25,27 +25,27 @@ pub enum Lang {
 
 /// Which hook of the cycle the policy serves.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, ValueEnum)]
-pub enum Role {
+pub enum PolicyRole {
     Filter,
     Score,
     Quota,
 }
 
-impl Role {
+impl PolicyRole {
     fn as_str(self) -> &'static str {
         match self {
-            Role::Filter => "filter",
-            Role::Score => "score",
-            Role::Quota => "quota",
+            PolicyRole::Filter => "filter",
+            PolicyRole::Score => "score",
+            PolicyRole::Quota => "quota",
         }
     }
 
     /// A misspelling of the template's one config field, for the refused case.
     fn typo(self) -> &'static str {
         match self {
-            Role::Filter => "reserve_gpu",
-            Role::Score => "sprad",
-            Role::Quota => "headroom",
+            PolicyRole::Filter => "reserve_gpu",
+            PolicyRole::Score => "sprad",
+            PolicyRole::Quota => "headroom",
         }
     }
 }
@@ -57,7 +57,7 @@ pub struct NewArgs {
     #[arg(long, value_enum)]
     lang: Lang,
     #[arg(long, value_enum)]
-    role: Role,
+    role: PolicyRole,
     /// Where to write the project (a new or empty folder); `./NAME` by default.
     #[arg(long)]
     dir: Option<PathBuf>,
@@ -124,7 +124,7 @@ fn valid_name(name: &str) -> bool {
 }
 
 /// `template` with `{{name}}`, `{{role}}` and `{{typo}}` filled in.
-fn fill(template: &str, name: &str, role: Role) -> String {
+fn fill(template: &str, name: &str, role: PolicyRole) -> String {
     template
         .replace("{{name}}", name)
         .replace("{{role}}", role.as_str())
@@ -133,10 +133,15 @@ fn fill(template: &str, name: &str, role: Role) -> String {
 
 /// The project's files, relative to its folder. `sdk`: a Rust SDK path to depend on instead
 /// of the copy written into the project.
-pub fn files(name: &str, lang: Lang, role: Role, sdk: Option<&Path>) -> Vec<(String, String)> {
+pub fn files(
+    name: &str,
+    lang: Lang,
+    role: PolicyRole,
+    sdk: Option<&Path>,
+) -> Vec<(String, String)> {
     let crate_name = name.replace('-', "_");
     let (source, case) = match role {
-        Role::Filter => (
+        PolicyRole::Filter => (
             [
                 include_str!("scaffold/filter.rs"),
                 include_str!("scaffold/filter.py"),
@@ -144,7 +149,7 @@ pub fn files(name: &str, lang: Lang, role: Role, sdk: Option<&Path>) -> Vec<(Str
             ],
             include_str!("scaffold/filter.yaml"),
         ),
-        Role::Score => (
+        PolicyRole::Score => (
             [
                 include_str!("scaffold/score.rs"),
                 include_str!("scaffold/score.py"),
@@ -152,7 +157,7 @@ pub fn files(name: &str, lang: Lang, role: Role, sdk: Option<&Path>) -> Vec<(Str
             ],
             include_str!("scaffold/score.yaml"),
         ),
-        Role::Quota => (
+        PolicyRole::Quota => (
             [
                 include_str!("scaffold/quota.rs"),
                 include_str!("scaffold/quota.py"),
@@ -261,7 +266,7 @@ pub fn files(name: &str, lang: Lang, role: Role, sdk: Option<&Path>) -> Vec<(Str
     out
 }
 
-fn readme(name: &str, lang: Lang, role: Role) -> String {
+fn readme(name: &str, lang: Lang, role: PolicyRole) -> String {
     let (source, lang_name) = match lang {
         Lang::Rust => ("src/lib.rs", "Rust"),
         Lang::Python => ("app.py", "Python"),
@@ -371,7 +376,7 @@ mod tests {
     #[test]
     fn every_template_is_filled_in() {
         for lang in [Lang::Rust, Lang::Python, Lang::Js] {
-            for role in [Role::Filter, Role::Score, Role::Quota] {
+            for role in [PolicyRole::Filter, PolicyRole::Score, PolicyRole::Quota] {
                 let files = files("my-policy", lang, role, None);
                 for (path, text) in &files {
                     assert!(
@@ -395,7 +400,7 @@ mod tests {
 
     #[test]
     fn the_sdk_copy_reads_the_projects_wit_and_pins_the_workspaces_wit_bindgen() {
-        let files = files("x", Lang::Rust, Role::Score, None);
+        let files = files("x", Lang::Rust, PolicyRole::Score, None);
         let bindings = &files
             .iter()
             .find(|(p, _)| p == "gantry-policy-sdk/src/bindings.rs")
@@ -418,7 +423,12 @@ mod tests {
             "the workspace's wit-bindgen pin changed: update WIT_BINDGEN"
         );
         // With --sdk, no copy is written and the manifest points there.
-        let files = super::files("x", Lang::Rust, Role::Score, Some(Path::new("/src/sdk")));
+        let files = super::files(
+            "x",
+            Lang::Rust,
+            PolicyRole::Score,
+            Some(Path::new("/src/sdk")),
+        );
         assert!(
             !files
                 .iter()

@@ -6,7 +6,7 @@ use std::process::ExitCode;
 use clap::Args;
 use gantry_core::{QuotaVerdict, Symbols};
 use gantry_policy::{
-    Capabilities, Limits, NetworkRule, PolicyEngine, PolicyOptions, Role, WasmNodes,
+    Capabilities, Limits, NetworkRule, PolicyEngine, PolicyOptions, PolicyRole, WasmNodes,
 };
 
 use crate::sample;
@@ -57,7 +57,7 @@ pub fn run(args: ValidateArgs) -> anyhow::Result<ExitCode> {
     let engine = PolicyEngine::new(limits, symbols.clone())?;
     let options = PolicyOptions {
         config: args.config.clone(),
-        failure: None,
+        failure: gantry_policy::FailurePolicy::Default,
         capabilities: Capabilities {
             clock: args.allow_clock,
             read_dir: args.allow_read.clone(),
@@ -90,11 +90,11 @@ pub fn run(args: ValidateArgs) -> anyhow::Result<ExitCode> {
         }
     }
     let outcome = match info.role {
-        Role::Filter | Role::Score => {
+        PolicyRole::Filter | PolicyRole::Score => {
             let table = sample::cluster(&symbols, 64);
             let nodes = WasmNodes::new(&table);
             let pod = sample::pod(&symbols, 4);
-            if info.role == Role::Filter {
+            if info.role == PolicyRole::Filter {
                 policy.filter(&pod, &nodes).map(|codes| {
                     format!(
                         "a pod asking 4 GPUs on 64 sample nodes: {}",
@@ -113,7 +113,7 @@ pub fn run(args: ValidateArgs) -> anyhow::Result<ExitCode> {
                 })
             }
         }
-        Role::Quota => {
+        PolicyRole::Quota => {
             let (job, queue, cohort) = sample::quota_case(&symbols);
             policy.admit(&job, &queue, Some(&cohort)).map(|verdict| {
                 let verdict = match verdict {

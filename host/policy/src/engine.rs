@@ -13,59 +13,8 @@ use crate::bindings::{filter::FilterPre, quota::QuotaPre, score::ScorePre, v2};
 use crate::error::{PolicyError, Result};
 use crate::instance::{HostState, ProcessBudget};
 use crate::network::NetworkRule;
-use crate::policy::{FailurePolicy, Policy, PolicyOptions};
-
-/// The role a policy plays in a scheduling cycle; one WIT world each.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, serde::Serialize, serde::Deserialize)]
-#[serde(rename_all = "kebab-case")]
-pub enum Role {
-    /// Decides per node whether a pod may go there.
-    Filter,
-    /// Ranks the nodes that passed every filter.
-    Score,
-    /// Decides whether a job is admitted now.
-    Quota,
-}
-
-impl Role {
-    /// Every role, in the order a cycle consults them.
-    pub const ALL: [Role; 3] = [Role::Filter, Role::Score, Role::Quota];
-
-    /// The role's name, as the WIT world and the API spell it.
-    pub fn as_str(self) -> &'static str {
-        match self {
-            Role::Filter => "filter",
-            Role::Score => "score",
-            Role::Quota => "quota",
-        }
-    }
-
-    /// The interface a component of this role exports, in contract 0.1.0.
-    pub fn export_name(self) -> &'static str {
-        self.export_name_in(Version::V0_1)
-    }
-
-    /// The interface a component of this role exports in contract `version`.
-    pub fn export_name_in(self, version: Version) -> &'static str {
-        match (self, version) {
-            (Role::Filter, Version::V0_1) => "gantry:policy/filter-policy@0.1.0",
-            (Role::Score, Version::V0_1) => "gantry:policy/score-policy@0.1.0",
-            (Role::Quota, Version::V0_1) => "gantry:policy/quota-policy@0.1.0",
-            (Role::Filter, Version::V0_2) => "gantry:policy/filter-policy@0.2.0",
-            (Role::Score, Version::V0_2) => "gantry:policy/score-policy@0.2.0",
-            (Role::Quota, Version::V0_2) => "gantry:policy/quota-policy@0.2.0",
-        }
-    }
-
-    /// Filter and quota fail closed (a fault rejects, with the fault as the reason); score fails
-    /// open (the policy is skipped for that call), so a broken ranking never blocks placement.
-    pub fn default_failure(self) -> FailurePolicy {
-        match self {
-            Role::Filter | Role::Quota => FailurePolicy::FailClosed,
-            Role::Score => FailurePolicy::FailOpen,
-        }
-    }
-}
+use crate::policy::{Policy, PolicyOptions};
+use gantry_core::PolicyRole;
 
 /// The version of the `gantry:policy` contract a component was built against, read from the
 /// interface it exports. The host serves every version beside the others, so one set may mix
@@ -81,6 +30,18 @@ pub enum Version {
 }
 
 impl Version {
+    /// The interface a component of `role` exports in this contract version.
+    pub fn export_name(self, role: PolicyRole) -> &'static str {
+        match (role, self) {
+            (PolicyRole::Filter, Version::V0_1) => "gantry:policy/filter-policy@0.1.0",
+            (PolicyRole::Score, Version::V0_1) => "gantry:policy/score-policy@0.1.0",
+            (PolicyRole::Quota, Version::V0_1) => "gantry:policy/quota-policy@0.1.0",
+            (PolicyRole::Filter, Version::V0_2) => "gantry:policy/filter-policy@0.2.0",
+            (PolicyRole::Score, Version::V0_2) => "gantry:policy/score-policy@0.2.0",
+            (PolicyRole::Quota, Version::V0_2) => "gantry:policy/quota-policy@0.2.0",
+        }
+    }
+
     /// Every version served, oldest first.
     pub const ALL: [Version; 2] = [Version::V0_1, Version::V0_2];
 
@@ -94,12 +55,6 @@ impl Version {
 }
 
 impl std::fmt::Display for Version {
-    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        f.write_str(self.as_str())
-    }
-}
-
-impl std::fmt::Display for Role {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
         f.write_str(self.as_str())
     }
@@ -285,7 +240,7 @@ pub struct CompiledPolicy {
     /// The sha256 of the component's bytes, hex: its identity in the cache and the store.
     pub sha256: String,
     /// The role its exports play.
-    pub role: Role,
+    pub role: PolicyRole,
     /// The contract version its exports follow.
     pub version: Version,
     /// The component's size in bytes.
@@ -494,22 +449,22 @@ fn compile_new(shared: &EngineShared, bytes: &[u8], digest: [u8; 32]) -> Result<
         }
     })?;
     let pre = match (role, version) {
-        (Role::Filter, Version::V0_1) => {
+        (PolicyRole::Filter, Version::V0_1) => {
             RolePre::Filter(FilterPre::new(instance_pre).map_err(wrong_world)?)
         }
-        (Role::Score, Version::V0_1) => {
+        (PolicyRole::Score, Version::V0_1) => {
             RolePre::Score(ScorePre::new(instance_pre).map_err(wrong_world)?)
         }
-        (Role::Quota, Version::V0_1) => {
+        (PolicyRole::Quota, Version::V0_1) => {
             RolePre::Quota(QuotaPre::new(instance_pre).map_err(wrong_world)?)
         }
-        (Role::Filter, Version::V0_2) => {
+        (PolicyRole::Filter, Version::V0_2) => {
             RolePre::FilterV2(v2::filter::FilterPre::new(instance_pre).map_err(wrong_world)?)
         }
-        (Role::Score, Version::V0_2) => {
+        (PolicyRole::Score, Version::V0_2) => {
             RolePre::ScoreV2(v2::score::ScorePre::new(instance_pre).map_err(wrong_world)?)
         }
-        (Role::Quota, Version::V0_2) => {
+        (PolicyRole::Quota, Version::V0_2) => {
             RolePre::QuotaV2(v2::quota::QuotaPre::new(instance_pre).map_err(wrong_world)?)
         }
     };
@@ -636,23 +591,23 @@ fn check_magic(bytes: &[u8]) -> Result<()> {
 }
 
 /// The role and contract version of the one policy interface the component exports.
-fn detect_role(engine: &wasmtime::Engine, component: &Component) -> Result<(Role, Version)> {
+fn detect_role(engine: &wasmtime::Engine, component: &Component) -> Result<(PolicyRole, Version)> {
     let ty = component.component_type();
     let exports: Vec<String> = ty
         .exports(engine)
         .map(|(name, _)| name.to_string())
         .collect();
-    let roles: Vec<(Role, Version)> = Version::ALL
+    let roles: Vec<(PolicyRole, Version)> = Version::ALL
         .into_iter()
-        .flat_map(|version| Role::ALL.map(|role| (role, version)))
-        .filter(|(role, version)| exports.iter().any(|e| e == role.export_name_in(*version)))
+        .flat_map(|version| PolicyRole::ALL.map(|role| (role, version)))
+        .filter(|(role, version)| exports.iter().any(|e| e == version.export_name(*role)))
         .collect();
     match roles.as_slice() {
         [found] => Ok(*found),
         [] => Err(PolicyError::MissingWorld {
             expected: Version::ALL
                 .into_iter()
-                .flat_map(|version| Role::ALL.map(|role| role.export_name_in(version)))
+                .flat_map(|version| PolicyRole::ALL.map(|role| version.export_name(role)))
                 .collect::<Vec<_>>()
                 .join(", "),
             found: if exports.is_empty() {

@@ -24,16 +24,15 @@ mod policy;
 mod set;
 
 pub use convert::WasmNodes;
-pub use engine::{
-    COMPILE_SLOTS, Capabilities, CompiledPolicy, Limits, PolicyEngine, Role, Version,
-};
+// A policy's role and failure policy are the core's words, shared with the store and the API.
+pub use engine::{COMPILE_SLOTS, Capabilities, CompiledPolicy, Limits, PolicyEngine, Version};
 pub use error::{FaultKind, PolicyError, PolicyFault, Result};
+pub use gantry_core::{FailurePolicy, PolicyRole};
 pub use network::{NetworkRule, NetworkRuleError};
 pub use policy::{
-    DENY_REASON_MAX_BYTES, FailurePolicy, Guarded, LABEL_KEY_MAX_BYTES, LABEL_KEYS_MAX,
-    MAX_CALL_DEADLINE, NAME_MAX_BYTES, Policy, PolicyHealth, PolicyInfo, PolicyOptions,
-    PolicyStats, REASON_TEXT_MAX_BYTES, REASONS_MAX, SCORE_REASONS_MAX, ScoreReason, Scored,
-    VERSION_MAX_BYTES,
+    DENY_REASON_MAX_BYTES, Guarded, LABEL_KEY_MAX_BYTES, LABEL_KEYS_MAX, MAX_CALL_DEADLINE,
+    NAME_MAX_BYTES, Policy, PolicyHealth, PolicyInfo, PolicyOptions, PolicyStats,
+    REASON_TEXT_MAX_BYTES, REASONS_MAX, SCORE_REASONS_MAX, ScoreReason, Scored, VERSION_MAX_BYTES,
 };
 pub use set::{ActiveSet, BoundSet, CycleGate, InCycle, NodeCache, PolicySet, SetEntry};
 

@@ -3,13 +3,15 @@ use std::sync::{Arc, Condvar, Mutex};
 use std::thread::JoinHandle;
 use std::time::{Duration, Instant};
 
-use gantry_core::{CohortUsage, JobRequest, PodShape, QueueUsage, QuotaVerdict};
-use serde::{Deserialize, Serialize};
+use gantry_core::{
+    CohortUsage, FailurePolicy, JobRequest, PodShape, PolicyRole, QueueUsage, QuotaVerdict,
+};
+use serde::Serialize;
 use wasmtime::Trap;
 
 use crate::bindings::types;
 use crate::convert::{self, WasmNodes};
-use crate::engine::{Capabilities, CompiledPolicy, EngineShared, Role, Version};
+use crate::engine::{Capabilities, CompiledPolicy, EngineShared, Version};
 use crate::error::{PolicyError, PolicyFault, Result};
 use crate::instance::{Exports, Instance, InstanceHost, LogBucket, Refusal};
 
@@ -51,23 +53,14 @@ pub struct Scored {
     pub reasons: Vec<ScoreReason>,
 }
 
-/// What a fault does to the decision it happened in.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Serialize, Deserialize)]
-#[serde(rename_all = "kebab-case")]
-pub enum FailurePolicy {
-    /// Reject (every node, or the job's admission), with the fault as the reason.
-    FailClosed,
-    /// Skip the policy for this call, as if it were not configured.
-    FailOpen,
-}
-
 /// How to load a policy.
 #[derive(Debug, Clone)]
 pub struct PolicyOptions {
     /// JSON passed to `init`.
     pub config: String,
-    /// `None` uses the role's default (filter and quota closed, score open).
-    pub failure: Option<FailurePolicy>,
+    /// What a fault does; [`FailurePolicy::Default`] is the role's (filter and quota closed,
+    /// score open).
+    pub failure: FailurePolicy,
     /// WASI capabilities granted (none by default).
     pub capabilities: Capabilities,
     /// This policy's own call deadline, in place of the engine's (`Limits::deadline`): an
@@ -85,7 +78,7 @@ impl Default for PolicyOptions {
     fn default() -> Self {
         Self {
             config: "{}".into(),
-            failure: None,
+            failure: FailurePolicy::Default,
             capabilities: Capabilities::default(),
             deadline: None,
         }
@@ -110,7 +103,7 @@ pub struct PolicyInfo {
     /// Its version (at most [`VERSION_MAX_BYTES`]).
     pub version: String,
     /// Its role.
-    pub role: Role,
+    pub role: PolicyRole,
     /// The sha256 of its component, hex.
     pub sha256: String,
     /// Declared reason codes and their texts, sorted by code.
@@ -288,7 +281,7 @@ impl Policy {
             info: PolicyInfo {
                 name: String::new(),
                 version: String::new(),
-                role: Role::Filter,
+                role: PolicyRole::Filter,
                 sha256: String::new(),
                 reasons: Vec::new(),
             },
@@ -405,7 +398,7 @@ impl Policy {
     }
 
     /// The policy's role (its WIT world).
-    pub fn role(&self) -> Role {
+    pub fn role(&self) -> PolicyRole {
         self.inner.compiled.role
     }
 
@@ -435,7 +428,7 @@ impl Policy {
         self.inner
             .options
             .failure
-            .unwrap_or_else(|| self.inner.compiled.role.default_failure())
+            .for_role(self.inner.compiled.role)
     }
 
     /// The text of a reason code this policy declared.
@@ -471,10 +464,12 @@ impl Policy {
     pub fn guard<T>(&self, result: std::result::Result<T, PolicyFault>) -> Guarded<T> {
         match result {
             Ok(answer) => Guarded::Answer(answer),
-            Err(fault) => match self.failure_policy() {
-                FailurePolicy::FailOpen => Guarded::Skipped(fault),
-                FailurePolicy::FailClosed => Guarded::Rejected(fault),
-            },
+            // Skipped as if it were not configured, or rejecting (every node, or the job's
+            // admission) with the fault as the reason.
+            Err(fault) if self.failure_policy() == FailurePolicy::FailOpen => {
+                Guarded::Skipped(fault)
+            }
+            Err(fault) => Guarded::Rejected(fault),
         }
     }
 

@@ -16,8 +16,8 @@ use gantry_core::{
 };
 
 use crate::convert::WasmNodes;
-use crate::engine::Role;
 use crate::policy::{Guarded, Policy};
+use gantry_core::PolicyRole;
 
 /// One policy in a set, with its weight (for scores).
 #[derive(Clone)]
@@ -50,7 +50,7 @@ impl PolicySet {
         &self.entries
     }
 
-    fn of_role(&self, role: Role) -> impl Iterator<Item = &SetEntry> {
+    fn of_role(&self, role: PolicyRole) -> impl Iterator<Item = &SetEntry> {
         self.entries.iter().filter(move |e| e.policy.role() == role)
     }
 
@@ -372,12 +372,12 @@ impl PolicyHooks for BoundSet<'_> {
         in_play: &[bool],
     ) -> Vec<(String, Verdict<Vec<u16>>)> {
         let _pausing = self.yield_to_the_loop();
-        if self.set.of_role(Role::Filter).next().is_none() {
+        if self.set.of_role(PolicyRole::Filter).next().is_none() {
             return Vec::new();
         }
         let filters: Vec<Arc<Policy>> = self
             .set
-            .of_role(Role::Filter)
+            .of_role(PolicyRole::Filter)
             .map(|e| e.policy.clone())
             .collect();
         let started = Instant::now();
@@ -397,7 +397,7 @@ impl PolicyHooks for BoundSet<'_> {
 
     fn reason_text(&self, index: usize, code: u16) -> String {
         self.set
-            .of_role(Role::Filter)
+            .of_role(PolicyRole::Filter)
             .nth(index)
             .and_then(|e| e.policy.reason_text(code).map(str::to_string))
             .unwrap_or_else(|| format!("reason {code}"))
@@ -424,10 +424,10 @@ impl PolicyHooks for BoundSet<'_> {
         in_play: &[bool],
     ) -> Vec<(String, u32, Verdict<Vec<u32>>, Vec<(u32, String)>)> {
         let _pausing = self.yield_to_the_loop();
-        if self.set.of_role(Role::Score).next().is_none() {
+        if self.set.of_role(PolicyRole::Score).next().is_none() {
             return Vec::new();
         }
-        let scores: Vec<SetEntry> = self.set.of_role(Role::Score).cloned().collect();
+        let scores: Vec<SetEntry> = self.set.of_role(PolicyRole::Score).cloned().collect();
         let started = Instant::now();
         let len = nodes.len();
         let view = self.cache.view(state, nodes, in_play);
@@ -466,7 +466,7 @@ impl PolicyHooks for BoundSet<'_> {
         let started = Instant::now();
         let verdicts = self
             .set
-            .of_role(Role::Quota)
+            .of_role(PolicyRole::Quota)
             .map(|e| {
                 let policy = &e.policy;
                 (

@@ -7,7 +7,7 @@ use common::*;
 use gantry_core::{
     CohortUsage, Health, JobRequest, QueueUsage, QuotaVerdict, Resources, Toleration,
 };
-use gantry_policy::{Guarded, Limits, PolicyOptions, Role, WasmNodes};
+use gantry_policy::{Guarded, Limits, PolicyOptions, PolicyRole, WasmNodes};
 
 #[test]
 fn gpu_fit_gives_a_declared_reason_per_node() {
@@ -16,7 +16,7 @@ fn gpu_fit_gives_a_declared_reason_per_node() {
     let policy = engine
         .load(&plugin("gpu-fit"), PolicyOptions::default())
         .unwrap();
-    assert_eq!(policy.role(), Role::Filter);
+    assert_eq!(policy.role(), PolicyRole::Filter);
     assert_eq!(policy.info().name, "gpu-fit");
     assert_eq!(policy.reason_text(3), Some("Insufficient nvidia.com/gpu"));
 
@@ -56,7 +56,7 @@ fn gpu_binpack_prefers_fuller_nodes_and_racks() {
     let policy = engine
         .load(&plugin("gpu-binpack"), PolicyOptions::default())
         .unwrap();
-    assert_eq!(policy.role(), Role::Score);
+    assert_eq!(policy.role(), PolicyRole::Score);
     let table = nodes(&symbols, 8);
     let scores = policy
         .score(&pod(&symbols, 1), &WasmNodes::new(&table))
@@ -101,7 +101,7 @@ fn team_quota_admits_borrows_and_refuses() {
     let policy = engine
         .load(&plugin("team-quota"), PolicyOptions::default())
         .unwrap();
-    assert_eq!(policy.role(), Role::Quota);
+    assert_eq!(policy.role(), PolicyRole::Quota);
     let job = |gpus: u64| JobRequest {
         pod: pod(&symbols, 8),
         count: (gpus / 8) as u32,
@@ -215,7 +215,7 @@ fn failure_policy_defaults_by_role_and_can_be_overridden() {
         .load(
             &plugin("gpu-fit"),
             PolicyOptions {
-                failure: Some(gantry_policy::FailurePolicy::FailOpen),
+                failure: gantry_policy::FailurePolicy::FailOpen,
                 ..PolicyOptions::default()
             },
         )

@@ -15,7 +15,7 @@ fn fault_of(name: &str, limits: Limits) -> PolicyFault {
         .unwrap();
     let table = WasmNodes::new(&nodes(&symbols, 16));
     let pod = pod(&symbols, 1);
-    let result = if policy.role() == gantry_policy::Role::Score {
+    let result = if policy.role() == gantry_policy::PolicyRole::Score {
         policy.score(&pod, &table).map(|_| ())
     } else {
         policy.filter(&pod, &table).map(|_| ())

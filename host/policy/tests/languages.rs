@@ -8,7 +8,7 @@ mod common;
 use common::*;
 use std::time::Duration;
 
-use gantry_policy::{Limits, PolicyFault, PolicyOptions, Role, WasmNodes};
+use gantry_policy::{Limits, PolicyFault, PolicyOptions, PolicyRole, WasmNodes};
 
 /// The Python and JS builds, each beside the Rust policy it must agree with.
 const TWINS: [(&str, &str); 4] = [
@@ -66,17 +66,17 @@ fn python_and_js_import_only_the_contract_and_answer_as_their_rust_twins_in_64_m
         for gpus in [1, 4, 8] {
             let pod = pod(&symbols, gpus);
             match policy.role() {
-                Role::Filter => assert_eq!(
+                PolicyRole::Filter => assert_eq!(
                     policy.filter(&pod, &wasm_nodes),
                     rust.filter(&pod, &wasm_nodes),
                     "{file}, {gpus} GPUs"
                 ),
-                Role::Score => assert_eq!(
+                PolicyRole::Score => assert_eq!(
                     policy.score(&pod, &wasm_nodes),
                     rust.score(&pod, &wasm_nodes),
                     "{file}, {gpus} GPUs"
                 ),
-                Role::Quota => {}
+                PolicyRole::Quota => {}
             }
         }
     }

@@ -5,7 +5,7 @@ mod common;
 use std::time::Duration;
 
 use common::*;
-use gantry_policy::{Limits, PolicyOptions, Role, WasmNodes};
+use gantry_policy::{Limits, PolicyOptions, PolicyRole, WasmNodes};
 
 fn status_mib(field: &str) -> u64 {
     let status = std::fs::read_to_string("/proc/self/status").unwrap();
@@ -63,7 +63,7 @@ fn peak_rss_stays_within_the_process_budget_under_the_whole_hostile_set() {
                 scope.spawn(|| {
                     for _ in 0..5 {
                         let result = match policy.role() {
-                            Role::Score => policy.score(&pod, &table).map(|_| ()),
+                            PolicyRole::Score => policy.score(&pod, &table).map(|_| ()),
                             _ => policy.filter(&pod, &table).map(|_| ()),
                         };
                         assert!(result.is_err(), "{} answered", policy.info().name);

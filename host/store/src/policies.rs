@@ -15,43 +15,8 @@ fn tx_err(e: TransactionError<StoreError>) -> StoreError {
     }
 }
 
-/// The world a policy implements; decides which hook of the cycle calls it.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Serialize, Deserialize)]
-#[serde(rename_all = "kebab-case")]
-#[cfg_attr(feature = "schema", derive(utoipa::ToSchema))]
-pub enum PolicyRole {
-    /// Rejects nodes.
-    Filter,
-    /// Ranks feasible nodes.
-    Score,
-    /// Admits or refuses a job for its queue.
-    Quota,
-}
-
-impl std::fmt::Display for PolicyRole {
-    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        f.write_str(match self {
-            PolicyRole::Filter => "filter",
-            PolicyRole::Score => "score",
-            PolicyRole::Quota => "quota",
-        })
-    }
-}
-
-/// What to do when a policy faults: the role's default (filter and quota fail closed, score
-/// fails open) unless a set entry overrides it.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Default, Serialize, Deserialize)]
-#[serde(rename_all = "kebab-case")]
-#[cfg_attr(feature = "schema", derive(utoipa::ToSchema))]
-pub enum FailurePolicy {
-    /// The role's default.
-    #[default]
-    Default,
-    /// A fault lets the node or job through.
-    FailOpen,
-    /// A fault rejects the node or job.
-    FailClosed,
-}
+// A policy's role and failure policy are the core's words: the store keeps them as they are.
+pub use gantry_core::{FailurePolicy, PolicyRole};
 
 /// What the uploader says about a policy; the store adds the hash, who and when.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]

@@ -22,10 +22,10 @@ use gantry_core::{
     PodShape, QueueId, QueueUsage, Queues, QuotaVerdict, Resources, Scheduler, Symbols,
 };
 use gantry_policy::{
-    ActiveSet, CycleGate, NodeCache, Policy, PolicyEngine, PolicyOptions, PolicySet, Role,
+    ActiveSet, CycleGate, NodeCache, Policy, PolicyEngine, PolicyOptions, PolicyRole, PolicySet,
     SetEntry, WasmNodes,
 };
-use gantry_store::{Actor, FailurePolicy, NewDecision, NewPolicy, PolicyRole, Store};
+use gantry_store::{Actor, FailurePolicy, NewDecision, NewPolicy, Store};
 use tokio::sync::{broadcast, watch};
 
 use crate::error::{EngineError, Result};

@@ -61,7 +61,7 @@ impl Live {
         };
         let n = view.nodes.len();
         match policy.role() {
-            Role::Filter => {
+            PolicyRole::Filter => {
                 let nodes = WasmNodes::new(&view.nodes);
                 let codes = policy
                     .filter(&pod, &nodes)
@@ -71,7 +71,7 @@ impl Live {
                     policy.describe_verdicts(&codes)
                 ))
             }
-            Role::Score => {
+            PolicyRole::Score => {
                 let nodes = WasmNodes::new(&view.nodes);
                 let scores = policy
                     .score(&pod, &nodes)
@@ -83,7 +83,7 @@ impl Live {
                     "an 8-GPU pod on the {n} current nodes: best score {best}, mean {mean}"
                 ))
             }
-            Role::Quota => {
+            PolicyRole::Quota => {
                 let Some((queue, cohort)) = view.sample_usage.clone() else {
                     return Ok("no queues yet: quota self-test skipped".into());
                 };
@@ -124,11 +124,7 @@ impl Live {
         deadline_ms: Option<u64>,
     ) -> Result<Upload> {
         let (policy, validation) = self.validate(bytes, config, deadline_ms)?;
-        let role = match policy.role() {
-            Role::Filter => PolicyRole::Filter,
-            Role::Score => PolicyRole::Score,
-            Role::Quota => PolicyRole::Quota,
-        };
+        let role = policy.role();
         let put = self.store.put_policy(
             actor,
             bytes,
@@ -182,13 +178,8 @@ impl Live {
                             entry.sha256
                         ))
                     })?;
-                    let failure = match entry.failure {
-                        FailurePolicy::Default => None,
-                        FailurePolicy::FailOpen => Some(gantry_policy::FailurePolicy::FailOpen),
-                        FailurePolicy::FailClosed => Some(gantry_policy::FailurePolicy::FailClosed),
-                    };
                     let options = PolicyOptions {
-                        failure,
+                        failure: entry.failure,
                         deadline: entry.deadline_ms.map(Duration::from_millis),
                         ..PolicyOptions::with_config(entry.config.clone())
                     };

@@ -144,7 +144,7 @@ fn healthy(args: &FaultsBenchArgs, engine: &PolicyEngine) -> anyhow::Result<Vec<
 fn faulty(
     args: &FaultsBenchArgs,
     engine: &PolicyEngine,
-    failure: Option<FailurePolicy>,
+    failure: FailurePolicy,
 ) -> anyhow::Result<Arc<Policy>> {
     let bytes = std::fs::read(args.plugins.resolve("hostile_misbehave.wasm")?)?;
     let options = PolicyOptions {
@@ -329,7 +329,7 @@ pub fn run(args: FaultsBenchArgs) -> anyhow::Result<()> {
     let (healthy_cycles, _) = cycles(&run, &healthy_set, None, "healthy set", |_| {});
 
     // 2. The faulty policy active (a filter: fails closed, so its jobs stay pending).
-    let policy = faulty(&args, &engine, None)?;
+    let policy = faulty(&args, &engine, FailurePolicy::Default)?;
     let mut entries = healthy_entries.clone();
     entries.push(SetEntry {
         policy: policy.clone(),
@@ -363,7 +363,7 @@ pub fn run(args: FaultsBenchArgs) -> anyhow::Result<()> {
     // 2b. The same, failing open: a fault skips the policy instead of rejecting every node, so
     // this separates what the faults and the quarantine cost from what the scheduler does with
     // jobs a fail-closed filter leaves unplaceable.
-    let open_policy = faulty(&args, &engine, Some(FailurePolicy::FailOpen))?;
+    let open_policy = faulty(&args, &engine, FailurePolicy::FailOpen)?;
     let mut entries = healthy_entries.clone();
     entries.push(SetEntry {
         policy: open_policy.clone(),
@@ -381,7 +381,7 @@ pub fn run(args: FaultsBenchArgs) -> anyhow::Result<()> {
     drop(open_policy);
 
     // 3. The faulty policy only in a shadow set.
-    let shadow_policy = faulty(&args, &engine, None)?;
+    let shadow_policy = faulty(&args, &engine, FailurePolicy::Default)?;
     let mut entries = healthy_entries.clone();
     entries.push(SetEntry {
         policy: shadow_policy.clone(),

@@ -17,7 +17,7 @@ use std::time::{Duration, Instant};
 
 use clap::Args;
 use gantry_core::{PodShape, Symbols};
-use gantry_policy::{Limits, Policy, PolicyEngine, PolicyOptions, Role, WasmNodes};
+use gantry_policy::{Limits, Policy, PolicyEngine, PolicyOptions, PolicyRole, WasmNodes};
 use serde_json::json;
 
 use crate::{PluginDir, sample};
@@ -220,7 +220,7 @@ pub fn run_policy(args: PolicyBenchArgs) -> anyhow::Result<()> {
 struct FileMeasured {
     file: String,
     name: String,
-    role: Role,
+    role: PolicyRole,
     /// ns per node for filter and score; ns per call for quota.
     ns_per_unit: f64,
     call_overhead_ns: f64,
@@ -288,7 +288,7 @@ fn run_files(args: &PolicyBenchArgs) -> anyhow::Result<()> {
 
     let mut measured: Vec<FileMeasured> = Vec::new();
     // (role, declared name, file, answers) of each policy measured so far.
-    let mut role_to_answers: Vec<(Role, String, String, Answers)> = Vec::new();
+    let mut role_to_answers: Vec<(PolicyRole, String, String, Answers)> = Vec::new();
     for path in &args.policies {
         let file = path.file_name().map_or_else(
             || path.display().to_string(),
@@ -311,19 +311,19 @@ fn run_files(args: &PolicyBenchArgs) -> anyhow::Result<()> {
         let fault = |e: gantry_policy::PolicyFault| anyhow::anyhow!("{file}: {e}");
         let role = policy.role();
         let answers = match role {
-            Role::Filter => Answers::Codes(
+            PolicyRole::Filter => Answers::Codes(
                 pods.iter()
                     .map(|pod| policy.filter(pod, &nodes))
                     .collect::<Result<_, _>>()
                     .map_err(fault)?,
             ),
-            Role::Score => Answers::Scores(
+            PolicyRole::Score => Answers::Scores(
                 pods.iter()
                     .map(|pod| policy.score(pod, &nodes))
                     .collect::<Result<_, _>>()
                     .map_err(fault)?,
             ),
-            Role::Quota => {
+            PolicyRole::Quota => {
                 Answers::Quota(policy.admit(&job, &queue, Some(&cohort)).map_err(fault)?)
             }
         };
@@ -347,7 +347,7 @@ fn run_files(args: &PolicyBenchArgs) -> anyhow::Result<()> {
             &pods[i % pods.len()]
         };
         let (ns_per_unit, call_overhead_ns) = match role {
-            Role::Filter => (
+            PolicyRole::Filter => (
                 ns(median_time(budget, || {
                     black_box(policy.filter(next_pod(), &nodes).expect("filter"));
                 })) / n,
@@ -355,7 +355,7 @@ fn run_files(args: &PolicyBenchArgs) -> anyhow::Result<()> {
                     black_box(policy.filter(next_pod(), &one_node).expect("filter"));
                 })),
             ),
-            Role::Score => (
+            PolicyRole::Score => (
                 ns(median_time(budget, || {
                     black_box(policy.score(next_pod(), &nodes).expect("score"));
                 })) / n,
@@ -363,7 +363,7 @@ fn run_files(args: &PolicyBenchArgs) -> anyhow::Result<()> {
                     black_box(policy.score(next_pod(), &one_node).expect("score"));
                 })),
             ),
-            Role::Quota => {
+            PolicyRole::Quota => {
                 let call = ns(median_time(budget, || {
                     black_box(policy.admit(&job, &queue, Some(&cohort)).expect("admit"));
                 }));
@@ -386,7 +386,7 @@ fn run_files(args: &PolicyBenchArgs) -> anyhow::Result<()> {
     let entries: Vec<serde_json::Value> = measured
         .iter()
         .map(|m| {
-            let per = if m.role == Role::Quota {
+            let per = if m.role == PolicyRole::Quota {
                 "ns_per_call"
             } else {
                 "ns_per_node"
@@ -446,7 +446,7 @@ fn run_files(args: &PolicyBenchArgs) -> anyhow::Result<()> {
                 m.component_bytes as f64 / base.component_bytes as f64
             );
         }
-        if measured.iter().any(|m| m.role == Role::Quota) {
+        if measured.iter().any(|m| m.role == PolicyRole::Quota) {
             println!("(quota policies: ns per admit call, not per node)");
         }
         for m in &measured {
