@@ -1,0 +1,422 @@
+//! The routes and their handlers. Every `/api` route but the OpenAPI document needs a token,
+//! checked by [`authenticate`] before any body is read; every mutating one needs an admin
+//! token, and its change is written to the audit log. The audit log itself is admin-only.
+//!
+//! Here: the shared state, the front door (client addresses, refusal pacing), the router and
+//! its layers, and authentication. The handlers, by what they serve:
+//! - [`probes`]: health, readiness, metrics, the OpenAPI document, who am I;
+//! - [`policies`]: policies, sets, activation and shadow mode;
+//! - [`decisions`]: the audit log, decisions, explanations and the what-if;
+//! - [`cluster`]: the cluster summary, nodes, queues and jobs.
+
+mod cluster;
+mod decisions;
+mod policies;
+mod probes;
+#[cfg(test)]
+mod tests;
+
+// The handlers (and the `#[utoipa::path]` items beside them) where the router and the
+// OpenAPI document name them.
+pub(crate) use cluster::*;
+pub(crate) use decisions::*;
+pub(crate) use policies::*;
+pub(crate) use probes::*;
+
+use std::convert::Infallible;
+use std::net::{IpAddr, SocketAddr};
+use std::sync::{Arc, Mutex};
+use std::time::{Duration, Instant};
+
+use axum::body::Bytes;
+use axum::extract::rejection::BytesRejection;
+use axum::extract::{ConnectInfo, DefaultBodyLimit, Extension, Path, Query, Request, State};
+use axum::http::{HeaderMap, HeaderValue, Method, StatusCode, header};
+use axum::middleware::Next;
+use axum::response::sse::{Event, KeepAlive, Sse};
+use axum::response::{IntoResponse, Response};
+use axum::routing::{get, post};
+use axum::{Json, Router};
+// Every type a route takes or answers comes from the contract; the ones only named in the
+// `#[utoipa::path]` attributes are imported for those.
+use gantry_contract::{
+    AuditEntry, Caller, ClusterSummary, ConfigQuery, DomainUse, ErrorBody, Explain, ExplainKind,
+    ExplainState, HistoryQuery, JobEvent, JobEventKind, JobQuery, JobRow, LevelUse, Limit, NewSet,
+    NodeColumns, NodeDetail, PolicyManifest, PolicySet, QueueHistoryView, QueueView, RunningPolicy,
+    SetList, ShadowReport, ShadowStart, TimeRange, Upload, Validation, WasmModule, WhatIfAnswer,
+    WhatIfJob,
+};
+use gantry_core::Outcome;
+use gantry_store::DecisionRecord;
+use tokio_stream::StreamExt;
+use tokio_stream::wrappers::BroadcastStream;
+use tower::limit::GlobalConcurrencyLimitLayer;
+use tower_http::set_header::SetResponseHeaderLayer;
+use tower_http::timeout::TimeoutLayer;
+
+use crate::auth::{RequireAdmin, Tokens};
+use crate::error::{ApiError, Result};
+use gantry_engine::Live;
+use gantry_store::Actor;
+
+/// What every handler gets: the shared state, the accepted tokens and the front door's
+/// settings.
+pub struct AppState {
+    /// The engine's shared state: store, view, policy sets.
+    pub live: Arc<Live>,
+    /// The bearer tokens, followed on disk.
+    pub tokens: Tokens,
+    /// Proxies, `/metrics`.
+    pub options: DoorOptions,
+    /// Paces the audit entries of refused requests, so a flood of bad tokens cannot fill the
+    /// disk or turn each refusal into a disk flush. Locked briefly per refusal.
+    refusals: Mutex<RefusalPace>,
+}
+
+impl AppState {
+    /// The state the router serves.
+    pub fn new(live: Arc<Live>, tokens: Tokens, options: DoorOptions) -> Arc<Self> {
+        Arc::new(Self {
+            live,
+            tokens,
+            options,
+            refusals: Mutex::new(RefusalPace::default()),
+        })
+    }
+}
+
+/// Front-door settings beyond the tokens.
+#[derive(Debug, Clone, Default)]
+pub struct DoorOptions {
+    /// Proxies whose `X-Forwarded-For` is believed; from any other peer it is ignored, so a
+    /// client cannot put another address into the audit log.
+    pub trusted_proxies: Vec<IpNet>,
+    /// `/metrics` needs a bearer token (any role), as it reveals queue names and load.
+    pub metrics_need_token: bool,
+}
+
+/// An IP network (`10.0.0.0/8`, `fd00::/8`, or one address), for the trusted proxies.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct IpNet {
+    addr: IpAddr,
+    prefix: u8,
+}
+
+impl std::str::FromStr for IpNet {
+    type Err = String;
+
+    fn from_str(text: &str) -> std::result::Result<Self, String> {
+        let bad = || format!("{text:?} is not an IP address or network (e.g. 10.0.0.0/8, ::1)");
+        let (addr, prefix) = match text.split_once('/') {
+            Some((addr, prefix)) => (addr, Some(prefix)),
+            None => (text, None),
+        };
+        let addr: IpAddr = addr.trim().parse().map_err(|_| bad())?;
+        let max = if addr.is_ipv4() { 32 } else { 128 };
+        let prefix = match prefix {
+            Some(prefix) => prefix.trim().parse::<u8>().map_err(|_| bad())?,
+            None => max,
+        };
+        if prefix > max {
+            return Err(format!("{text:?}: the prefix is longer than {max} bits"));
+        }
+        Ok(Self { addr, prefix })
+    }
+}
+
+impl IpNet {
+    /// Whether `ip` is in this network.
+    pub fn contains(&self, ip: IpAddr) -> bool {
+        let ip = match ip {
+            IpAddr::V6(v6) => v6.to_ipv4_mapped().map_or(ip, IpAddr::V4),
+            v4 => v4,
+        };
+        match (self.addr, ip) {
+            (IpAddr::V4(net), IpAddr::V4(ip)) => {
+                let mask = u32::MAX
+                    .checked_shl(32 - u32::from(self.prefix))
+                    .unwrap_or(0);
+                u32::from(net) & mask == u32::from(ip) & mask
+            }
+            (IpAddr::V6(net), IpAddr::V6(ip)) => {
+                let mask = u128::MAX
+                    .checked_shl(128 - u32::from(self.prefix))
+                    .unwrap_or(0);
+                u128::from(net) & mask == u128::from(ip) & mask
+            }
+            _ => false,
+        }
+    }
+}
+
+/// The client's address as the audit log names it: the connection's peer, or, when that peer
+/// is a trusted proxy, the nearest `X-Forwarded-For` hop that is not itself a trusted proxy
+/// (read right to left, as each proxy appends the address it saw).
+fn client_of(peer: SocketAddr, headers: &HeaderMap, trusted: &[IpNet]) -> String {
+    let is_trusted = |ip: IpAddr| trusted.iter().any(|net| net.contains(ip));
+    if !is_trusted(peer.ip()) {
+        return peer.to_string();
+    }
+    let mut client = peer.ip();
+    let hops = headers
+        .get_all("x-forwarded-for")
+        .iter()
+        .filter_map(|v| v.to_str().ok())
+        .flat_map(|v| v.split(','))
+        .map(str::trim)
+        .collect::<Vec<_>>();
+    for hop in hops.into_iter().rev() {
+        let Ok(ip) = hop.parse::<IpAddr>() else {
+            break;
+        };
+        client = ip;
+        if !is_trusted(ip) {
+            break;
+        }
+    }
+    client.to_string()
+}
+
+/// The client's address, set by [`authenticate`] for the handlers' audit entries.
+#[derive(Debug, Clone)]
+pub struct Peer(pub String);
+
+/// Refused requests recorded individually: about [`REFUSALS_PER_S`] a second, in bursts of up
+/// to [`REFUSAL_BURST`]; the rest are counted, and the next recorded entry says how many.
+#[derive(Debug)]
+struct RefusalPace {
+    allowance: f64,
+    at: Instant,
+    unrecorded: u64,
+}
+
+/// Refused requests recorded per second, sustained.
+const REFUSALS_PER_S: f64 = 20.0;
+/// Refused requests recorded at once after a quiet spell.
+const REFUSAL_BURST: f64 = 200.0;
+
+impl Default for RefusalPace {
+    fn default() -> Self {
+        Self {
+            allowance: REFUSAL_BURST,
+            at: Instant::now(),
+            unrecorded: 0,
+        }
+    }
+}
+
+impl RefusalPace {
+    /// `Some(unrecorded before this one)` when this refusal may be recorded.
+    fn admit(&mut self) -> Option<u64> {
+        let now = Instant::now();
+        let refill = now.duration_since(self.at).as_secs_f64() * REFUSALS_PER_S;
+        self.allowance = (self.allowance + refill).min(REFUSAL_BURST);
+        self.at = now;
+        if self.allowance < 1.0 {
+            self.unrecorded += 1;
+            return None;
+        }
+        self.allowance -= 1.0;
+        Some(std::mem::take(&mut self.unrecorded))
+    }
+}
+
+type St = State<Arc<AppState>>;
+
+/// Most bytes a request body may have on any route but the policy uploads.
+pub const SMALL_BODY_BYTES: usize = 64 * 1024;
+/// Requests in flight at once; more wait their turn.
+pub const CONCURRENT_REQUESTS: usize = 256;
+/// How long a request may take (the decision stream aside, which is long-lived by design).
+pub const REQUEST_TIMEOUT: Duration = Duration::from_secs(60);
+/// What a browser may do with the UI's pages: load its own scripts, styles (inline styles
+/// included, as the UI's charts set them) and images, talk to this server only, and never be
+/// framed by another site.
+const CONTENT_SECURITY_POLICY: &str = "default-src 'self'; script-src 'self'; \
+style-src 'self' 'unsafe-inline'; img-src 'self' data:; connect-src 'self'; \
+object-src 'none'; base-uri 'none'; form-action 'self'; frame-ancestors 'none'";
+
+/// The whole HTTP surface. Every `/api` route but the OpenAPI document goes through
+/// [`authenticate`] first, before any handler reads a body; bodies are capped at
+/// [`SMALL_BODY_BYTES`] except on the two upload routes; every response carries the security
+/// headers a browser app needs.
+pub fn router(state: Arc<AppState>) -> Router {
+    // Upload bodies up to twice the configured limit are read whole and refused with our own
+    // message (413, naming both sizes): cutting a client off mid-upload makes it see a reset
+    // connection instead of the reason. Anything larger is cut off. Only an authenticated
+    // admin's body is ever read.
+    let upload_limit = state.live.config.max_upload_bytes * 2 + 64 * 1024;
+    let authed = Router::new()
+        .route("/api/whoami", get(whoami))
+        .route(
+            "/api/policies",
+            get(list_policies)
+                .post(upload_policy)
+                .layer(DefaultBodyLimit::max(upload_limit)),
+        )
+        .route(
+            "/api/policies/validate",
+            post(validate_policy).layer(DefaultBodyLimit::max(upload_limit)),
+        )
+        .route("/api/policies/{sha256}", get(get_policy))
+        .route("/api/sets", get(list_sets).post(create_set))
+        .route("/api/sets/{version}", get(get_set))
+        .route("/api/sets/{version}/activate", post(activate_set))
+        .route("/api/sets/{version}/rollback", post(rollback_set))
+        .route(
+            "/api/shadow",
+            get(shadow_report).post(shadow_start).delete(shadow_stop),
+        )
+        .route("/api/audit", get(audit))
+        .route("/api/decisions", get(decisions_between))
+        .route("/api/decisions/job/{job}", get(decisions_by_job))
+        .route("/api/decisions/pod/{pod}", get(decisions_by_pod))
+        .route("/api/decisions/node/{node}", get(decisions_by_node))
+        .route("/api/explain/{name}", get(explain))
+        .route("/api/cluster", get(cluster))
+        .route("/api/cluster/nodes", get(nodes))
+        .route("/api/cluster/nodes/{node}", get(node))
+        .route("/api/queues", get(queues))
+        .route("/api/queues/history", get(queue_history))
+        .route("/api/jobs", get(jobs))
+        .route("/api/whatif", post(what_if))
+        .layer(TimeoutLayer::with_status_code(
+            StatusCode::REQUEST_TIMEOUT,
+            REQUEST_TIMEOUT,
+        ))
+        // The decision stream stays open for as long as the client reads it.
+        .route("/api/decisions/stream", get(decision_stream))
+        .route_layer(axum::middleware::from_fn_with_state(
+            state.clone(),
+            authenticate,
+        ));
+    Router::new()
+        .route("/healthz", get(healthz))
+        .route("/readyz", get(readyz))
+        .route("/metrics", get(metrics))
+        .route("/api/openapi.json", get(openapi))
+        .merge(authed)
+        .fallback(crate::ui::serve)
+        .layer(DefaultBodyLimit::max(SMALL_BODY_BYTES))
+        .layer(GlobalConcurrencyLimitLayer::new(CONCURRENT_REQUESTS))
+        .layer(SetResponseHeaderLayer::if_not_present(
+            header::CONTENT_SECURITY_POLICY,
+            HeaderValue::from_static(CONTENT_SECURITY_POLICY),
+        ))
+        .layer(SetResponseHeaderLayer::if_not_present(
+            header::X_CONTENT_TYPE_OPTIONS,
+            HeaderValue::from_static("nosniff"),
+        ))
+        .layer(SetResponseHeaderLayer::if_not_present(
+            header::X_FRAME_OPTIONS,
+            HeaderValue::from_static("DENY"),
+        ))
+        .layer(SetResponseHeaderLayer::if_not_present(
+            header::REFERRER_POLICY,
+            HeaderValue::from_static("no-referrer"),
+        ))
+        .with_state(state)
+}
+
+/// The front door of the authenticated routes: the bearer token is checked from the headers
+/// alone, before the handler (and so before any body is read): an anonymous client never
+/// makes the server hold a request body. The caller and the client's address ride on to the
+/// handler in the request's extensions.
+///
+/// Every refusal (401 here, 403 from a handler) leaves a log line and, paced, an audit entry
+/// naming the token (its name, or the first 12 hex digits of its SHA-256 when unknown) and the
+/// client. A change an admin made is flushed to disk, with its audit entry, before the
+/// response goes out.
+async fn authenticate(
+    State(state): St,
+    ConnectInfo(peer): ConnectInfo<SocketAddr>,
+    mut request: Request,
+    next: Next,
+) -> Response {
+    let client = client_of(peer, request.headers(), &state.options.trusted_proxies);
+    let method = request.method().clone();
+    let path = request.uri().path().to_string();
+    match state.tokens.caller(request.headers()) {
+        Ok(caller) => {
+            request.extensions_mut().insert(caller.clone());
+            request.extensions_mut().insert(Peer(client.clone()));
+            let response = next.run(request).await;
+            let status = response.status();
+            if status == StatusCode::FORBIDDEN {
+                let who = format!("{} ({})", caller.name, caller.role.as_str());
+                tracing::warn!(%client, %method, %path, %who, "request refused: 403");
+                record_refusal(&state, &who, &client, &method, &path, status).await;
+            } else if status.is_success() && method != Method::GET {
+                flush(&state).await;
+            }
+            response
+        }
+        Err(error) => {
+            let who = match state.tokens.presented_digest(request.headers()) {
+                Some(prefix) => format!("unknown token sha256:{prefix}"),
+                None => "anonymous".to_string(),
+            };
+            tracing::warn!(%client, %method, %path, %who, %error, "request refused: 401");
+            let response = error.into_response();
+            record_refusal(&state, &who, &client, &method, &path, response.status()).await;
+            response
+        }
+    }
+}
+
+/// Writes a refused request to the audit log, paced by [`RefusalPace`], and flushes it.
+async fn record_refusal(
+    state: &Arc<AppState>,
+    who: &str,
+    client: &str,
+    method: &Method,
+    path: &str,
+    status: StatusCode,
+) {
+    let unrecorded = state
+        .refusals
+        .lock()
+        .unwrap_or_else(|e| e.into_inner())
+        .admit();
+    let Some(unrecorded) = unrecorded else {
+        return;
+    };
+    let mut detail = format!("{} {method} {path}", status.as_u16());
+    if unrecorded > 0 {
+        detail.push_str(&format!(
+            " ({unrecorded} refused requests before this one were not recorded one by one: \
+             over {REFUSALS_PER_S} a second)"
+        ));
+    }
+    let actor = Actor::new(who, client);
+    if let Err(error) =
+        state
+            .live
+            .store
+            .audit(&actor, "request.refused", &detail, gantry_engine::now_ms())
+    {
+        tracing::error!(%error, "cannot write the audit entry of a refused request");
+    }
+    flush(state).await;
+}
+
+/// Forces the store to disk (audit entries included) before a response goes out.
+async fn flush(state: &Arc<AppState>) {
+    let live = state.live.clone();
+    match tokio::task::spawn_blocking(move || live.store.flush()).await {
+        Ok(Ok(())) => {}
+        Ok(Err(error)) => tracing::error!(%error, "cannot flush the store"),
+        Err(error) => tracing::error!(%error, "the flush task failed"),
+    }
+}
+
+/// A JSON body that could not be read: over the small cap (413), or not the JSON wanted (400).
+fn json_error(rejection: axum::extract::rejection::JsonRejection) -> ApiError {
+    if rejection.status() == StatusCode::PAYLOAD_TOO_LARGE {
+        ApiError::BodyTooLarge {
+            limit: SMALL_BODY_BYTES,
+        }
+    } else {
+        ApiError::BadRequest(rejection.body_text())
+    }
+}

@@ -1,0 +1,348 @@
+//! The routes in process (`tower::ServiceExt::oneshot`), no listener.
+
+use std::net::SocketAddr;
+
+use axum::body::Body;
+use axum::extract::connect_info::MockConnectInfo;
+use tower::ServiceExt;
+
+use super::*;
+
+const ADMIN: &str = "admin-token-0123456789";
+const VIEWER: &str = "viewer-token-0123456789";
+
+/// The router on an empty store, with one admin and one viewer token.
+fn app(dir: &std::path::Path) -> Router {
+    app_of(state(dir, DoorOptions::default()))
+}
+
+/// The router on `state`, every request from 127.0.0.1:9.
+fn app_of(state: Arc<AppState>) -> Router {
+    router(state).layer(MockConnectInfo(SocketAddr::from(([127, 0, 0, 1], 9))))
+}
+
+/// The shared state on an empty store, with one admin and one viewer token.
+fn state(dir: &std::path::Path, options: DoorOptions) -> Arc<AppState> {
+    let tokens_path = dir.join("tokens.yaml");
+    std::fs::write(
+        &tokens_path,
+        format!(
+            "tokens:\n  - {{name: root, role: admin, token: {ADMIN}}}\n  - {{name: eve, role: viewer, token: {VIEWER}}}\n"
+        ),
+    )
+    .expect("tokens");
+    let symbols = gantry_core::Symbols::new();
+    let store = gantry_store::Store::open(gantry_store::StoreConfig::new(dir.join("store")))
+        .expect("store");
+    let policies = Arc::new(
+        gantry_policy::PolicyEngine::new(gantry_policy::Limits::default(), symbols)
+            .expect("engine"),
+    );
+    let live = Live::new(
+        store,
+        policies,
+        gantry_policy::PolicySet::new(0, Vec::new()),
+        gantry_engine::LiveConfig::default(),
+    );
+    let tokens = Tokens::load(&tokens_path).expect("load");
+    AppState::new(live, tokens, options)
+}
+
+/// A body that never ends: whoever reads it reads for ever (or hits a limit).
+fn endless() -> Body {
+    let chunk = Bytes::from(vec![b'x'; 64 * 1024]);
+    Body::from_stream(tokio_stream::iter(
+        std::iter::repeat(chunk).map(Ok::<_, std::io::Error>),
+    ))
+}
+
+fn post(path: &str, token: Option<&str>, body: Body) -> Request {
+    let mut request = Request::post(path).header(header::CONTENT_TYPE, "application/json");
+    if let Some(token) = token {
+        request = request.header(header::AUTHORIZATION, format!("Bearer {token}"));
+    }
+    request.body(body).expect("request")
+}
+
+#[tokio::test]
+async fn anonymous_bodies_are_refused_before_they_are_read() {
+    let dir = tempfile::tempdir().expect("tempdir");
+    for path in ["/api/policies", "/api/sets", "/api/shadow"] {
+        let response = app(dir.path())
+            .oneshot(post(path, None, endless()))
+            .await
+            .expect("response");
+        assert_eq!(response.status(), StatusCode::UNAUTHORIZED, "{path}");
+        let response = app(dir.path())
+            .oneshot(post(path, Some("wrong-token-0123456789"), endless()))
+            .await
+            .expect("response");
+        assert_eq!(response.status(), StatusCode::UNAUTHORIZED, "{path}");
+    }
+}
+
+#[tokio::test]
+async fn bodies_outside_the_uploads_are_capped_small() {
+    let dir = tempfile::tempdir().expect("tempdir");
+    // An admin's endless body: cut off at the small cap on a JSON route.
+    let response = app(dir.path())
+        .oneshot(post("/api/sets", Some(ADMIN), endless()))
+        .await
+        .expect("response");
+    assert_eq!(response.status(), StatusCode::PAYLOAD_TOO_LARGE);
+    // Just under the cap is read (and refused as JSON, not for its size).
+    let small = Body::from(vec![b' '; SMALL_BODY_BYTES - 16]);
+    let response = app(dir.path())
+        .oneshot(post("/api/sets", Some(ADMIN), small))
+        .await
+        .expect("response");
+    assert_eq!(response.status(), StatusCode::BAD_REQUEST);
+}
+
+#[tokio::test]
+async fn the_audit_log_is_for_admins_and_responses_carry_security_headers() {
+    let dir = tempfile::tempdir().expect("tempdir");
+    let get = |token: &str| {
+        Request::get("/api/audit")
+            .header(header::AUTHORIZATION, format!("Bearer {token}"))
+            .body(Body::empty())
+            .expect("request")
+    };
+    let response = app(dir.path())
+        .oneshot(get(VIEWER))
+        .await
+        .expect("response");
+    assert_eq!(response.status(), StatusCode::FORBIDDEN);
+    let response = app(dir.path()).oneshot(get(ADMIN)).await.expect("response");
+    assert_eq!(response.status(), StatusCode::OK);
+    let headers = response.headers();
+    assert_eq!(headers[header::X_CONTENT_TYPE_OPTIONS], "nosniff");
+    assert_eq!(headers[header::X_FRAME_OPTIONS], "DENY");
+    let csp = headers[header::CONTENT_SECURITY_POLICY]
+        .to_str()
+        .expect("csp");
+    assert!(csp.contains("frame-ancestors 'none'"), "{csp}");
+    // The UI's pages too, and a refusal.
+    let response = app(dir.path())
+        .oneshot(Request::get("/").body(Body::empty()).expect("request"))
+        .await
+        .expect("response");
+    assert!(
+        response
+            .headers()
+            .contains_key(header::CONTENT_SECURITY_POLICY)
+    );
+    let response = app(dir.path())
+        .oneshot(post("/api/sets", None, Body::empty()))
+        .await
+        .expect("response");
+    assert_eq!(response.headers()[header::X_FRAME_OPTIONS], "DENY");
+}
+
+fn get(path: &str, token: Option<&str>) -> Request {
+    let mut request = Request::get(path);
+    if let Some(token) = token {
+        request = request.header(header::AUTHORIZATION, format!("Bearer {token}"));
+    }
+    request.body(Body::empty()).expect("request")
+}
+
+#[tokio::test]
+async fn every_refusal_is_in_the_audit_log_with_the_token_and_the_client() {
+    let dir = tempfile::tempdir().expect("tempdir");
+    let state = state(dir.path(), DoorOptions::default());
+    let statuses = [
+        (get("/api/cluster", None), StatusCode::UNAUTHORIZED),
+        (
+            get("/api/cluster", Some("wrong-token-0123456789")),
+            StatusCode::UNAUTHORIZED,
+        ),
+        (get("/api/audit", Some(VIEWER)), StatusCode::FORBIDDEN),
+        (
+            post("/api/sets/1/activate", Some(VIEWER), Body::empty()),
+            StatusCode::FORBIDDEN,
+        ),
+    ];
+    for (request, status) in statuses {
+        let response = app_of(state.clone())
+            .oneshot(request)
+            .await
+            .expect("response");
+        assert_eq!(response.status(), status);
+    }
+    let mut entries = state.live.store.audit_recent(10).expect("audit");
+    entries.reverse();
+    let seen: Vec<(String, String, String, String)> = entries
+        .into_iter()
+        .map(|e| (e.who, e.from, e.action, e.detail))
+        .collect();
+    let wrong = Tokens::load(&dir.path().join("tokens.yaml"))
+        .expect("tokens")
+        .presented_digest(&{
+            let mut headers = HeaderMap::new();
+            headers.insert(
+                header::AUTHORIZATION,
+                HeaderValue::from_static("Bearer wrong-token-0123456789"),
+            );
+            headers
+        })
+        .expect("digest");
+    let refused = |who: &str, detail: &str| {
+        (
+            who.to_string(),
+            "127.0.0.1:9".to_string(),
+            "request.refused".to_string(),
+            detail.to_string(),
+        )
+    };
+    assert_eq!(
+        seen,
+        vec![
+            refused("anonymous", "401 GET /api/cluster"),
+            refused(
+                &format!("unknown token sha256:{wrong}"),
+                "401 GET /api/cluster"
+            ),
+            refused("eve (viewer)", "403 GET /api/audit"),
+            refused("eve (viewer)", "403 POST /api/sets/1/activate"),
+        ]
+    );
+    assert_eq!(wrong.len(), 12);
+    assert!(!seen.iter().any(|e| e.0.contains("wrong-token")));
+}
+
+#[test]
+fn refusals_past_the_pace_are_counted_and_named_in_the_next_entry() {
+    let mut pace = RefusalPace::default();
+    let recorded = (0..REFUSAL_BURST as usize + 50)
+        .filter(|_| pace.admit().is_some())
+        .count();
+    // The burst, plus what a few microseconds of refill allow.
+    assert!(recorded >= REFUSAL_BURST as usize && recorded < REFUSAL_BURST as usize + 50);
+    pace.at -= Duration::from_secs(1);
+    assert_eq!(
+        pace.admit(),
+        Some((REFUSAL_BURST as usize + 50 - recorded) as u64)
+    );
+    assert_eq!(pace.admit(), Some(0));
+}
+
+#[test]
+fn forwarded_for_is_believed_only_from_trusted_proxies() {
+    let nets: Vec<IpNet> = ["10.0.0.0/8", "fd00::/8", "192.0.2.7"]
+        .iter()
+        .map(|n| n.parse().expect("net"))
+        .collect();
+    let mut headers = HeaderMap::new();
+    headers.insert(
+        "x-forwarded-for",
+        HeaderValue::from_static("203.0.113.9, 198.51.100.4, 10.1.2.3"),
+    );
+    let from = |peer: &str| client_of(peer.parse().expect("peer"), &headers, &nets);
+    // A trusted proxy: the nearest untrusted hop, right to left.
+    assert_eq!(from("10.9.9.9:443"), "198.51.100.4");
+    assert_eq!(from("192.0.2.7:443"), "198.51.100.4");
+    assert_eq!(from("[fd00::1]:443"), "198.51.100.4");
+    // Anyone else: the header is theirs to forge, and ignored.
+    assert_eq!(from("198.51.100.200:5000"), "198.51.100.200:5000");
+    assert_eq!(from("192.0.2.8:443"), "192.0.2.8:443");
+    // Nothing forwarded: the proxy itself.
+    assert_eq!(
+        client_of(
+            "10.0.0.1:1".parse().expect("peer"),
+            &HeaderMap::new(),
+            &nets
+        ),
+        "10.0.0.1"
+    );
+    assert_eq!(
+        "10.0.0.0/33".parse::<IpNet>().unwrap_err(),
+        "\"10.0.0.0/33\": the prefix is longer than 32 bits"
+    );
+    assert_eq!(
+        "proxy.local".parse::<IpNet>().unwrap_err(),
+        "\"proxy.local\" is not an IP address or network (e.g. 10.0.0.0/8, ::1)"
+    );
+}
+
+#[tokio::test]
+async fn metrics_ask_for_a_token_when_told_to() {
+    let dir = tempfile::tempdir().expect("tempdir");
+    let open = app(dir.path())
+        .oneshot(get("/metrics", None))
+        .await
+        .expect("response");
+    assert_eq!(open.status(), StatusCode::OK);
+    let closed = state(
+        dir.path(),
+        DoorOptions {
+            metrics_need_token: true,
+            ..DoorOptions::default()
+        },
+    );
+    let response = app_of(closed.clone())
+        .oneshot(get("/metrics", None))
+        .await
+        .expect("response");
+    assert_eq!(response.status(), StatusCode::UNAUTHORIZED);
+    let response = app_of(closed)
+        .oneshot(get("/metrics", Some(VIEWER)))
+        .await
+        .expect("response");
+    assert_eq!(response.status(), StatusCode::OK);
+}
+
+#[test]
+fn a_jobs_history_reads_placed_preempted_then_one_pending_step() {
+    let record = |time_ms: u64, outcome: Outcome, by: Option<&str>| {
+        let mut explanation = gantry_store::sample_explanation(1);
+        explanation.outcome = outcome;
+        explanation.preempted_by = by.map(str::to_string);
+        DecisionRecord {
+            time_ms,
+            seq: time_ms,
+            explanation,
+        }
+    };
+    let pending = |why: &str| Outcome::Pending {
+        waiting_for: why.into(),
+    };
+    let placed = Outcome::Placed {
+        nodes: vec![("node-1".into(), 2)],
+    };
+    let events = job_events(&[
+        record(1_000, pending("room"), None),
+        record(2_000, placed, None),
+        record(3_000, pending("room again"), Some("big")),
+        record(4_000, pending("quota"), None),
+        record(5_000, pending("quota, still"), None),
+    ]);
+    let steps: Vec<(u64, JobEventKind, &str, Option<&str>)> = events
+        .iter()
+        .map(|e| (e.time_ms, e.kind, e.text.as_str(), e.by.as_deref()))
+        .collect();
+    assert_eq!(
+        steps,
+        vec![
+            (1_000, JobEventKind::Pending, "waiting for room", None),
+            (
+                2_000,
+                JobEventKind::Placed,
+                "placed on node-1 ×2 in rack 1",
+                None
+            ),
+            (
+                3_000,
+                JobEventKind::Preempted,
+                "preempted to make room for big",
+                Some("big")
+            ),
+            (
+                4_000,
+                JobEventKind::Pending,
+                "waiting for quota, still",
+                None
+            ),
+        ]
+    );
+}
