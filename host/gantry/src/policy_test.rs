@@ -864,13 +864,6 @@ fn build_cluster(
     symbols: &Symbols,
     dir: &Path,
 ) -> Result<(NodeTable, Vec<String>), CaseError> {
-    let sym = |text: &str| {
-        if text.is_empty() {
-            0
-        } else {
-            symbols.intern(text)
-        }
-    };
     let (mut table, mut names) = match &cluster.spec {
         Some(spec) => {
             let path = dir.join(spec);
@@ -952,65 +945,7 @@ fn build_cluster(
                 names.len() - 1
             }
         };
-        if let Some(gpus) = node.gpus {
-            table.gpu_total[i] = gpus;
-            table.gpu_free[i] = gpus;
-        }
-        if let Some(free) = node.free {
-            if free > table.gpu_total[i] {
-                return Err(CaseError::Invalid(format!(
-                    "node {:?} has {free} GPUs free of {}",
-                    node.name, table.gpu_total[i]
-                )));
-            }
-            table.gpu_free[i] = free;
-        }
-        table.gpu_milli_free_max[i] =
-            node.milli_free_max
-                .unwrap_or(if table.gpu_free[i] > 0 { 1000 } else { 0 });
-        if let Some(gpu_type) = &node.gpu_type {
-            table.gpu_type[i] = sym(gpu_type);
-        }
-        if let Some(cpu) = node.cpu_free_milli {
-            table.cpu_free_milli[i] = cpu;
-        }
-        if let Some(memory) = node.memory_free_mib {
-            table.memory_free_mib[i] = memory;
-        }
-        if let Some(h) = node.health {
-            table.health[i] = health(h) as u8;
-        }
-        if let Some(taints) = &node.taints {
-            let set: Vec<Taint> = taints
-                .iter()
-                .map(|t| Taint {
-                    key: symbols.intern(&t.key),
-                    value: sym(&t.value),
-                    effect: effect(t.effect),
-                })
-                .collect();
-            table.taint_set[i] = if set.is_empty() {
-                0
-            } else {
-                match table.taint_sets.iter().position(|s| *s == set) {
-                    Some(at) => at as u32,
-                    None => {
-                        table.taint_sets.push(set);
-                        (table.taint_sets.len() - 1) as u32
-                    }
-                }
-            };
-        }
-        if !node.labels.is_empty() {
-            table.labels.resize(names.len(), Vec::new().into());
-            let mut labels: Vec<NodeLabel> = node
-                .labels
-                .iter()
-                .map(|(key, value)| NodeLabel::new(symbols.intern(key), sym(value), value))
-                .collect();
-            labels.sort_by_key(|l| l.key);
-            table.labels[i] = labels.into();
-        }
+        apply_node_case(&mut table, i, names.len(), node, symbols)?;
         if from_spec && !node.domains.is_empty() {
             return Err(CaseError::Invalid(format!(
                 "node {:?}: a spec node keeps its spec topology; drop `domains`",
@@ -1042,4 +977,83 @@ fn build_cluster(
         }
     }
     Ok((table, names))
+}
+
+/// What a case says of node `i` beyond its name: GPUs (total and free), fractional and CPU
+/// and memory room, GPU type, health, taints and labels, written into `table` (of `rows`
+/// nodes so far).
+fn apply_node_case(
+    table: &mut NodeTable,
+    i: usize,
+    rows: usize,
+    node: &NodeCase,
+    symbols: &Symbols,
+) -> Result<(), CaseError> {
+    let sym = |text: &str| {
+        if text.is_empty() {
+            0
+        } else {
+            symbols.intern(text)
+        }
+    };
+    if let Some(gpus) = node.gpus {
+        table.gpu_total[i] = gpus;
+        table.gpu_free[i] = gpus;
+    }
+    if let Some(free) = node.free {
+        if free > table.gpu_total[i] {
+            return Err(CaseError::Invalid(format!(
+                "node {:?} has {free} GPUs free of {}",
+                node.name, table.gpu_total[i]
+            )));
+        }
+        table.gpu_free[i] = free;
+    }
+    table.gpu_milli_free_max[i] =
+        node.milli_free_max
+            .unwrap_or(if table.gpu_free[i] > 0 { 1000 } else { 0 });
+    if let Some(gpu_type) = &node.gpu_type {
+        table.gpu_type[i] = sym(gpu_type);
+    }
+    if let Some(cpu) = node.cpu_free_milli {
+        table.cpu_free_milli[i] = cpu;
+    }
+    if let Some(memory) = node.memory_free_mib {
+        table.memory_free_mib[i] = memory;
+    }
+    if let Some(h) = node.health {
+        table.health[i] = health(h) as u8;
+    }
+    if let Some(taints) = &node.taints {
+        let set: Vec<Taint> = taints
+            .iter()
+            .map(|t| Taint {
+                key: symbols.intern(&t.key),
+                value: sym(&t.value),
+                effect: effect(t.effect),
+            })
+            .collect();
+        table.taint_set[i] = if set.is_empty() {
+            0
+        } else {
+            match table.taint_sets.iter().position(|s| *s == set) {
+                Some(at) => at as u32,
+                None => {
+                    table.taint_sets.push(set);
+                    (table.taint_sets.len() - 1) as u32
+                }
+            }
+        };
+    }
+    if !node.labels.is_empty() {
+        table.labels.resize(rows, Vec::new().into());
+        let mut labels: Vec<NodeLabel> = node
+            .labels
+            .iter()
+            .map(|(key, value)| NodeLabel::new(symbols.intern(key), sym(value), value))
+            .collect();
+        labels.sort_by_key(|l| l.key);
+        table.labels[i] = labels.into();
+    }
+    Ok(())
 }

@@ -381,8 +381,40 @@ pub fn run(args: FaultsBenchArgs) -> anyhow::Result<()> {
     drop(open_policy);
 
     // 3. The faulty policy only in a shadow set.
-    let shadow_policy = faulty(&args, &engine, FailurePolicy::Default)?;
-    let mut entries = healthy_entries.clone();
+    let shadow = shadow_scenario(&args, &engine, &run, &healthy_set, &healthy_entries)?;
+
+    // 4. Uploads compiling while the healthy set schedules.
+    let uploads = uploads_scenario(&args, &engine, &template, &healthy_set)?;
+    let report = json!({
+        "nodes": nodes,
+        "pending_jobs": args.pending,
+        "cycles_per_scenario": args.cycles,
+        "pause_between_cycles_ms": args.pause_ms,
+        "healthy": summary(healthy_cycles),
+        "faulty_active": active_faulty,
+        "faulty_active_fail_open": active_fail_open,
+        "faulty_in_shadow": shadow,
+        "uploads": uploads,
+    });
+    if args.json {
+        println!("{report}");
+    } else {
+        println!("{}", serde_json::to_string_pretty(&report)?);
+    }
+    Ok(())
+}
+
+/// The faulty policy only in a shadow set, in blocks of cycles with the shadow on and off:
+/// what the shadow costs the cycles beside it, against the noise between two off samples.
+fn shadow_scenario(
+    args: &FaultsBenchArgs,
+    engine: &PolicyEngine,
+    run: &Run<'_>,
+    healthy_set: &PolicySet,
+    healthy_entries: &[SetEntry],
+) -> anyhow::Result<serde_json::Value> {
+    let shadow_policy = faulty(args, engine, FailurePolicy::Default)?;
+    let mut entries = healthy_entries.to_vec();
     entries.push(SetEntry {
         policy: shadow_policy.clone(),
         weight: 1,
@@ -392,8 +424,8 @@ pub fn run(args: FaultsBenchArgs) -> anyhow::Result<()> {
     // The off cycles, split into their even and odd blocks, show how far two samples of the
     // same condition differ: the noise the shadow's effect is held against.
     let (samples, on, shadow_ran) = cycles_alternating(
-        &run,
-        &healthy_set,
+        run,
+        healthy_set,
         Some(&shadow_set),
         Some(10),
         "faulty policy in shadow (alternating blocks)",
@@ -431,10 +463,17 @@ pub fn run(args: FaultsBenchArgs) -> anyhow::Result<()> {
         "shadow_cycles_skipped": on.iter().filter(|&&on| on).count() - shadow_ran,
         "quarantined": shadow_policy.health().quarantined,
     });
-    drop(shadow_set);
-    drop(shadow_policy);
+    Ok(shadow)
+}
 
-    // 4. Uploads compiling while the healthy set schedules.
+/// Uploads compiling on threads of their own while the healthy set schedules: the cycles
+/// beside them, and what each compile took or why it was refused.
+fn uploads_scenario(
+    args: &FaultsBenchArgs,
+    engine: &PolicyEngine,
+    template: &Scheduler,
+    healthy_set: &PolicySet,
+) -> anyhow::Result<serde_json::Value> {
     let upload_base = std::fs::read(
         args.plugins
             .resolve("gpu_fit_js.wasm")
@@ -446,7 +485,7 @@ pub fn run(args: FaultsBenchArgs) -> anyhow::Result<()> {
         let uploads: Vec<_> = (0..args.uploads)
             .map(|i| {
                 let bytes = padded(&upload_base, size, i + 1);
-                let (engine, finished) = (&engine, &finished);
+                let (engine, finished) = (engine, &finished);
                 scope.spawn(move || {
                     let started = Instant::now();
                     let result = engine.compile(&bytes, &Capabilities::default());
@@ -483,34 +522,18 @@ pub fn run(args: FaultsBenchArgs) -> anyhow::Result<()> {
         .filter_map(|(_, r)| r.clone().err())
         .collect();
     errors.dedup();
-    let report = json!({
-        "nodes": nodes,
-        "pending_jobs": args.pending,
-        "cycles_per_scenario": args.cycles,
-        "pause_between_cycles_ms": args.pause_ms,
-        "healthy": summary(healthy_cycles),
-        "faulty_active": active_faulty,
-        "faulty_active_fail_open": active_fail_open,
-        "faulty_in_shadow": shadow,
-        "uploads": {
-            "count": args.uploads,
-            "mib_each": args.upload_mib,
-            "compile_slots": gantry_policy::COMPILE_SLOTS,
-            "compile_timeout_s": engine.limits().compile_timeout.as_secs(),
-            "cycles_during_uploads": upload_cycles.len(),
-            "cycles": summary(upload_cycles),
-            "compiled": compiled,
-            "refused": outcomes.len() - compiled,
-            "refusals": errors,
-            "compile_wall": summary(outcomes.iter().map(|(d, _)| *d).collect()),
-        },
-    });
-    if args.json {
-        println!("{report}");
-    } else {
-        println!("{}", serde_json::to_string_pretty(&report)?);
-    }
-    Ok(())
+    Ok(json!({
+        "count": args.uploads,
+        "mib_each": args.upload_mib,
+        "compile_slots": gantry_policy::COMPILE_SLOTS,
+        "compile_timeout_s": engine.limits().compile_timeout.as_secs(),
+        "cycles_during_uploads": upload_cycles.len(),
+        "cycles": summary(upload_cycles),
+        "compiled": compiled,
+        "refused": outcomes.len() - compiled,
+        "refusals": errors,
+        "compile_wall": summary(outcomes.iter().map(|(d, _)| *d).collect()),
+    }))
 }
 
 #[cfg(test)]

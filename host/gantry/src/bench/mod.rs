@@ -382,6 +382,13 @@ fn run_files(args: &PolicyBenchArgs) -> anyhow::Result<()> {
             same_answers,
         });
     }
+    print_files(args, &measured);
+
+    Ok(())
+}
+
+/// What [`run_files`] measured, as JSON or as a table, with ratios to the first file.
+fn print_files(args: &PolicyBenchArgs, measured: &[FileMeasured]) {
     let base = &measured[0];
     let entries: Vec<serde_json::Value> = measured
         .iter()
@@ -432,7 +439,7 @@ fn run_files(args: &PolicyBenchArgs) -> anyhow::Result<()> {
             "bytes",
             "ratio"
         );
-        for m in &measured {
+        for m in measured {
             println!(
                 "{:<24} {:>12.2} {:>7.2}x {:>12.0} {:>15.0} {:>7.1}x {:>11.1} {:>12} {:>7.1}x",
                 m.file,
@@ -449,7 +456,7 @@ fn run_files(args: &PolicyBenchArgs) -> anyhow::Result<()> {
         if measured.iter().any(|m| m.role == PolicyRole::Quota) {
             println!("(quota policies: ns per admit call, not per node)");
         }
-        for m in &measured {
+        for m in measured {
             if let Some((first, share)) = &m.same_answers {
                 println!(
                     "{} answers as {first} does for {:.1}% of the sample pods' nodes",
@@ -459,7 +466,6 @@ fn run_files(args: &PolicyBenchArgs) -> anyhow::Result<()> {
             }
         }
     }
-    Ok(())
 }
 
 #[derive(Args, Debug)]
