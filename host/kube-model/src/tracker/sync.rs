@@ -115,11 +115,52 @@ impl Tracker {
         }
     }
 
+    /// How many pods `gang` needs before it is a job: one for a single pod, its PodGroup's
+    /// `minMember` or `minCount`, or its size label; or why that cannot be known (its group
+    /// not found, refused, or a malformed size).
+    fn gang_min(&self, gang: &Gang) -> Result<u32, String> {
+        match gang {
+            Gang::Single(..) => Ok(1),
+            Gang::PodGroup(ns, group) => {
+                match self.group_to_min.get(&(ns.clone(), group.clone())) {
+                    Some(&min) => Ok(min),
+                    None => Err(format!(
+                        "pod group {ns}/{group} not found (scheduling.x-k8s.io PodGroup named by label {})",
+                        self.config.pod_group_label
+                    )),
+                }
+            }
+            Gang::Workload(ns, group) => match self
+                .workload_group_to_policy
+                .get(&(ns.clone(), group.clone()))
+            {
+                Some(GroupPolicy::Gang(min)) => Ok(*min),
+                Some(GroupPolicy::Refused(why)) => Err(why.clone()),
+                // A basic group's pods are single jobs: never keyed here.
+                Some(GroupPolicy::Basic) => Ok(1),
+                None => Err(format!(
+                    "pod group {ns}/{group} not found (scheduling.k8s.io PodGroup named by spec.schedulingGroup.podGroupName)"
+                )),
+            },
+            Gang::Labels(ns, group, size) => match size.as_deref().map(str::parse::<u32>) {
+                Some(Ok(size)) if size > 0 => Ok(size),
+                _ => Err(format!(
+                    "gang {ns}/{group}: label {} must be a positive number of pods, found {}",
+                    self.config.gang_size_label,
+                    size.as_deref()
+                        .map_or("none".to_string(), |s| format!("{s:?}"))
+                )),
+            },
+        }
+    }
+
     fn settle_pending(&mut self, scheduler: &mut Scheduler, gang: &Gang, changes: &mut Changes) {
         let bound_members = self
             .gang_to_running
             .get(gang)
             .map_or(0, |g| g.pods.len() as u32);
+        // How many pods the gang needs, or why that cannot be known.
+        let min = self.gang_min(gang);
         let Some(entry) = self.gang_to_pending.get_mut(gang) else {
             return;
         };
@@ -170,38 +211,9 @@ impl Tracker {
         // Why the gang cannot be a job yet, if it cannot.
         let waiting = refused.or_else(|| first.as_ref().and_then(|_| {
             let name = gang.job_name();
-            let min = match gang {
-                Gang::Single(..) => 1,
-                Gang::PodGroup(ns, group) => match self.group_to_min.get(&(ns.clone(), group.clone())) {
-                    Some(&min) => min,
-                    None => {
-                        return Some(format!(
-                            "pod group {ns}/{group} not found (scheduling.x-k8s.io PodGroup named by label {})",
-                            self.config.pod_group_label
-                        ));
-                    }
-                },
-                Gang::Workload(ns, group) => match self.workload_group_to_policy.get(&(ns.clone(), group.clone())) {
-                    Some(GroupPolicy::Gang(min)) => *min,
-                    Some(GroupPolicy::Refused(why)) => return Some(why.clone()),
-                    // A basic group's pods are single jobs: never keyed here.
-                    Some(GroupPolicy::Basic) => 1,
-                    None => {
-                        return Some(format!(
-                            "pod group {ns}/{group} not found (scheduling.k8s.io PodGroup named by spec.schedulingGroup.podGroupName)"
-                        ));
-                    }
-                },
-                Gang::Labels(ns, group, size) => match size.as_deref().map(str::parse::<u32>) {
-                    Some(Ok(size)) if size > 0 => size,
-                    _ => {
-                        return Some(format!(
-                            "gang {ns}/{group}: label {} must be a positive number of pods, found {}",
-                            self.config.gang_size_label,
-                            size.as_deref().map_or("none".to_string(), |s| format!("{s:?}"))
-                        ));
-                    }
-                },
+            let min = match &min {
+                Ok(min) => *min,
+                Err(why) => return Some(why.clone()),
             };
             let pending = entry.pods.len() as u32;
             (pending < min.saturating_sub(bound_members)).then(|| {
