@@ -121,22 +121,7 @@ pub fn allocate(
     let mut taken: Vec<bool> = vec![false; devices.len()];
     let mut slots: Vec<Slot> = Vec::new();
     // Matching devices per request, computed once.
-    let mut matching: Vec<Vec<Vec<usize>>> = Vec::with_capacity(claims.len());
-    for claim in claims {
-        let mut per_request = Vec::with_capacity(claim.requests.len());
-        for request in &claim.requests {
-            let mut m = Vec::new();
-            for (i, d) in devices.iter().enumerate() {
-                let ok = request_matches(request, d, cache)
-                    .map_err(|e| format!("claim {}, request {}: {e}", claim.name, request.name))?;
-                if ok {
-                    m.push(i);
-                }
-            }
-            per_request.push(m);
-        }
-        matching.push(per_request);
-    }
+    let matching = matching_devices(devices, claims, cache)?;
     // All requests first: their devices are fixed.
     for (c, claim) in claims.iter().enumerate() {
         for (r, request) in claim.requests.iter().enumerate() {
@@ -241,6 +226,45 @@ pub fn allocate(
                 .push(d);
         }
     }
+    Ok(Allocation {
+        claims: claim_allocations(node, claims, &got),
+    })
+}
+
+/// Per claim, per request, the indices of `devices` its selectors and class match; the error
+/// names the claim and request whose selector failed to compile or evaluate.
+fn matching_devices(
+    devices: &[Device],
+    claims: &[Claim],
+    cache: &mut SelectorCache,
+) -> Result<Vec<Vec<Vec<usize>>>, String> {
+    let mut matching: Vec<Vec<Vec<usize>>> = Vec::with_capacity(claims.len());
+    for claim in claims {
+        let mut per_request = Vec::with_capacity(claim.requests.len());
+        for request in &claim.requests {
+            let mut m = Vec::new();
+            for (i, d) in devices.iter().enumerate() {
+                let ok = request_matches(request, d, cache)
+                    .map_err(|e| format!("claim {}, request {}: {e}", claim.name, request.name))?;
+                if ok {
+                    m.push(i);
+                }
+            }
+            per_request.push(m);
+        }
+        matching.push(per_request);
+    }
+    Ok(matching)
+}
+
+/// Each claim's allocation on `node`: the devices `got` gives each of its requests (by
+/// `(claim, request)` index), in device order, with the class's and the claim's config.
+fn claim_allocations(
+    node: &NodeDevices,
+    claims: &[Claim],
+    got: &BTreeMap<(usize, usize), Vec<usize>>,
+) -> Vec<ClaimAllocation> {
+    let devices = &node.devices;
     let mut out = Vec::with_capacity(claims.len());
     for (c, claim) in claims.iter().enumerate() {
         let mut pairs = Vec::new();
@@ -282,5 +306,5 @@ pub fn allocate(
             },
         });
     }
-    Ok(Allocation { claims: out })
+    out
 }
