@@ -110,29 +110,7 @@ pub(crate) fn encode(e: &Explanation) -> Vec<u8> {
     w.uint(u64::from(*gpus_per_pod));
     w.int(i64::from(*priority));
     w.f64(*time_s);
-    let QuotaExplain {
-        builtin,
-        policies: quota_policies,
-        fair_share_key,
-        position,
-    } = quota;
-    match builtin {
-        Admission::Within => w.byte(0),
-        Admission::Borrowing { gpus } => {
-            w.byte(1);
-            w.uint(*gpus);
-        }
-        Admission::Denied { reason } => {
-            w.byte(2);
-            w.str(reason);
-        }
-    }
-    w.list(quota_policies, |w, (policy, verdict)| {
-        w.str(policy);
-        w.str(verdict);
-    });
-    w.f64(*fair_share_key);
-    w.uint(u64::from(*position));
+    encode_quota(&mut w, quota);
     w.uint(u64::from(*nodes_total));
     w.uint(u64::from(*nodes_evaluated));
     w.uint(u64::from(*nodes_feasible));
@@ -160,13 +138,7 @@ pub(crate) fn encode(e: &Explanation) -> Vec<u8> {
             });
         },
     );
-    match domain {
-        None => w.byte(0),
-        Some(d) => {
-            w.byte(1);
-            w.str(d);
-        }
-    }
+    w.opt_str(domain.as_deref());
     w.uint(*policy_set);
     w.list(policies, |w, p| {
         let PolicyRef {
@@ -197,22 +169,10 @@ pub(crate) fn encode(e: &Explanation) -> Vec<u8> {
             for v in [planned_at_s, p10_s, p50_s, p90_s] {
                 w.f64(*v);
             }
-            match reservation {
-                None => w.byte(0),
-                Some(text) => {
-                    w.byte(1);
-                    w.str(text);
-                }
-            }
+            w.opt_str(reservation.as_deref());
         }
     }
-    match preempted_by {
-        None => w.byte(0),
-        Some(job) => {
-            w.byte(1);
-            w.str(job);
-        }
-    }
+    w.opt_str(preempted_by.as_deref());
     // Score reasons, at the end: `(top node index, policy, text)` for the few nodes that have
     // any, so a record without reasons (most of them) costs one byte.
     let reasons: Vec<(usize, &String, &String)> = top_nodes
@@ -226,6 +186,34 @@ pub(crate) fn encode(e: &Explanation) -> Vec<u8> {
         w.str(text);
     });
     w.0
+}
+
+/// The quota part of a record: the built-in admission, each quota policy's verdict, the fair
+/// share key and the queue position.
+fn encode_quota(w: &mut Writer, quota: &QuotaExplain) {
+    let QuotaExplain {
+        builtin,
+        policies: quota_policies,
+        fair_share_key,
+        position,
+    } = quota;
+    match builtin {
+        Admission::Within => w.byte(0),
+        Admission::Borrowing { gpus } => {
+            w.byte(1);
+            w.uint(*gpus);
+        }
+        Admission::Denied { reason } => {
+            w.byte(2);
+            w.str(reason);
+        }
+    }
+    w.list(quota_policies, |w, (policy, verdict)| {
+        w.str(policy);
+        w.str(verdict);
+    });
+    w.f64(*fair_share_key);
+    w.uint(u64::from(*position));
 }
 
 pub(crate) fn decode(value: &[u8]) -> Result<Explanation> {
@@ -429,6 +417,17 @@ impl Writer {
     fn str(&mut self, s: &str) {
         self.uint(s.len() as u64);
         self.0.extend_from_slice(s.as_bytes());
+    }
+
+    /// An optional string: a 0 byte for none, else a 1 byte and the string.
+    fn opt_str(&mut self, s: Option<&str>) {
+        match s {
+            None => self.byte(0),
+            Some(s) => {
+                self.byte(1);
+                self.str(s);
+            }
+        }
     }
 
     fn list<T>(&mut self, items: &[T], mut each: impl FnMut(&mut Self, &T)) {
