@@ -51,6 +51,11 @@ impl Reflectors {
         }
     }
 
+    /// The runtime the caches run on, which discovery and the sync block on too.
+    pub(crate) fn handle(&self) -> &tokio::runtime::Handle {
+        &self.handle
+    }
+
     /// Counts watch events; equal values mean the caches have not changed.
     pub(crate) fn generation(&self) -> u64 {
         self.generation.load(Ordering::Relaxed)

@@ -74,8 +74,6 @@ struct Logs {
 pub(crate) struct Watch {
     /// Starts each cache.
     reflectors: Reflectors,
-    /// The runtime discovery blocks on.
-    handle: tokio::runtime::Handle,
     /// The client discovery asks with: each call bounded, so a vanished API server holds no
     /// sync for long.
     discovery_client: Client,
@@ -125,7 +123,7 @@ impl Watch {
         discovery_client: Client,
         config: &KubeConfig,
     ) -> Self {
-        let reflectors = Reflectors::new(handle.clone(), client);
+        let reflectors = Reflectors::new(handle, client);
         let logs = Logs::default();
         let all = watcher::Config::default;
         let nodes = reflectors.typed::<Node>("nodes", all(), &logs.nodes);
@@ -145,7 +143,6 @@ impl Watch {
         let namespaces = reflectors.typed::<Namespace>("namespaces", all(), &logs.namespaces);
         let mut watch = Self {
             reflectors,
-            handle,
             discovery_client,
             nodes,
             pending,
@@ -336,7 +333,7 @@ impl Watch {
     /// group is not there (404) or lists it without the resource; an error is logged and
     /// counts as not yet.
     fn serves(&self, group_version: &str, plural: &str) -> bool {
-        let answer = self.handle.block_on(
+        let answer = self.reflectors.handle().block_on(
             self.discovery_client
                 .list_api_group_resources(group_version),
         );
@@ -353,7 +350,7 @@ impl Watch {
     /// Waits until every cache holds a full list. Schedule nothing before: a half-filled
     /// bound-pod cache would make used GPUs look free.
     pub(crate) fn wait_synced(&self, timeout: Duration) -> Result<()> {
-        self.handle.block_on(async {
+        self.reflectors.handle().block_on(async {
             let all = async {
                 let _ = self.nodes.wait_until_ready().await;
                 let _ = self.pending.wait_until_ready().await;
