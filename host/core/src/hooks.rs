@@ -120,3 +120,47 @@ impl PolicyHooks for BuiltinOnly {
         Vec::new()
     }
 }
+
+/// Built-ins only, under the version of the policy set a scheduler last ran: what the forecast
+/// steps its copies with. A cycle under another version would wake every parked job, as a
+/// policy change does, which the scheduler it copies would not do.
+#[derive(Debug, Default, Clone, Copy)]
+pub struct BuiltinsAt(pub u64);
+
+impl PolicyHooks for BuiltinsAt {
+    fn policies(&self) -> Vec<PolicyRef> {
+        Vec::new()
+    }
+    fn set_version(&self) -> u64 {
+        self.0
+    }
+    fn filter(
+        &mut self,
+        state: &ClusterState,
+        pod: &PodShape,
+        nodes: Range<usize>,
+        in_play: &[bool],
+    ) -> Vec<(String, Verdict<Vec<u16>>)> {
+        BuiltinOnly.filter(state, pod, nodes, in_play)
+    }
+    fn reason_text(&self, index: usize, code: u16) -> String {
+        BuiltinOnly.reason_text(index, code)
+    }
+    fn score(
+        &mut self,
+        state: &ClusterState,
+        pod: &PodShape,
+        nodes: Range<usize>,
+        in_play: &[bool],
+    ) -> Vec<(String, u32, Verdict<Vec<u32>>)> {
+        BuiltinOnly.score(state, pod, nodes, in_play)
+    }
+    fn admit(
+        &mut self,
+        job: &JobRequest,
+        queue: &QueueUsage,
+        cohort: Option<&CohortUsage>,
+    ) -> Vec<(String, Verdict<QuotaVerdict>)> {
+        BuiltinOnly.admit(job, queue, cohort)
+    }
+}

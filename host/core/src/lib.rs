@@ -36,5 +36,5 @@ pub use scheduler::{
     SchedulerConfig, TopologyPref,
 };
 pub use shadow::{Disagreement, DisagreementKind, compare};
-pub use source::{BindOutcome, Binder, Changes, Cluster, ClusterSource, Step, step};
+pub use source::{BindOutcome, Binder, Changes, Cluster, ClusterSource, Step, VirtualClock, step};
 pub use symbols::{Sym, Symbols};

@@ -139,3 +139,62 @@ pub fn step(
         outcomes,
     }
 }
+
+/// How often a scheduler with pending work on a virtual clock cycles again when nothing
+/// arrives or ends: a real scheduler keeps retrying (and Coscheduling's permit timeout fires),
+/// and time alone changes what it decides (a job ages into a reservation, fair-share usage
+/// decays).
+pub const RETRY_S: f64 = 30.0;
+/// Retries in a row that change nothing, with nothing running, before a virtual clock stops.
+pub const MAX_IDLE_RETRIES: u32 = 40;
+
+/// When the loop steps on a virtual clock: at each change the cluster expects (an arrival, an
+/// end) and, while work is pending, every [`RETRY_S`]. The replay and the forecast's known-future
+/// run step by the same clock, so a forecast handed the true future steps exactly as the replay
+/// does.
+#[derive(Debug, Clone, Copy, Default, PartialEq)]
+pub struct VirtualClock {
+    /// The time of the last step.
+    pub now_s: f64,
+    /// Retries in a row that changed nothing with nothing running.
+    idle_retries: u32,
+    /// Whether the step about to run is a retry only (nothing arrives or ends at it).
+    retrying: bool,
+}
+
+impl VirtualClock {
+    /// A clock at `now_s`, as it stands after a step at which something arrived or ended.
+    pub fn at(now_s: f64) -> Self {
+        Self {
+            now_s,
+            ..Self::default()
+        }
+    }
+
+    /// Moves to the next step's time, given the cluster's next expected change: `None` when
+    /// nothing will arrive or end and retrying is over.
+    pub fn advance(&mut self, scheduler: &Scheduler, next_change_s: Option<f64>) -> Option<f64> {
+        let retry = (scheduler.pending_count() > 0 && self.idle_retries < MAX_IDLE_RETRIES)
+            .then_some(self.now_s + RETRY_S);
+        let next = [next_change_s, retry]
+            .into_iter()
+            .flatten()
+            .min_by(f64::total_cmp)?;
+        self.retrying = retry == Some(next) && next_change_s != Some(next);
+        self.now_s = next;
+        Some(next)
+    }
+
+    /// Notes what the step at [`VirtualClock::now_s`] did: a retry that placed and evicted
+    /// nothing, with nothing running, counts towards giving up.
+    pub fn stepped(&mut self, scheduler: &Scheduler, step: &Step) {
+        let progressed =
+            step.output.decisions.iter().any(|d| d.placed) || !step.output.evicted.is_empty();
+        let running = scheduler.running().next().is_some();
+        self.idle_retries = if self.retrying && !progressed && !running {
+            self.idle_retries + 1
+        } else {
+            0
+        };
+    }
+}

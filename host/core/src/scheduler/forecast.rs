@@ -21,6 +21,14 @@
 //! - [`Scheduler::forecast_if_due`]: runs them at most every
 //!   [`super::plan::PlanConfig::forecast_every_s`] when a job was submitted since the last
 //!   one, else every [`REFRESH_EVERY`] intervals; bounded in cycles and attempts.
+//! - `ForwardWorld`: the cluster of one run. Each run steps [`crate::step`], the loop's own
+//!   pass, on a copy of the scheduler, under the built-ins at the copied scheduler's policy-set
+//!   version ([`crate::hooks::BuiltinsAt`]).
+//! - [`KnownFuture`] and [`ForecastRun::run_known`]: the diagnostic mode, in which a simulator
+//!   hands the forecast the true future; the run plans as the scheduler does and steps by the
+//!   replay's [`crate::VirtualClock`], so every start it gives is the replay's own.
+//!   [`ForecastRun::run_baseline`]: the `squeue --start`-style baseline estimates are judged
+//!   against.
 //! - [`ForecastRun`] and [`Forecasts`]: off the loop
 //!   ([`super::plan::PlanConfig::forecast_off_loop`]), a due forecast is a copy of the
 //!   scheduler handed out by [`Scheduler::forecast_to_run`], run on the caller's thread, and
@@ -35,6 +43,7 @@
 use std::cmp::Reverse;
 use std::collections::{BTreeMap, BTreeSet, BinaryHeap, VecDeque};
 
+use crate::VirtualClock;
 use crate::model::Seconds;
 
 use super::{JobId, JobSpec, JobState, Scheduler};
@@ -175,6 +184,36 @@ impl ForecastRun {
             job_to_forecast: self.base.forecast_starts(at_s),
         }
     }
+
+    /// The diagnostic mode: one run handed the true future, stepping by the replay's
+    /// `clock`, whose starts are every reached job's p10, p50 and p90. A faithful forecast
+    /// starts each job when the replay does; only a simulator can call this.
+    pub fn run_known(self, future: &KnownFuture, clock: VirtualClock) -> Forecasts {
+        let at_s = self.base.clock_s;
+        let starts = self.base.forward_starts(at_s, Future::Known(future), clock);
+        Forecasts {
+            at_s,
+            job_to_forecast: starts
+                .into_iter()
+                .map(|(id, start_s)| {
+                    let forecast = Forecast {
+                        p10_s: start_s,
+                        p50_s: start_s,
+                        p90_s: start_s,
+                    };
+                    (id, forecast)
+                })
+                .collect(),
+        }
+    }
+
+    /// The baseline the estimates are judged against, as Slurm's `squeue --start` gives it:
+    /// when each pending job starts if the jobs known now run for their learned means and
+    /// nothing more is submitted. Steps by `clock`, as the replay does.
+    pub fn run_baseline(self, clock: VirtualClock) -> BTreeMap<JobId, f64> {
+        let at_s = self.base.clock_s;
+        self.base.forward_starts(at_s, Future::Baseline, clock)
+    }
 }
 
 /// One forecast's starts: each pending job it reached, and when the forecast was of (a job's
@@ -264,14 +303,16 @@ impl Scheduler {
     /// [`BOUNDS`]' starts (the late run not reaching it puts its p90 at twice its expected
     /// wait).
     fn forecast_starts(&self, now_s: f64) -> BTreeMap<JobId, Forecast> {
-        let [early, late] = BOUNDS.map(|scenario| self.simulate_starts(now_s, scenario));
+        let [early, late] = BOUNDS.map(|scenario| {
+            self.forward_starts(now_s, Future::Drawn(scenario), VirtualClock::at(now_s))
+        });
         let drawn: Vec<BTreeMap<JobId, f64>> = (0..DRAWS)
             .map(|seed| {
                 let scenario = Scenario {
                     ends: Ends::Drawn(seed),
                     arrival_windows: 1,
                 };
-                self.simulate_starts(now_s, scenario)
+                self.forward_starts(now_s, Future::Drawn(scenario), VirtualClock::at(now_s))
             })
             .collect();
         let mut reached: BTreeMap<JobId, Vec<f64>> = BTreeMap::new();
@@ -303,93 +344,267 @@ impl Scheduler {
             .collect()
     }
 
-    /// When each pending job (balloons aside) starts in one scenario: a copy of the
-    /// scheduler, with the built-in policies and the reservations as they stand, runs a cycle
-    /// at each expected end and each expected submission, as the live loop would. A job it
-    /// did not reach within [`SIMULATED_CYCLES`] and its attempt budget is absent.
-    fn simulate_starts(&self, now_s: f64, scenario: Scenario) -> BTreeMap<JobId, f64> {
-        let mut waiting: BTreeSet<JobId> = self
+    /// When each pending job (balloons aside) starts in one forward run: a copy of the
+    /// scheduler, with the built-in policies and the reservations as they stand, steps the
+    /// loop ([`crate::step`]) on a virtual clock, with a [`ForwardWorld`] for its cluster. A
+    /// drawn scenario steps at each expected end and submission, at most [`SIMULATED_CYCLES`]
+    /// times and within its attempt budget, and its copy does not plan; a known future and the
+    /// baseline step by `clock` as the replay does, with the copy planning as the scheduler
+    /// does, until every job pending now has started. A job a run did not reach is absent.
+    fn forward_starts(
+        &self,
+        now_s: f64,
+        future: Future<'_>,
+        clock: VirtualClock,
+    ) -> BTreeMap<JobId, f64> {
+        let waiting: BTreeSet<JobId> = self
             .queue
             .all()
             .into_iter()
             .filter(|id| !self.job_to_entry[id].spec.balloon)
             .collect();
-        let mut starts = BTreeMap::new();
         if waiting.is_empty() {
-            return starts;
+            return BTreeMap::new();
         }
         let mut sim = self.clone();
-        // A copy that does not plan learns nothing: its ends are guesses, not runtimes, and
-        // its starts are not waits to calibrate by.
-        sim.plan_config.enabled = false;
+        let drawn = matches!(future, Future::Drawn(_));
+        // A drawn copy does not plan: its ends are guesses, not runtimes to learn, and its
+        // starts are not waits to calibrate by. A copy of the true future plans, as the
+        // scheduler it copies does, or it could not start jobs where the scheduler will.
+        sim.plan_config.enabled = !drawn;
+        // Never a forecast inside a forecast.
+        sim.plan_config.forecast_every_s = f64::INFINITY;
         // Its decisions are read for whether they placed a job, never shown: ranking the best
         // nodes for an explanation nobody reads is waste.
         sim.config.top_nodes = 0;
-        let end_of = |id: JobId, spec: &JobSpec, started_s: f64, at_s: f64| match scenario.ends {
-            Ends::P10 => self.expected_end(spec, started_s, at_s).0,
-            Ends::P90 => self.expected_end(spec, started_s, at_s).2,
-            Ends::Drawn(seed) => self.end_at(spec, started_s, at_s, draw(seed, id, started_s)),
+        let mut world = ForwardWorld::new(self, future, now_s, waiting);
+        let mut hooks = crate::hooks::BuiltinsAt(self.policy_set);
+        let (max_cycles, budget) = if drawn {
+            let budget = (SIMULATED_NODE_ATTEMPTS / (self.state.len() as u64).max(1))
+                .clamp(MIN_SIMULATED_ATTEMPTS, SIMULATED_ATTEMPTS);
+            (SIMULATED_CYCLES, budget)
+        } else {
+            (usize::MAX, u64::MAX)
         };
-        // Expected ends: (when, job, when it started), so an end planned for a run the
-        // simulation preempted does not end the job's next run.
-        let mut ends: BinaryHeap<Reverse<(Seconds, JobId, Seconds)>> = BinaryHeap::new();
-        for &id in &self.running {
-            let entry = &self.job_to_entry[&id];
-            if let JobState::Running { started_s, .. } = entry.state
-                && !entry.spec.balloon
-            {
-                let end = end_of(id, &entry.spec, started_s, now_s);
-                ends.push(Reverse((Seconds(end), id, Seconds(started_s))));
-            }
-        }
-        let mut submissions = self.plan.arrivals.expected(now_s, scenario.arrival_windows);
-        let mut hooks = crate::hooks::BuiltinOnly;
-        let mut attempts = 0u64;
-        let budget = (SIMULATED_NODE_ATTEMPTS / (self.state.len() as u64).max(1))
-            .clamp(MIN_SIMULATED_ATTEMPTS, SIMULATED_ATTEMPTS);
-        for _ in 0..SIMULATED_CYCLES {
-            let next_end = ends.peek().map(|Reverse((Seconds(at_s), ..))| *at_s);
-            let next_submission = submissions.last().map(|spec| spec.submit_s);
-            let Some(at_s) = [next_end, next_submission]
-                .into_iter()
-                .flatten()
-                .reduce(f64::min)
-            else {
+        let mut clock = clock;
+        for _ in 0..max_cycles {
+            let next_change = world.next_change_s();
+            let at_s = if drawn {
+                next_change
+            } else {
+                clock.advance(&sim, next_change)
+            };
+            let Some(at_s) = at_s else {
                 break;
             };
-            sim.advance_clock(at_s);
-            while let Some(&Reverse((Seconds(end_s), id, Seconds(started)))) = ends.peek()
-                && end_s <= at_s
-            {
-                ends.pop();
-                let runs_that = sim.job_to_entry.get(&id).is_some_and(|entry| {
-                    matches!(entry.state, JobState::Running { started_s, .. } if started_s == started)
-                });
-                if runs_that {
-                    sim.finish(id);
-                }
-            }
-            while submissions.last().is_some_and(|spec| spec.submit_s <= at_s) {
-                sim.submit(submissions.pop().expect("peeked"));
-            }
-            let out = sim.cycle(at_s, &mut hooks);
-            attempts += u64::from(out.attempts);
-            for decision in out.decisions.iter().filter(|d| d.placed) {
-                if waiting.remove(&decision.job) {
-                    starts.insert(decision.job, at_s);
-                }
-                let spec = &sim.job_to_entry[&decision.job].spec;
-                if !spec.balloon {
-                    let end = end_of(decision.job, spec, at_s, at_s);
-                    ends.push(Reverse((Seconds(end), decision.job, Seconds(at_s))));
-                }
-            }
-            if waiting.is_empty() || attempts > budget {
+            let step = crate::step(&mut sim, &mut world, at_s, &mut |s, _| {
+                Some(s.cycle(at_s, &mut hooks))
+            });
+            clock.stepped(&sim, &step);
+            if world.waiting.is_empty() || world.attempts > budget {
                 break;
             }
         }
-        starts
+        world.starts
     }
+}
+
+/// What a forward run is told of the future.
+#[derive(Debug, Clone, Copy)]
+enum Future<'a> {
+    /// A scenario drawn from history: all a live forecast knows.
+    Drawn(Scenario),
+    /// The true future, which only a simulator knows: the diagnostic mode.
+    Known(&'a KnownFuture),
+    /// A Slurm `squeue --start`-style plan: the jobs known now, each running for its learned
+    /// mean, and nothing new submitted.
+    Baseline,
+}
+
+/// The true future of a replay, handed to the forecast in the diagnostic mode
+/// ([`ForecastRun::run_known`]): a forecast that steps the engine's own loop must then start
+/// every job when the replay does. It is never used for an estimate a user is shown.
+#[derive(Debug, Clone, Default)]
+pub struct KnownFuture {
+    /// The jobs still to be submitted, in submission order, each with its true runtime.
+    pub submissions: Vec<(JobSpec, f64)>,
+    /// The true runtime of each live job (pending, or running: of its current run).
+    pub job_to_runtime_s: BTreeMap<JobId, f64>,
+    /// The ends the replay booked for runs evicted since: it steps at them all the same, so
+    /// the forecast does too.
+    pub evicted_ends_s: Vec<f64>,
+}
+
+/// The cluster of a forward run: it submits the expected jobs and ends the running ones at
+/// their expected ends (the loop's [`crate::ClusterSource`]), and books what each cycle
+/// started (its [`crate::Binder`]).
+struct ForwardWorld<'a> {
+    /// The scheduler as it stood: whose runtime model the expected ends come from.
+    base: &'a Scheduler,
+    future: Future<'a>,
+    /// The submissions still to come, latest first (the next is popped from the end), with
+    /// the true runtime when the future is known.
+    submissions: Vec<(JobSpec, Option<f64>)>,
+    /// The true runtimes, when the future is known, of the jobs submitted so far.
+    job_to_runtime_s: BTreeMap<JobId, f64>,
+    /// Expected ends: (when, job, when it started), so an end planned for a run the copy
+    /// preempted does not end the job's next run.
+    ends: BinaryHeap<Reverse<(Seconds, JobId, Seconds)>>,
+    /// The jobs pending when the run began that have not started yet.
+    waiting: BTreeSet<JobId>,
+    /// When each of them started.
+    starts: BTreeMap<JobId, f64>,
+    /// Jobs tried so far, over all cycles.
+    attempts: u64,
+}
+
+impl<'a> ForwardWorld<'a> {
+    fn new(base: &'a Scheduler, future: Future<'a>, now_s: f64, waiting: BTreeSet<JobId>) -> Self {
+        let (mut submissions, job_to_runtime_s) = match future {
+            Future::Drawn(scenario) => (
+                base.plan
+                    .arrivals
+                    .expected(now_s, scenario.arrival_windows)
+                    .into_iter()
+                    .map(|spec| (spec, None))
+                    .collect(),
+                BTreeMap::new(),
+            ),
+            Future::Known(known) => (
+                known
+                    .submissions
+                    .iter()
+                    .map(|(spec, runtime_s)| (spec.clone(), Some(*runtime_s)))
+                    .collect(),
+                known.job_to_runtime_s.clone(),
+            ),
+            Future::Baseline => (Vec::new(), BTreeMap::new()),
+        };
+        if matches!(future, Future::Known(_)) {
+            submissions.reverse();
+        }
+        let mut world = Self {
+            base,
+            future,
+            submissions,
+            job_to_runtime_s,
+            ends: BinaryHeap::new(),
+            waiting,
+            starts: BTreeMap::new(),
+            attempts: 0,
+        };
+        if let Future::Known(known) = future {
+            // An end no run matches: a step, and nothing ends.
+            world.ends.extend(
+                known.evicted_ends_s.iter().map(|&end_s| {
+                    Reverse((Seconds(end_s), JobId::MAX, Seconds(f64::NEG_INFINITY)))
+                }),
+            );
+        }
+        for &id in &base.running {
+            let entry = &base.job_to_entry[&id];
+            if let JobState::Running { started_s, .. } = entry.state {
+                world.expect_end(id, &entry.spec, started_s, now_s);
+            }
+        }
+        world
+    }
+
+    /// Books when the run of `id` started at `started_s` is expected to end, seen at `at_s`:
+    /// a balloon only when its runtime is known (it otherwise runs until it gives way).
+    fn expect_end(&mut self, id: JobId, spec: &JobSpec, started_s: f64, at_s: f64) {
+        let base = self.base;
+        let end_s = match self.future {
+            Future::Known(_) => match self.job_to_runtime_s.get(&id) {
+                Some(runtime_s) => started_s + runtime_s,
+                None if spec.balloon => return,
+                None => base.expected_end(spec, started_s, at_s).1,
+            },
+            _ if spec.balloon => return,
+            Future::Drawn(scenario) => match scenario.ends {
+                Ends::P10 => base.expected_end(spec, started_s, at_s).0,
+                Ends::P90 => base.expected_end(spec, started_s, at_s).2,
+                Ends::Drawn(seed) => base.end_at(spec, started_s, at_s, draw(seed, id, started_s)),
+            },
+            Future::Baseline => (started_s + base.plan.runtimes.mean_s(spec)).max(at_s),
+        };
+        self.ends
+            .push(Reverse((Seconds(end_s), id, Seconds(started_s))));
+    }
+
+    /// When the next job is expected to be submitted or to end (an end booked for a run
+    /// preempted since included: the replay steps at those too).
+    fn next_change_s(&self) -> Option<f64> {
+        let next_end = self.ends.peek().map(|Reverse((Seconds(at_s), ..))| *at_s);
+        let next_submission = self.submissions.last().map(|(spec, _)| spec.submit_s);
+        [next_end, next_submission]
+            .into_iter()
+            .flatten()
+            .reduce(f64::min)
+    }
+}
+
+impl crate::ClusterSource for ForwardWorld<'_> {
+    /// Submits the jobs expected by `now_s`, then ends the runs expected to be over, in the
+    /// replay's order.
+    fn sync(&mut self, scheduler: &mut Scheduler, now_s: f64) -> crate::Changes {
+        let mut changes = crate::Changes::default();
+        while self
+            .submissions
+            .last()
+            .is_some_and(|(spec, _)| spec.submit_s <= now_s)
+        {
+            let (spec, runtime_s) = self.submissions.pop().expect("peeked");
+            let id = scheduler.submit(spec);
+            if let Some(runtime_s) = runtime_s {
+                self.job_to_runtime_s.insert(id, runtime_s);
+            }
+            changes.submitted += 1;
+        }
+        while let Some(&Reverse((Seconds(end_s), id, Seconds(started)))) = self.ends.peek()
+            && end_s <= now_s
+        {
+            self.ends.pop();
+            if runs_since(scheduler, id, started) {
+                scheduler.finish(id);
+                changes.ended += 1;
+            }
+        }
+        changes
+    }
+}
+
+impl crate::Binder for ForwardWorld<'_> {
+    /// Notes each start, and when the job is expected to end.
+    fn bind(
+        &mut self,
+        scheduler: &Scheduler,
+        output: &crate::CycleOutput,
+        now_s: f64,
+    ) -> Vec<crate::BindOutcome> {
+        self.attempts += u64::from(output.attempts);
+        let mut outcomes = Vec::new();
+        for decision in output.decisions.iter().filter(|d| d.placed) {
+            let id = decision.job;
+            outcomes.push(crate::BindOutcome::Bound { job: id });
+            if !scheduler.is_running(id) {
+                continue;
+            }
+            if self.waiting.remove(&id) {
+                self.starts.insert(id, now_s);
+            }
+            let spec = &scheduler.job_to_entry[&id].spec;
+            self.expect_end(id, spec, now_s, now_s);
+        }
+        outcomes
+    }
+}
+
+/// Whether job `id` runs the run that started at `started_s`.
+fn runs_since(scheduler: &Scheduler, id: JobId, started_s: f64) -> bool {
+    scheduler.job_to_entry.get(&id).is_some_and(
+        |entry| matches!(entry.state, JobState::Running { started_s: s, .. } if s == started_s),
+    )
 }
 
 /// A quantile in (0, 1) for one run's draw of one job's end: the same for the same seed, job

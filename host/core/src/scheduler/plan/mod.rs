@@ -246,7 +246,7 @@ impl Scheduler {
 
     /// The jobs whose first start estimate came since the last call and that still have one
     /// (a job that lost it before being listed is listed when it has one again).
-    pub(super) fn take_newly_estimated(&mut self) -> Vec<JobId> {
+    pub fn take_newly_estimated(&mut self) -> Vec<JobId> {
         let job_to_estimate = &self.plan.job_to_estimate;
         self.plan
             .first_estimates

@@ -206,6 +206,22 @@ impl RuntimeModel {
             .unwrap_or(PRIOR)
     }
 
+    /// The mean runtime of a job of `spec`: declared, else learned as [`RuntimeModel::estimate`]
+    /// learns it, else the prior's median. What a Slurm-style start estimate plans by (the
+    /// replay's estimate baseline), not what the planner does.
+    pub fn mean_s(&self, spec: &JobSpec) -> f64 {
+        if let Some(declared) = declared(spec) {
+            return declared;
+        }
+        match self.learned(spec) {
+            Some(runtimes) => {
+                runtimes.sorted.iter().map(|&x| f64::from(x)).sum::<f64>()
+                    / runtimes.sorted.len() as f64
+            }
+            None => PRIOR.p50_s,
+        }
+    }
+
     /// What is left (p10, p50, p90) of a job of `spec` that has run `age_s`, when its runtime
     /// is learned (see `Runtimes::remaining`); `None` when it is declared or only the prior.
     pub(super) fn remaining(&self, spec: &JobSpec, age_s: f64) -> Option<(f64, f64, f64)> {
