@@ -75,6 +75,17 @@ pub struct SimulateArgs {
     /// Make no forecast: only the jobs the plan covers get a start estimate.
     #[arg(long, conflicts_with = "forecast_every_s")]
     no_forecast: bool,
+    /// Diagnostic: hand the forecast the trace's true future (its submissions to come and
+    /// every job's true runtime) when a job is submitted, so each first estimate should be the
+    /// replay's own start. It proves the forecast faithful; no live scheduler knows this.
+    #[arg(long, conflicts_with_all = ["no_forecast", "forecast_every_s"])]
+    known_future: bool,
+    /// Skip the Slurm `squeue --start`-style baseline: by default each first estimate is
+    /// planned a second time as that baseline (the jobs known then, learned mean runtimes,
+    /// nothing new submitted), and the report's `estimates.baseline` judges the estimates
+    /// against it. It costs one forward run per step that gave a job its first estimate.
+    #[arg(long)]
+    no_estimate_baseline: bool,
 }
 
 #[derive(clap::ValueEnum, Clone, Copy, Debug)]
@@ -163,6 +174,13 @@ pub fn run(args: SimulateArgs) -> anyhow::Result<()> {
     } else {
         args.forecast_every_s
     };
+    options.known_future = args.known_future;
+    options.estimate_baseline = !args.no_estimate_baseline;
+    anyhow::ensure!(
+        !args.known_future || (args.baseline.is_none() && args.policies.is_empty()),
+        "--known-future checks Gantry's forecast, which runs the built-in policies only; \
+         drop --baseline and --policy"
+    );
     options.scheduler.mode = match args.baseline {
         None => Mode::Gantry,
         Some(Baseline::K8sDefault) => Mode::K8sDefault,
@@ -259,6 +277,26 @@ fn print_summary(r: &Report) {
         "  partial gangs: {}   preemptions: {}   makespan: {:.0}s",
         r.partial_gangs, r.preemptions, r.makespan_s
     );
+    let e = &r.estimates;
+    if e.jobs > 0 {
+        println!(
+            "  first estimates ({} future): {} jobs judged ({} more came after a minute), median wait {:.0}s, median error {:.0}s ({:.1}% of the wait), {:.1}% within p10-p90 (median width {:.0}s)",
+            e.future,
+            e.jobs,
+            e.estimated_after_a_minute,
+            e.median_wait_s,
+            e.median_abs_error_s,
+            e.median_error_share_of_wait * 100.0,
+            e.within_interval * 100.0,
+            e.median_interval_width_s
+        );
+    }
+    if let Some(b) = &e.baseline {
+        println!(
+            "  squeue --start-style baseline on the same {} jobs: median error {:.0}s; the estimates' is {:.2}x it",
+            b.jobs, b.median_abs_error_s, b.error_ratio
+        );
+    }
     for (name, q) in &r.queues {
         println!(
             "  queue {name:<12} {:>5} jobs, wait p50 {:>8.0}s p99 {:>8.0}s, GPU share {:>5.1}% (max-min fair target {:>5.1}%, deviation {:>+5.1}%)",

@@ -373,25 +373,118 @@ fn the_same_inputs_give_byte_identical_reports_and_estimates() {
         std::fs::read(&a_csv).unwrap(),
         std::fs::read(&b_csv).unwrap()
     );
-    // One row per judged job, and the report's accuracy is theirs.
+    // One row per job that waited and had an estimate; those told within a minute are the
+    // judged ones, and the report's accuracy is theirs.
     let rows = std::fs::read_to_string(&a_csv).unwrap();
     let mut lines = rows.lines();
     assert_eq!(
         lines.next(),
-        Some("job,queue,gpus,submitted_s,estimated_at_s,p10_s,p50_s,p90_s,started_s")
+        Some("job,queue,gpus,submitted_s,estimated_at_s,p10_s,p50_s,p90_s,started_s,baseline_s")
     );
     let field = |cells: &[&str], i: usize| cells[i].parse::<f64>().unwrap();
     let rows: Vec<Vec<&str>> = lines.map(|l| l.split(',').collect()).collect();
+    let estimates = &report["estimates"];
+    let judged: Vec<&Vec<&str>> = rows
+        .iter()
+        .filter(|r| field(r, 4) - field(r, 3) <= 60.0)
+        .collect();
+    assert_eq!(judged.len() as u64, estimates["jobs"].as_u64().unwrap());
     assert_eq!(
-        rows.len() as u64,
-        report["estimates"]["jobs"].as_u64().unwrap()
+        (rows.len() - judged.len()) as u64,
+        estimates["estimated_after_a_minute"].as_u64().unwrap()
     );
-    let within = rows
+    let within = judged
         .iter()
         .filter(|r| (field(r, 5) - 1.0..=field(r, 7) + 1.0).contains(&field(r, 8)))
         .count();
-    let share = report["estimates"]["within_interval"].as_f64().unwrap();
-    assert!((within as f64 / rows.len() as f64 - share).abs() < 1e-6);
+    let share = estimates["within_interval"].as_f64().unwrap();
+    assert!((within as f64 / judged.len() as f64 - share).abs() < 1e-6);
+    // The baseline was planned for the judged jobs, and its error is theirs.
+    let baseline = &estimates["baseline"];
+    let planned: Vec<f64> = judged
+        .iter()
+        .filter(|r| !r[9].is_empty())
+        .map(|r| (field(r, 9) - field(r, 8)).abs())
+        .collect();
+    assert!(
+        planned.len() * 10 >= judged.len() * 9,
+        "the baseline reached {} of {} judged jobs",
+        planned.len(),
+        judged.len()
+    );
+    assert_eq!(baseline["jobs"].as_u64().unwrap(), planned.len() as u64);
+    println!("estimates on gang-burst: {estimates}");
+}
+
+/// The diagnostic mode hands the forecast the trace's true future (its submissions to come and
+/// every job's true runtime). A forecast that steps the engine's own loop, with the same queue,
+/// quota, reservations and policies, must then start every job exactly when the replay does,
+/// and the mode must change no placement.
+#[test]
+fn the_forecast_handed_the_true_future_starts_every_job_when_the_replay_does() {
+    let (cluster, trace) = gang_burst();
+    let csv = temp("known.csv");
+    let scale = ["--time-scale", "0.2"];
+    let plain = simulate(&cluster, &trace, &scale, &temp("plain-0.2.json"));
+    let csv_arg = csv.display().to_string();
+    let known = simulate(
+        &cluster,
+        &trace,
+        &[
+            "--time-scale",
+            "0.2",
+            "--known-future",
+            "--estimates",
+            &csv_arg,
+        ],
+        &temp("known-0.2.json"),
+    );
+    assert_eq!(
+        known["wait"], plain["wait"],
+        "the mode changed the schedule"
+    );
+    let estimates = &known["estimates"];
+    println!("the known future at 0.2: {estimates}");
+    assert_eq!(estimates["future"], "known");
+    assert!(estimates["jobs"].as_u64().unwrap() >= 200, "{estimates}");
+    let rows = std::fs::read_to_string(&csv).unwrap();
+    let mut missed = Vec::new();
+    for line in rows.lines().skip(1) {
+        let cells: Vec<&str> = line.split(',').collect();
+        let (p50, started) = (
+            cells[6].parse::<f64>().unwrap(),
+            cells[8].parse::<f64>().unwrap(),
+        );
+        if (p50 - started).abs() > 0.5 {
+            missed.push(format!("{}: told {p50}, started {started}", cells[0]));
+        }
+    }
+    assert!(
+        missed.is_empty(),
+        "the forecast missed {} starts: {missed:?}",
+        missed.len()
+    );
+    assert_eq!(estimates["median_abs_error_s"], 0.0);
+    assert_eq!(estimates["within_interval"], 1.0);
+    // An anchor scheduler has no forecast to check: refused, with what to drop.
+    let out = gantry(&[
+        "simulate",
+        "--cluster",
+        &cluster,
+        "--trace",
+        &trace,
+        "--report",
+        &temp("refused.json").display().to_string(),
+        "--known-future",
+        "--baseline",
+        "kueue",
+    ]);
+    assert!(!out.status.success());
+    assert!(
+        text(&out.stderr).contains("--known-future checks Gantry's forecast"),
+        "{}",
+        text(&out.stderr)
+    );
 }
 
 /// The p99 wait no schedule that never evicts can beat on gang-burst as given (`--time-scale

@@ -7,9 +7,10 @@ use std::collections::{BTreeMap, BinaryHeap};
 use std::sync::Arc;
 use std::time::Instant;
 
+use gantry_core::scheduler::KnownFuture;
 use gantry_core::{
     ClusterState, JobId, JobSpec, Mode, PodShape, PolicyHooks, QueueId, Scheduler, SchedulerConfig,
-    Seconds, Symbols, TopologyPref,
+    Seconds, Symbols, TopologyPref, VirtualClock,
 };
 use serde::Serialize;
 
@@ -45,6 +46,14 @@ pub struct ReplayOptions {
     pub scheduler: SchedulerConfig,
     /// The planner's knobs (Gantry's cycle only).
     pub plan: gantry_core::scheduler::plan::PlanConfig,
+    /// The diagnostic mode: each job's first estimate is the forecast handed the trace's true
+    /// future (its submissions to come and every job's true runtime), which a faithful
+    /// forecast turns into the replay's own starts. Never what a live scheduler can know.
+    pub known_future: bool,
+    /// Plan a Slurm `squeue --start`-style estimate for each job when it gets its first one
+    /// (the jobs known then, learned mean runtimes, no future submissions): the baseline the
+    /// report judges the estimates against.
+    pub estimate_baseline: bool,
 }
 
 impl Default for ReplayOptions {
@@ -58,6 +67,8 @@ impl Default for ReplayOptions {
                 enabled: true,
                 ..Default::default()
             },
+            known_future: false,
+            estimate_baseline: false,
         }
     }
 }
@@ -78,6 +89,9 @@ pub struct FirstEstimate {
     pub p50_s: f64,
     pub p90_s: f64,
     pub started_s: f64,
+    /// The `squeue --start`-style baseline's start, planned when the first estimate was made
+    /// (with `estimate_baseline`; empty when its run did not reach the job).
+    pub baseline_s: Option<f64>,
 }
 
 impl FirstEstimate {
@@ -94,39 +108,98 @@ impl FirstEstimate {
         (self.started_s - self.p50_s).abs()
     }
 
+    fn baseline_error_s(&self) -> Option<f64> {
+        self.baseline_s.map(|b| (self.started_s - b).abs())
+    }
+
     /// Whether the start fell within the p10–p90 interval (a second's slack for rounding).
     fn within(&self) -> bool {
         (self.p10_s - 1.0..=self.p90_s + 1.0).contains(&self.started_s)
     }
 }
 
+/// A first estimate counts only if it came within this long of the job's submission: an
+/// estimate made well into a wait is an easy one.
+pub const PROMPT_ESTIMATE_S: f64 = 60.0;
+
 /// The planner's start estimates against the actual starts, over the jobs that waited and got
-/// an estimate before they started.
+/// their first estimate within [`PROMPT_ESTIMATE_S`] of submission.
 #[derive(Debug, Clone, Serialize, PartialEq)]
 pub struct EstimateReport {
+    /// What the forecast was told of the future: `drawn` from history, as a live scheduler
+    /// knows it, or `known` (the diagnostic mode: the trace's true submissions and runtimes).
+    pub future: &'static str,
     /// Jobs whose first estimate is judged.
     pub jobs: usize,
+    /// Jobs that waited and got their first estimate later than [`PROMPT_ESTIMATE_S`] after
+    /// submission: not judged.
+    pub estimated_after_a_minute: usize,
+    /// The judged jobs' median wait.
+    pub median_wait_s: f64,
     /// Median of |actual start − first estimate's p50|, in seconds.
     pub median_abs_error_s: f64,
     /// That error over the job's actual wait, median over jobs.
     pub median_error_share_of_wait: f64,
     /// Share of jobs that started within their first estimate's p10–p90 interval.
     pub within_interval: f64,
+    /// The median width of the first estimate's p10–p90 interval.
+    pub median_interval_width_s: f64,
     /// Jobs whose first estimate came more than a tenth of their wait after they were
     /// submitted: judged on the whole wait, such an estimate looks better than it was.
     pub late_first_estimates: usize,
     /// The error over the wait left when the first estimate was made, median over jobs.
     pub median_error_share_of_wait_left: f64,
+    /// The same jobs against the `squeue --start`-style baseline, when it was planned.
+    pub baseline: Option<BaselineReport>,
 }
 
-fn estimate_report(outcomes: &[FirstEstimate]) -> EstimateReport {
+/// The first estimates against the `squeue --start`-style baseline planned at the same moment
+/// (the jobs known then, learned mean runtimes, no future submissions), on the judged jobs
+/// the baseline reached.
+#[derive(Debug, Clone, Serialize, PartialEq)]
+pub struct BaselineReport {
+    /// Judged jobs the baseline reached.
+    pub jobs: usize,
+    /// The baseline's median |actual start − its start|.
+    pub median_abs_error_s: f64,
+    /// The first estimates' median absolute error on the same jobs.
+    pub estimate_median_abs_error_s: f64,
+    /// The estimates' median error over the baseline's: under 1, the forecast beats it.
+    pub error_ratio: f64,
+}
+
+fn estimate_report(all: &[FirstEstimate], known_future: bool) -> EstimateReport {
     let median = |mut v: Vec<f64>| {
         v.sort_by(f64::total_cmp);
         round6(gantry_core::percentile(&v, 50.0))
     };
+    let outcomes: Vec<&FirstEstimate> = all
+        .iter()
+        .filter(|o| o.delay_s() <= PROMPT_ESTIMATE_S)
+        .collect();
+    let with_baseline: Vec<&&FirstEstimate> =
+        outcomes.iter().filter(|o| o.baseline_s.is_some()).collect();
+    let baseline = (!with_baseline.is_empty()).then(|| {
+        let ours = median(with_baseline.iter().map(|o| o.error_s()).collect());
+        let theirs = median(
+            with_baseline
+                .iter()
+                .filter_map(|o| o.baseline_error_s())
+                .collect(),
+        );
+        BaselineReport {
+            jobs: with_baseline.len(),
+            median_abs_error_s: theirs,
+            estimate_median_abs_error_s: ours,
+            error_ratio: round6(ratio(ours, theirs)),
+        }
+    });
     EstimateReport {
+        future: if known_future { "known" } else { "drawn" },
         jobs: outcomes.len(),
-        median_abs_error_s: median(outcomes.iter().map(FirstEstimate::error_s).collect()),
+        estimated_after_a_minute: all.len() - outcomes.len(),
+        median_wait_s: median(outcomes.iter().map(|o| o.wait_s()).collect()),
+        median_abs_error_s: median(outcomes.iter().map(|o| o.error_s()).collect()),
         median_error_share_of_wait: median(
             outcomes
                 .iter()
@@ -138,6 +211,7 @@ fn estimate_report(outcomes: &[FirstEstimate]) -> EstimateReport {
             outcomes.iter().filter(|o| o.within()).count() as f64,
             outcomes.len() as f64,
         )),
+        median_interval_width_s: median(outcomes.iter().map(|o| o.p90_s - o.p10_s).collect()),
         late_first_estimates: outcomes
             .iter()
             .filter(|o| o.delay_s() > 0.1 * o.wait_s())
@@ -149,6 +223,7 @@ fn estimate_report(outcomes: &[FirstEstimate]) -> EstimateReport {
                 .map(|o| o.error_s() / (o.wait_s() - o.delay_s()))
                 .collect(),
         ),
+        baseline,
     }
 }
 
@@ -269,10 +344,6 @@ pub struct WallClock {
     pub first_attempt_decisions_per_s: f64,
 }
 
-/// How often a scheduler with pending work retries when nothing else happens.
-const RETRY_S: f64 = 30.0;
-/// Retries in a row that change nothing, with nothing running, before the replay gives up.
-const MAX_IDLE_RETRIES: u32 = 40;
 /// Stale completions (of jobs evicted since) kept in the heap before it is swept.
 const STALE_SWEEP: usize = 64;
 
@@ -310,6 +381,8 @@ struct Live {
     /// The planner's first start estimate for it: (p10, p50, p90), on the replay's clock, and
     /// when it was made.
     first_estimate: Option<((f64, f64, f64), f64)>,
+    /// The `squeue --start`-style baseline's start, planned with its first estimate.
+    baseline_s: Option<f64>,
 }
 
 /// A pod shape as fragmentation sees it.
@@ -415,7 +488,13 @@ impl Replay {
             symbols,
             options.scheduler.clone(),
         );
-        scheduler.set_plan_config(options.plan.clone());
+        let mut plan = options.plan.clone();
+        if options.known_future {
+            // Every first estimate comes from the known future (see `known_future`): the
+            // scheduler runs no drawn forecast of its own.
+            plan.forecast_every_s = f64::INFINITY;
+        }
+        scheduler.set_plan_config(plan);
         Ok(Self {
             cluster_name: cluster.name,
             trace_name: trace_name.to_string(),
@@ -500,28 +579,22 @@ impl Replay {
         let mut window_target = vec![0.0; queue_count];
         let (mut frag_sum, mut frag_cycles) = (0.0, 0u64);
         let mut now = 0.0f64;
-        let mut idle_retries = 0u32;
+        let mut clock = VirtualClock::at(now);
         loop {
             let next_arrival = world.arrivals.peek().map(|j| j.submit_s);
             let next_completion = world
                 .completions
                 .peek()
                 .map(|Reverse((Seconds(t), _, _))| *t);
-            // With work pending, a real scheduler keeps retrying (and the Coscheduling permit
-            // timeout fires) even when no job arrives or ends: retry every `RETRY_S`, until a
-            // few retries in a row change nothing and nothing runs that could.
-            let retry = (self.scheduler.pending_count() > 0 && idle_retries < MAX_IDLE_RETRIES)
-                .then_some(now + RETRY_S);
-            let next = match [next_arrival, next_completion, retry]
+            // With work pending, the clock also retries every `RETRY_S` when no job arrives
+            // or ends, until a few retries in a row change nothing and nothing runs that could.
+            let next_change = [next_arrival, next_completion]
                 .into_iter()
                 .flatten()
-                .min_by(f64::total_cmp)
-            {
-                Some(next) => next,
-                None => break,
+                .min_by(f64::total_cmp);
+            let Some(next) = clock.advance(&self.scheduler, next_change) else {
+                break;
             };
-            let retrying =
-                retry == Some(next) && next_arrival != Some(next) && next_completion != Some(next);
             // Integrate over [now, next): allocation always, while work waits, and within the
             // common window; each queue's use and max-min fair target within the window.
             if next > now {
@@ -556,14 +629,8 @@ impl Replay {
                 Some(s.cycle(now, hooks))
             });
             cycles += 1;
-            let progressed =
-                step.output.decisions.iter().any(|d| d.placed) || !step.output.evicted.is_empty();
-            let running = self.scheduler.running().next().is_some();
-            idle_retries = if retrying && !progressed && !running {
-                idle_retries + 1
-            } else {
-                0
-            };
+            clock.stepped(&self.scheduler, &step);
+            world.note_first_estimates(&mut self.scheduler, &step, clock, &self.options);
             let pending = self.scheduler.pending_count();
             peak_pending = peak_pending.max(pending);
             if pending > 0 {
@@ -659,7 +726,7 @@ impl Replay {
             partial_gangs,
             preemptions,
             planner: self.scheduler.plan_stats(),
-            estimates: estimate_report(&estimates),
+            estimates: estimate_report(&estimates, self.options.known_future),
             first_estimates: estimates,
             fragmentation: round6(ratio(frag_sum, frag_cycles as f64)),
             makespan_s: round6(last_end - first_submit),
@@ -744,6 +811,76 @@ struct World<'a, 'b> {
     on_decision: &'a mut OnDecision<'b>,
 }
 
+impl World<'_, '_> {
+    /// Notes the first estimate each pending job shows after a step, as a user polling
+    /// `/api/explain` would read it, whether or not the cycle tried the job (a job parked
+    /// since its first attempt is tried again only when woken). In the known-future mode a
+    /// job submitted in the step gets the forecast handed the true future first; with the
+    /// baseline on, each job noted gets the baseline planned now.
+    fn note_first_estimates(
+        &mut self,
+        scheduler: &mut Scheduler,
+        step: &gantry_core::Step,
+        clock: VirtualClock,
+        options: &ReplayOptions,
+    ) {
+        let unestimated = |job: &Live| job.started_s.is_none() && job.first_estimate.is_none();
+        let mut newly = step.output.newly_estimated.clone();
+        if options.known_future && step.changes.submitted > 0 && self.live.values().any(unestimated)
+        {
+            let future = self.known_future(scheduler);
+            let forecasts = scheduler.forecast_run_now().run_known(&future, clock);
+            scheduler.install_forecast(forecasts);
+            newly.extend(scheduler.take_newly_estimated());
+        }
+        let mut noted = Vec::new();
+        for id in newly {
+            if let Some(job) = self.live.get_mut(&id)
+                && unestimated(job)
+                && let Some(e) = scheduler.start_estimate(id)
+            {
+                job.first_estimate = Some(((e.p10_s, e.p50_s, e.p90_s), clock.now_s));
+                noted.push(id);
+            }
+        }
+        if options.estimate_baseline && !noted.is_empty() {
+            let starts = scheduler.forecast_run_now().run_baseline(clock);
+            for id in noted {
+                if let Some(job) = self.live.get_mut(&id) {
+                    job.baseline_s = starts.get(&id).copied();
+                }
+            }
+        }
+    }
+
+    /// What only the replay knows: the trace's submissions to come and every live job's
+    /// true runtime.
+    fn known_future(&self, scheduler: &Scheduler) -> KnownFuture {
+        KnownFuture {
+            submissions: self
+                .arrivals
+                .clone()
+                .map(|job| (spec_of(scheduler, &job), job.duration_s))
+                .collect(),
+            job_to_runtime_s: self
+                .live
+                .iter()
+                .map(|(&id, job)| (id, job.duration_s))
+                .collect(),
+            evicted_ends_s: self
+                .completions
+                .iter()
+                .filter(|Reverse((_, id, generation))| {
+                    self.live
+                        .get(id)
+                        .is_none_or(|j| j.generation != *generation)
+                })
+                .map(|Reverse((Seconds(t), _, _))| *t)
+                .collect(),
+        }
+    }
+}
+
 impl gantry_core::ClusterSource for World<'_, '_> {
     /// Submits the jobs that arrived by `now_s`, then ends the jobs whose time is up.
     fn sync(&mut self, scheduler: &mut Scheduler, now_s: f64) -> gantry_core::Changes {
@@ -767,6 +904,7 @@ impl gantry_core::ClusterSource for World<'_, '_> {
                     generation: 0,
                     started_s: None,
                     first_estimate: None,
+                    baseline_s: None,
                     evicted_s: None,
                     requeue_s: 0.0,
                     preempted: false,
@@ -875,6 +1013,7 @@ impl gantry_core::Binder for World<'_, '_> {
                             p50_s: p50,
                             p90_s: p90,
                             started_s: now_s,
+                            baseline_s: job.baseline_s,
                         });
                     }
                 }
@@ -889,18 +1028,6 @@ impl gantry_core::Binder for World<'_, '_> {
                 id,
                 job.generation,
             )));
-        }
-        // The first estimate each pending job shows, as a user polling `/api/explain` would
-        // read it, whether or not this cycle tried the job (a job parked since its first
-        // attempt is tried again only when woken).
-        for id in &output.newly_estimated {
-            if let Some(job) = self.live.get_mut(id)
-                && job.started_s.is_none()
-                && job.first_estimate.is_none()
-                && let Some(e) = scheduler.start_estimate(*id)
-            {
-                job.first_estimate = Some(((e.p10_s, e.p50_s, e.p90_s), now_s));
-            }
         }
         if self.stale > STALE_SWEEP && self.stale * 2 > self.completions.len() {
             let live = &self.live;
@@ -986,29 +1113,43 @@ mod tests {
     use super::*;
 
     #[test]
-    fn a_first_estimate_made_late_is_counted_and_judged_on_the_wait_left() {
-        let outcome = |wait_s: f64, delay_s: f64, error_s: f64| FirstEstimate {
-            job: "j".into(),
-            queue: "q".into(),
-            gpus: 1,
-            submitted_s: 0.0,
-            estimated_at_s: delay_s,
-            p10_s: 0.0,
-            p50_s: wait_s - error_s,
-            p90_s: 2.0 * wait_s,
-            started_s: wait_s,
-        };
-        // Two told at submission, 100 s and 300 s off a 1,000 s wait; one told 900 s into a
-        // 1,000 s wait, 50 s off: 5% of the whole wait, but half of what was left of it.
-        let report = estimate_report(&[
-            outcome(1000.0, 0.0, 100.0),
-            outcome(1000.0, 0.0, 300.0),
-            outcome(1000.0, 900.0, 50.0),
-        ]);
+    fn only_prompt_first_estimates_are_judged_and_against_the_baseline_on_the_same_jobs() {
+        let outcome =
+            |wait_s: f64, delay_s: f64, error_s: f64, baseline_error_s: f64| FirstEstimate {
+                job: "j".into(),
+                queue: "q".into(),
+                gpus: 1,
+                submitted_s: 0.0,
+                estimated_at_s: delay_s,
+                p10_s: 0.0,
+                p50_s: wait_s - error_s,
+                p90_s: 2.0 * wait_s,
+                started_s: wait_s,
+                baseline_s: Some(wait_s + baseline_error_s),
+            };
+        // Two told at submission, 100 s and 300 s off a 1,000 s wait; one told 50 s into a
+        // 100 s wait, 25 s off: a quarter of the whole wait, half of what was left of it.
+        // One told 900 s into its wait is not judged at all.
+        let report = estimate_report(
+            &[
+                outcome(1000.0, 0.0, 100.0, 400.0),
+                outcome(1000.0, 0.0, 300.0, -600.0),
+                outcome(100.0, 50.0, 25.0, 50.0),
+                outcome(1000.0, 900.0, 0.0, 0.0),
+            ],
+            false,
+        );
         assert_eq!(report.jobs, 3);
+        assert_eq!(report.estimated_after_a_minute, 1);
         assert_eq!(report.late_first_estimates, 1);
-        // 0.05, 0.1, 0.3 of the whole wait; 0.1, 0.3, 0.5 of the wait left.
-        assert_eq!(report.median_error_share_of_wait, 0.1);
+        // 0.1, 0.25, 0.3 of the whole wait; 0.1, 0.3, 0.5 of the wait left.
+        assert_eq!(report.median_error_share_of_wait, 0.25);
         assert_eq!(report.median_error_share_of_wait_left, 0.3);
+        assert_eq!(report.median_wait_s, 1000.0);
+        let baseline = report.baseline.expect("every judged job had a baseline");
+        assert_eq!(baseline.jobs, 3);
+        assert_eq!(baseline.median_abs_error_s, 400.0);
+        assert_eq!(baseline.estimate_median_abs_error_s, 100.0);
+        assert_eq!(baseline.error_ratio, 0.25);
     }
 }
