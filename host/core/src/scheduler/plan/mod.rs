@@ -79,8 +79,9 @@ pub struct PlanConfig {
     /// default): the adaptive rule, [`BACKLOG_RUNTIMES`] learned p90 runtimes.
     pub backlog_limit_s: Option<f64>,
     /// Most reservations held at once, given in the order cycles try jobs in: each one holds
-    /// capacity idle until it starts, so a few (Slurm's EASY backfill holds one) keep the
-    /// cluster busier than many. The README's planner section shows what other values gave.
+    /// capacity idle until it starts, so few keep the cluster busier than many. One by
+    /// default, as Slurm's EASY backfill holds: the README's planner section shows what other
+    /// values gave.
     pub max_reservations: usize,
     /// Most of the cluster's GPUs all reservations hold together, as a share: a reservation
     /// beyond it waits for an earlier one to start. The first is always given, however big.
@@ -106,7 +107,7 @@ impl Default for PlanConfig {
             replan_every_s: 1.0,
             reserve_after_s: None,
             backlog_limit_s: None,
-            max_reservations: 4,
+            max_reservations: 1,
             max_reserved_share: 0.5,
             forecast_every_s: 60.0,
             forecast_off_loop: false,
