@@ -298,6 +298,27 @@ pub async fn create_priority_class(client: &Client, name: &str, value: i32) {
         .create(&kube::api::PostParams::default(), &class)
         .await
         .expect("create the PriorityClass");
+    // The Priority admission plugin reads PriorityClasses from an informer, which on a busy
+    // machine lags a create: until it has the class, a pod naming it is refused ("no
+    // PriorityClass with name … was found"). Wait until a dry run of such a pod is admitted.
+    let probe: Pod = serde_json::from_value(json!({
+        "metadata": {"name": format!("priority-probe-{name}")},
+        "spec": {"priorityClassName": name, "containers": [{"name": "c", "image": "probe"}]},
+    }))
+    .unwrap();
+    let pods = kube::Api::<Pod>::namespaced(client.clone(), "default");
+    let dry_run = kube::api::PostParams {
+        dry_run: true,
+        ..Default::default()
+    };
+    until(&format!("PriorityClass {name} to be admitted"), || async {
+        match pods.create(&dry_run, &probe).await {
+            Ok(_) => Some(()),
+            Err(kube::Error::Api(status)) if status.code == 403 => None,
+            Err(e) => panic!("a dry run of a pod of PriorityClass {name} failed: {e}"),
+        }
+    })
+    .await;
 }
 
 /// `pod` with a PriorityClass and a termination grace period (0: evicted pods go at once,
