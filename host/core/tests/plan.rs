@@ -371,6 +371,52 @@ fn what_if_answers_from_the_plan_without_submitting() {
     );
 }
 
+#[test]
+fn a_what_if_counts_quota_and_every_job_ahead_in_its_queue() {
+    // Four nodes of 8 GPUs, a queue of 16 GPUs: two 8-GPU jobs (known to run 600 s) use its
+    // quota, and three more wait for it though room is free.
+    let mut fx = Fixture::single_queue(&[Pool::h100(4, 4, None)], 16);
+    teach(&mut fx, 600.0, 5);
+    for i in 0..2 {
+        fx.submit(fx.job(&format!("run-{i}"), "default", 0, 1, 8));
+    }
+    fx.checked_cycle();
+    let ahead: Vec<JobId> = (0..3)
+        .map(|i| fx.submit(fx.job(&format!("wait-{i}"), "default", 0, 1, 8)))
+        .collect();
+    fx.checked_cycle();
+    let now_s = fx.sched.clock_s();
+    let spec = fx.job("one", "default", 0, 1, 8);
+
+    // The plan alone sees free room and answers "now": what the forecast corrects.
+    let plan = fx.sched.what_if(&spec);
+    assert_eq!(plan.start.map(|s| s.p50_s), Some(now_s));
+
+    let pending_before = fx.sched.pending().len();
+    let answer = fx.sched.what_if_run(&spec, None).run();
+    assert_eq!(answer.jobs_ahead, 3, "every job of its queue ahead of it");
+    let start = answer.start.expect("the forecast reaches it");
+    // The queue runs two at a time: the three ahead take the next two turns, so it waits for
+    // the third (two runtimes), never less.
+    assert!(start.p50_s >= now_s + 1000.0, "{start:?} at {now_s}");
+    assert!(
+        start.p10_s <= start.p50_s && start.p50_s <= start.p90_s,
+        "{start:?}"
+    );
+    // Nothing was submitted.
+    assert_eq!(fx.sched.pending().len(), pending_before);
+
+    // Made like the last job ahead, it is tried after it: never earlier than its estimate.
+    let last = *ahead.last().expect("three");
+    let like = fx.sched.what_if_run(fx.sched.job(last), Some(last)).run();
+    let own = fx.sched.start_estimate(last).map(|e| e.p50_s);
+    let like_start = like.start.as_ref().map(|s| s.p50_s).or(like.beyond_s);
+    assert!(
+        own.is_some_and(|own| like_start.is_some_and(|s| s >= own)),
+        "{like:?} against {own:?}"
+    );
+}
+
 /// One small job of the stream: GPUs (of one 8-GPU node), declared runtime, and the share of
 /// it that it truly runs (the planner sees only the declaration).
 #[derive(Debug, Clone, Copy)]

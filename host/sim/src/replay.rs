@@ -90,7 +90,8 @@ pub struct FirstEstimate {
     pub p90_s: f64,
     pub started_s: f64,
     /// The `squeue --start`-style baseline's start, planned when the first estimate was made
-    /// (with `estimate_baseline`; empty when its run did not reach the job).
+    /// (with `estimate_baseline`, for a first estimate made within [`PROMPT_ESTIMATE_S`] of
+    /// submission, the ones judged; empty otherwise, or when its run did not reach the job).
     pub baseline_s: Option<f64>,
 }
 
@@ -833,19 +834,23 @@ impl World<'_, '_> {
             scheduler.install_forecast(forecasts);
             newly.extend(scheduler.take_newly_estimated());
         }
-        let mut noted = Vec::new();
+        // The jobs whose first estimate is judged: only they get the baseline, whose run
+        // stops once they have all started.
+        let mut judged = Vec::new();
         for id in newly {
             if let Some(job) = self.live.get_mut(&id)
                 && unestimated(job)
                 && let Some(e) = scheduler.start_estimate(id)
             {
                 job.first_estimate = Some(((e.p10_s, e.p50_s, e.p90_s), clock.now_s));
-                noted.push(id);
+                if clock.now_s - job.submit_s <= PROMPT_ESTIMATE_S {
+                    judged.push(id);
+                }
             }
         }
-        if options.estimate_baseline && !noted.is_empty() {
-            let starts = scheduler.forecast_run_now().run_baseline(clock);
-            for id in noted {
+        if options.estimate_baseline && !judged.is_empty() {
+            let starts = scheduler.forecast_run_now().run_baseline(clock, &judged);
+            for id in judged {
                 if let Some(job) = self.live.get_mut(&id) {
                     job.baseline_s = starts.get(&id).copied();
                 }

@@ -46,7 +46,10 @@ use std::collections::{BTreeMap, BTreeSet, BinaryHeap, VecDeque};
 use crate::VirtualClock;
 use crate::model::Seconds;
 
+use super::plan::Rank;
+use super::plan::WhatIf;
 use super::{JobId, JobSpec, JobState, Scheduler};
+use crate::queues::QueueId;
 
 /// How far back submissions are remembered, and how far ahead one copy of them is expected.
 pub const ARRIVAL_WINDOW_S: f64 = 3600.0;
@@ -59,6 +62,8 @@ const SIMULATED_ATTEMPTS: u64 = 1024;
 /// pass over the nodes, so a big cluster gets fewer attempts and a forecast costs about the
 /// same everywhere (`gantry bench schedule` prints it at 7,500 nodes).
 const SIMULATED_NODE_ATTEMPTS: u64 = 1 << 21;
+/// One cycle of a scenario tries at most this share of its attempts (1 / this).
+const CYCLE_SHARE_OF_BUDGET: u64 = 8;
 /// Fewest attempts one scenario gets, however big the cluster.
 const MIN_SIMULATED_ATTEMPTS: u64 = 64;
 /// With no new submission, a forecast is made again only after this many intervals: the
@@ -113,7 +118,8 @@ pub(super) struct Arrivals {
 
 impl Arrivals {
     /// A job was submitted (at its `submit_s`); submissions older than the window go.
-    pub(super) fn record(&mut self, spec: &JobSpec) {
+    /// Returns whether it counts as an arrival.
+    pub(super) fn record(&mut self, spec: &JobSpec) -> bool {
         // A balloon is no demand; a job submitted long ago (a live cluster's relist submits
         // every pending job again) is no arrival.
         let stale = self
@@ -121,7 +127,7 @@ impl Arrivals {
             .back()
             .is_some_and(|newest| spec.submit_s <= newest.submit_s - ARRIVAL_WINDOW_S);
         if spec.balloon || stale {
-            return;
+            return false;
         }
         while self
             .recent
@@ -131,11 +137,7 @@ impl Arrivals {
             self.recent.pop_front();
         }
         self.recent.push_back(spec.clone());
-    }
-
-    /// When the latest job was submitted.
-    fn latest_s(&self) -> Option<f64> {
-        self.recent.back().map(|spec| spec.submit_s)
+        true
     }
 
     /// The submissions expected after `now_s`: each of the last window's, `windows` times,
@@ -178,11 +180,7 @@ pub struct ForecastRun {
 impl ForecastRun {
     /// Runs the forecast's runs; [`Scheduler::install_forecast`] takes what it returns.
     pub fn run(self) -> Forecasts {
-        let at_s = self.base.clock_s;
-        Forecasts {
-            at_s,
-            job_to_forecast: self.base.forecast_starts(at_s),
-        }
+        self.base.forecast(self.base.clock_s)
     }
 
     /// The diagnostic mode: one run handed the true future, stepping by the replay's
@@ -190,29 +188,134 @@ impl ForecastRun {
     /// starts each job when the replay does; only a simulator can call this.
     pub fn run_known(self, future: &KnownFuture, clock: VirtualClock) -> Forecasts {
         let at_s = self.base.clock_s;
-        let starts = self.base.forward_starts(at_s, Future::Known(future), clock);
+        let starts = self
+            .base
+            .forward_starts(at_s, Future::Known(future), clock, None)
+            .starts;
+        let job_to_forecast = starts
+            .into_iter()
+            .map(|(id, start_s)| {
+                let forecast = Forecast {
+                    p10_s: start_s,
+                    p50_s: start_s,
+                    p90_s: start_s,
+                };
+                (id, forecast)
+            })
+            .collect();
         Forecasts {
             at_s,
-            job_to_forecast: starts
-                .into_iter()
-                .map(|(id, start_s)| {
-                    let forecast = Forecast {
-                        p10_s: start_s,
-                        p50_s: start_s,
-                        p90_s: start_s,
-                    };
-                    (id, forecast)
-                })
-                .collect(),
+            reach: Reach::of(&self.base, &job_to_forecast, 0.0),
+            job_to_forecast,
         }
     }
 
     /// The baseline the estimates are judged against, as Slurm's `squeue --start` gives it:
     /// when each pending job starts if the jobs known now run for their learned means and
-    /// nothing more is submitted. Steps by `clock`, as the replay does.
-    pub fn run_baseline(self, clock: VirtualClock) -> BTreeMap<JobId, f64> {
+    /// nothing more is submitted. Steps by `clock`, as the replay does, until every job of
+    /// `jobs` (pending ones; others are ignored) has started.
+    pub fn run_baseline(self, clock: VirtualClock, jobs: &[JobId]) -> BTreeMap<JobId, f64> {
         let at_s = self.base.clock_s;
-        self.base.forward_starts(at_s, Future::Baseline, clock)
+        self.base
+            .forward_starts(at_s, Future::Baseline, clock, Some(jobs))
+            .starts
+    }
+}
+
+/// A what-if to answer away from the loop: the same forecast as the pending jobs' estimates,
+/// on a copy of the scheduler with one more job submitted now, so its answer counts quota,
+/// borrowing, fair share and every job ahead of it, as its own estimate would once submitted.
+/// Made by [`Scheduler::what_if_run`]; [`WhatIfRun::run`] takes the forecast's time.
+#[derive(Clone)]
+pub struct WhatIfRun {
+    /// The copy, with the job submitted.
+    base: Box<Scheduler>,
+    /// The job's id in the copy.
+    id: JobId,
+    /// A pending job it was made like, which is tried before it: with that job's estimate
+    /// now, no answer is earlier than either.
+    like: Option<(JobId, Option<f64>)>,
+    /// The plan's answer: where it would go, and the fallback with no forecast.
+    timeline: WhatIf,
+}
+
+impl WhatIfRun {
+    /// The plan's answer alone, without running the forecast: where it would go, and its
+    /// runtime.
+    pub fn plan_only(&self) -> WhatIf {
+        self.timeline.clone()
+    }
+
+    /// Runs the forecast and answers: the job's p10, p50 and p90 start as a forecast gives
+    /// every pending job's; when the forecast did not reach it, no start, and the later of how
+    /// far the forecast looked and how long the work ahead of it in its queue takes on the
+    /// most GPUs the queue may use (it would start later than that). Without a forecast (`--no-forecast`), the
+    /// plan's answer. `jobs_ahead` counts every pending job of its queue tried before it.
+    pub fn run(self) -> WhatIf {
+        let base = &self.base;
+        let spec = &base.job_to_entry[&self.id].spec;
+        let rank = Rank::of(self.id, spec);
+        let ahead: Vec<&JobSpec> = base
+            .queue
+            .all()
+            .into_iter()
+            .filter(|&id| id != self.id)
+            .map(|id| (id, &base.job_to_entry[&id].spec))
+            .filter(|(id, other)| {
+                !other.balloon && other.queue == spec.queue && Rank::of(*id, other).ahead_of(&rank)
+            })
+            .map(|(_, other)| other)
+            .collect();
+        let jobs_ahead = ahead.len();
+        let mut answer = WhatIf {
+            jobs_ahead,
+            ..self.timeline
+        };
+        if !base.plan_config.forecast_every_s.is_finite() || answer.start.is_none() {
+            // No forecast, or it would not fit even with every running job gone.
+            return answer;
+        }
+        let at_s = base.clock_s;
+        let forecasts = base.forecast(at_s);
+        // A job like another is tried after it: never earlier than it, in this run or as it
+        // is estimated now.
+        let floor_s = self.like.map_or(at_s, |(like, estimate_s)| {
+            let in_run = forecasts.job_to_forecast.get(&like).map(|f| f.p50_s);
+            [Some(at_s), in_run, estimate_s]
+                .into_iter()
+                .flatten()
+                .fold(f64::NEG_INFINITY, f64::max)
+        });
+        let Some(forecast) = forecasts.job_to_forecast.get(&self.id) else {
+            // Not before the forecast's horizon, nor before the work ahead of it in its queue
+            // (GPU-seconds by learned runtimes) could run on the most GPUs the queue may use.
+            let queues = &base.queues;
+            let total = base.total_gpus().max(1);
+            let most_gpus = queues
+                .def(spec.queue)
+                .borrowing_limit_gpus
+                .map_or(total, |limit| {
+                    queues.nominal(spec.queue).saturating_add(limit)
+                })
+                .clamp(1, total);
+            let work_s: f64 = ahead
+                .iter()
+                .map(|other| other.total().gpus as f64 * base.plan.runtimes.estimate(other).p50_s)
+                .sum();
+            let wait_s = forecasts.reach.horizon_s.max(work_s / most_gpus as f64);
+            answer.start = None;
+            answer.beyond_s = Some((at_s + wait_s).max(floor_s));
+            return answer;
+        };
+        let p50_s = forecast.p50_s.max(floor_s);
+        answer.start = Some(crate::explain::StartEstimate {
+            planned_at_s: at_s,
+            p10_s: forecast.p10_s.max(at_s).min(p50_s),
+            p50_s,
+            p90_s: forecast.p90_s.max(p50_s),
+            reservation: None,
+        });
+        answer
     }
 }
 
@@ -223,6 +326,27 @@ pub struct Forecasts {
     pub(super) at_s: f64,
     /// Per pending job it reached, its p10, p50 and p90 start.
     pub(super) job_to_forecast: BTreeMap<JobId, Forecast>,
+    /// How far it reached: when the next one is worth its cost.
+    pub(super) reach: Reach,
+}
+
+/// How far a forecast reached, which says when the next one is worth its cost. Its runs are
+/// bounded, so with a long backlog they reach only the first jobs of each queue, and a job
+/// submitted behind one they did not reach is reached only if it can pass it, as smaller jobs
+/// reached behind it did: a submission that can do neither changes no estimate the next
+/// forecast can give, so it makes none due. And its estimates go stale as the cluster moves
+/// past them, so with no new submission the next is due once half of how far it looked ahead
+/// has passed, or [`REFRESH_EVERY`] intervals, whichever is later. Without this, a replay of a deep
+/// backlog ran a full forecast for every submission and every ten minutes for as long as the
+/// backlog lasted (`alibaba-openb-128` at `--time-scale 4` did not finish in 25 minutes).
+#[derive(Debug, Clone, Default)]
+pub(super) struct Reach {
+    /// Per queue it did not reach whole: its first pending job (in the order cycles try them)
+    /// the forecast did not reach, and the most GPUs any job it reached behind that one asks.
+    queue_to_frontier: BTreeMap<QueueId, (Rank, Option<u64>)>,
+    /// How far ahead its drawn runs looked: the median of their last steps, from when the
+    /// forecast was of.
+    horizon_s: f64,
 }
 
 impl Forecasts {
@@ -237,6 +361,60 @@ impl Forecasts {
     }
 }
 
+impl Reach {
+    /// How far the forecast of `base` that gave `job_to_forecast` and looked `horizon_s`
+    /// ahead reached.
+    fn of(base: &Scheduler, job_to_forecast: &BTreeMap<JobId, Forecast>, horizon_s: f64) -> Self {
+        let pending: Vec<(JobId, &JobSpec)> = base
+            .queue
+            .all()
+            .into_iter()
+            .map(|id| (id, &base.job_to_entry[&id].spec))
+            .filter(|(_, spec)| !spec.balloon)
+            .collect();
+        let mut queue_to_frontier: BTreeMap<QueueId, (Rank, Option<u64>)> = BTreeMap::new();
+        for &(id, spec) in pending
+            .iter()
+            .filter(|(id, _)| !job_to_forecast.contains_key(id))
+        {
+            let rank = Rank::of(id, spec);
+            queue_to_frontier
+                .entry(spec.queue)
+                .and_modify(|(first, _)| {
+                    if rank.ahead_of(first) {
+                        *first = rank;
+                    }
+                })
+                .or_insert((rank, None));
+        }
+        for &(id, spec) in pending
+            .iter()
+            .filter(|(id, _)| job_to_forecast.contains_key(id))
+        {
+            if let Some((first, passed)) = queue_to_frontier.get_mut(&spec.queue)
+                && first.ahead_of(&Rank::of(id, spec))
+            {
+                *passed = (*passed).max(Some(spec.total().gpus));
+            }
+        }
+        Self {
+            queue_to_frontier,
+            horizon_s,
+        }
+    }
+
+    /// Whether a job of `spec` and `rank` may be reached by the next forecast: it is tried
+    /// before the first job of its queue this one did not reach, or it asks no more GPUs than
+    /// a job this one reached behind that one.
+    pub(super) fn may_reach(&self, spec: &JobSpec, rank: &Rank) -> bool {
+        self.queue_to_frontier
+            .get(&spec.queue)
+            .is_none_or(|(first, passed)| {
+                rank.ahead_of(first) || passed.is_some_and(|gpus| spec.total().gpus <= gpus)
+            })
+    }
+}
+
 impl Scheduler {
     /// Whether a forecast is due at `now_s`: the last one is older than the configured
     /// interval and a job was submitted since, or it is [`REFRESH_EVERY`] intervals old.
@@ -245,11 +423,13 @@ impl Scheduler {
         match self.plan.forecast_at_s {
             _ if !every_s.is_finite() => false,
             None => true,
-            // Between refreshes, only a new submission makes one worth its cost.
+            // Between refreshes, only a submission it may reach makes one worth its cost (see
+            // `Reach`).
             Some(at_s) => {
+                let refresh_s =
+                    (REFRESH_EVERY * every_s).max(self.plan.forecasts.reach.horizon_s / 2.0);
                 now_s - at_s >= every_s
-                    && (now_s - at_s >= REFRESH_EVERY * every_s
-                        || self.plan.arrivals.latest_s().is_some_and(|s| s > at_s))
+                    && (now_s - at_s >= refresh_s || self.plan.reachable_submitted)
             }
         }
     }
@@ -261,14 +441,12 @@ impl Scheduler {
             return false;
         }
         self.plan.forecast_at_s = Some(now_s);
+        self.plan.reachable_submitted = false;
         if self.plan_config.forecast_off_loop {
             self.plan.forecast_wanted = true;
             false
         } else {
-            self.plan.forecasts = Forecasts {
-                at_s: now_s,
-                job_to_forecast: self.forecast_starts(now_s),
-            };
+            self.plan.forecasts = self.forecast(now_s);
             true
         }
     }
@@ -278,6 +456,24 @@ impl Scheduler {
     /// [`Scheduler::install_forecast`]. Costs one copy of the scheduler.
     pub fn forecast_to_run(&mut self) -> Option<ForecastRun> {
         std::mem::take(&mut self.plan.forecast_wanted).then(|| self.forecast_run_now())
+    }
+
+    /// A what-if for `spec` (optionally made like the pending job `like`) to run away from
+    /// the loop: one copy of the scheduler, with the job submitted now. See [`WhatIfRun`].
+    pub fn what_if_run(&self, spec: &JobSpec, like: Option<JobId>) -> WhatIfRun {
+        let timeline = self.what_if(spec);
+        let like = like.map(|id| (id, self.start_estimate(id).map(|e| e.p50_s)));
+        let mut base = Box::new(self.clone());
+        let id = base.enqueue(JobSpec {
+            submit_s: self.clock_s,
+            ..spec.clone()
+        });
+        WhatIfRun {
+            base,
+            id,
+            like,
+            timeline,
+        }
     }
 
     /// A forecast of the scheduler as it stands, due or not (for the bench): one copy of it.
@@ -298,30 +494,55 @@ impl Scheduler {
         true
     }
 
+    /// The forecast from `now_s`: its starts, and how far it reached.
+    fn forecast(&self, now_s: f64) -> Forecasts {
+        let (job_to_forecast, until_s) = self.forecast_starts(now_s);
+        Forecasts {
+            at_s: now_s,
+            reach: Reach::of(self, &job_to_forecast, until_s - now_s),
+            job_to_forecast,
+        }
+    }
+
     /// The runs from `now_s`, and each pending job's forecast: its p50 the median of its
     /// starts in the [`DRAWS`] runs, where most of them reached it; its p10 and p90 the
     /// [`BOUNDS`]' starts (the late run not reaching it puts its p90 at twice its expected
     /// wait).
-    fn forecast_starts(&self, now_s: f64) -> BTreeMap<JobId, Forecast> {
+    /// Also returns how far the drawn runs looked ahead (the median of their last steps).
+    fn forecast_starts(&self, now_s: f64) -> (BTreeMap<JobId, Forecast>, f64) {
         let [early, late] = BOUNDS.map(|scenario| {
-            self.forward_starts(now_s, Future::Drawn(scenario), VirtualClock::at(now_s))
+            self.forward_starts(
+                now_s,
+                Future::Drawn(scenario),
+                VirtualClock::at(now_s),
+                None,
+            )
+            .starts
         });
-        let drawn: Vec<BTreeMap<JobId, f64>> = (0..DRAWS)
+        let drawn: Vec<ForwardRun> = (0..DRAWS)
             .map(|seed| {
                 let scenario = Scenario {
                     ends: Ends::Drawn(seed),
                     arrival_windows: 1,
                 };
-                self.forward_starts(now_s, Future::Drawn(scenario), VirtualClock::at(now_s))
+                self.forward_starts(
+                    now_s,
+                    Future::Drawn(scenario),
+                    VirtualClock::at(now_s),
+                    None,
+                )
             })
             .collect();
+        let mut untils: Vec<f64> = drawn.iter().map(|run| run.until_s).collect();
+        untils.sort_by(f64::total_cmp);
+        let until_s = untils[untils.len() / 2];
         let mut reached: BTreeMap<JobId, Vec<f64>> = BTreeMap::new();
-        for starts in &drawn {
-            for (&id, &start_s) in starts {
+        for run in &drawn {
+            for (&id, &start_s) in &run.starts {
                 reached.entry(id).or_default().push(start_s);
             }
         }
-        reached
+        let job_to_forecast = reached
             .into_iter()
             .filter(|(_, starts)| 2 * starts.len() as u64 > DRAWS)
             .map(|(id, mut starts)| {
@@ -341,7 +562,8 @@ impl Scheduler {
                     },
                 )
             })
-            .collect()
+            .collect();
+        (job_to_forecast, until_s)
     }
 
     /// When each pending job (balloons aside) starts in one forward run: a copy of the
@@ -350,21 +572,29 @@ impl Scheduler {
     /// drawn scenario steps at each expected end and submission, at most [`SIMULATED_CYCLES`]
     /// times and within its attempt budget, and its copy does not plan; a known future and the
     /// baseline step by `clock` as the replay does, with the copy planning as the scheduler
-    /// does, until every job pending now has started. A job a run did not reach is absent.
+    /// does, until every job pending now (or every one of `only`) has started. A job a run did
+    /// not reach is absent.
     fn forward_starts(
         &self,
         now_s: f64,
         future: Future<'_>,
         clock: VirtualClock,
-    ) -> BTreeMap<JobId, f64> {
-        let waiting: BTreeSet<JobId> = self
-            .queue
-            .all()
-            .into_iter()
-            .filter(|id| !self.job_to_entry[id].spec.balloon)
-            .collect();
+        only: Option<&[JobId]>,
+    ) -> ForwardRun {
+        let pending = |id: &JobId| {
+            self.job_to_entry.get(id).is_some_and(|entry| {
+                matches!(entry.state, JobState::Pending) && !entry.spec.balloon
+            })
+        };
+        let waiting: BTreeSet<JobId> = match only {
+            Some(jobs) => jobs.iter().copied().filter(pending).collect(),
+            None => self.queue.all().into_iter().filter(pending).collect(),
+        };
         if waiting.is_empty() {
-            return BTreeMap::new();
+            return ForwardRun {
+                starts: BTreeMap::new(),
+                until_s: now_s,
+            };
         }
         let mut sim = self.clone();
         let drawn = matches!(future, Future::Drawn(_));
@@ -382,6 +612,12 @@ impl Scheduler {
         let (max_cycles, budget) = if drawn {
             let budget = (SIMULATED_NODE_ATTEMPTS / (self.state.len() as u64).max(1))
                 .clamp(MIN_SIMULATED_ATTEMPTS, SIMULATED_ATTEMPTS);
+            // A deep backlog of jobs not tried yet would spend the whole budget in the first
+            // cycle, and the run would look no further ahead than now.
+            sim.config.max_attempts = sim
+                .config
+                .max_attempts
+                .min((budget / CYCLE_SHARE_OF_BUDGET).max(1) as usize);
             (SIMULATED_CYCLES, budget)
         } else {
             (usize::MAX, u64::MAX)
@@ -405,8 +641,18 @@ impl Scheduler {
                 break;
             }
         }
-        world.starts
+        ForwardRun {
+            starts: world.starts,
+            until_s: sim.clock_s,
+        }
     }
+}
+
+/// What one forward run gave: when each job it reached started, and how far it ran.
+struct ForwardRun {
+    starts: BTreeMap<JobId, f64>,
+    /// Its last step (seconds on the scheduler's clock).
+    until_s: f64,
 }
 
 /// What a forward run is told of the future.

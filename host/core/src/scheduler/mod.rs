@@ -38,7 +38,7 @@ use crate::model::{PodShape, Resources};
 use crate::queues::{Admission, QueueId, Queues};
 use crate::symbols::Symbols;
 
-pub use forecast::{ForecastRun, Forecasts, KnownFuture};
+pub use forecast::{ForecastRun, Forecasts, KnownFuture, WhatIfRun};
 pub use queue::{Blocked, Epochs, JobKey, RoomAsk, SchedulingQueue};
 
 /// A job's key in the scheduler: stable for the job's life and never reused, so a caller may
@@ -437,9 +437,16 @@ impl Scheduler {
     }
 
     pub fn submit(&mut self, spec: JobSpec) -> JobId {
-        if self.plan_config.enabled {
-            self.plan.arrivals.record(&spec);
+        if self.plan_config.enabled && self.plan.arrivals.record(&spec) {
+            let rank = plan::Rank::of(self.next_id, &spec);
+            self.plan.reachable_submitted |= self.plan.forecasts.reach.may_reach(&spec, &rank);
         }
+        self.enqueue(spec)
+    }
+
+    /// A job into the queue, pending, and nothing else: the planner does not count it as an
+    /// arrival (a what-if's job on a copy of the scheduler is none).
+    fn enqueue(&mut self, spec: JobSpec) -> JobId {
         let id = self.next_id;
         self.next_id += 1;
         self.queue.push(id, spec.queue_key());
@@ -978,7 +985,7 @@ impl queue::WakeCheck for WakeProbe<'_> {
             .room_for(key.ask, key.priority, self.reclaimable, claimed)
     }
 
-    fn holds_quota(&self, id: JobId) -> bool {
-        self.scheduler.holds_quota(id)
+    fn quota_holders(&self) -> Vec<JobId> {
+        self.scheduler.quota_holders()
     }
 }

@@ -169,10 +169,11 @@ pub trait WakeCheck {
     /// other woken jobs claimed `claimed` GPUs. It reads only the key's ask and priority, and
     /// must not hold for more claimed GPUs where it failed for fewer.
     fn room_possible(&self, key: &JobKey, claimed: u64) -> bool;
-    /// Whether the job's reservation holds quota: it is woken before the smaller asks of its
-    /// queue, which its hold keeps back, so they cannot use up the admission it waits for.
-    fn holds_quota(&self, _id: JobId) -> bool {
-        false
+    /// The jobs whose reservation holds quota (a handful): each is woken before the smaller
+    /// asks of its queue, which its hold keeps back, so they cannot use up the admission it
+    /// waits for.
+    fn quota_holders(&self) -> Vec<JobId> {
+        Vec::new()
     }
 }
 
@@ -278,12 +279,23 @@ impl SchedulingQueue {
                 parked.quota_releases != epochs.quota || parked.policy_set != epochs.policy_set;
             now_s >= parked.backoff_until_s && (event || flushed)
         };
+        // The holders parked for quota, smallest ask first, as each queue's list orders them.
+        let mut holders: Vec<(u64, JobId)> = check
+            .quota_holders()
+            .into_iter()
+            .filter_map(|id| {
+                let parked = self.job_to_parked.get(&id)?;
+                (parked.blocked == Blocked::Quota).then_some((parked.key.gpus, id))
+            })
+            .collect();
+        holders.sort_unstable();
         for queue in 0..self.queue_to_quota_parked.len() {
             let mut together = 0u64;
             // A reservation's holder first: the smaller asks behind it are held for it.
-            for &(gpus, id) in &self.queue_to_quota_parked[queue] {
-                if check.holds_quota(id)
-                    && due(&self.job_to_parked[&id])
+            for &(gpus, id) in &holders {
+                let parked = &self.job_to_parked[&id];
+                if parked.key.queue == queue
+                    && due(parked)
                     && check.quota_admits(queue, together + gpus)
                 {
                     together += gpus;

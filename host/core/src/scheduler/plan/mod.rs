@@ -126,8 +126,13 @@ pub struct WhatIf {
     pub start: Option<StartEstimate>,
     /// Where: e.g. `16 nodes in rack 3`.
     pub nodes: Option<String>,
-    /// The pending jobs the plan puts ahead of it, whose nodes it keeps off.
+    /// The pending jobs the plan puts ahead of it, whose nodes it keeps off; in a
+    /// forecast's answer ([`super::WhatIfRun`]), every pending job of its queue tried before
+    /// it.
     pub jobs_ahead: usize,
+    /// When the forecast did not reach it: a time it would start later than (seconds on the
+    /// scheduler's clock; see [`super::WhatIfRun::run`]).
+    pub beyond_s: Option<f64>,
 }
 
 /// Nodes held for a job from a planned start.
@@ -147,7 +152,7 @@ pub(super) struct Rank {
 }
 
 impl Rank {
-    fn of(id: JobId, spec: &JobSpec) -> Self {
+    pub(super) fn of(id: JobId, spec: &JobSpec) -> Self {
         Self {
             priority: spec.priority,
             submit_s: spec.submit_s,
@@ -165,7 +170,7 @@ impl Rank {
     }
 
     /// Whether a job of this rank is tried before one of `other`.
-    fn ahead_of(&self, other: &Rank) -> bool {
+    pub(super) fn ahead_of(&self, other: &Rank) -> bool {
         self.order(other).is_lt()
     }
 }
@@ -217,6 +222,9 @@ pub(super) struct Plan {
     pub(super) forecasts: super::forecast::Forecasts,
     /// When the last forecast came due (run inline, or handed out off the loop).
     pub(super) forecast_at_s: Option<f64>,
+    /// A job was submitted since the last forecast came due that the next one may reach
+    /// (see [`super::forecast::Reach`]): only such a submission makes one due early.
+    pub(super) reachable_submitted: bool,
     /// A forecast came due off the loop and was not handed out yet.
     pub(super) forecast_wanted: bool,
 }
@@ -293,6 +301,7 @@ impl Scheduler {
                     }),
                     nodes: Some(self.domain_text(&nodes)),
                     jobs_ahead,
+                    beyond_s: None,
                 }
             }
             None => WhatIf {
@@ -300,6 +309,7 @@ impl Scheduler {
                 start: None,
                 nodes: None,
                 jobs_ahead,
+                beyond_s: None,
             },
         }
     }

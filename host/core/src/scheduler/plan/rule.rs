@@ -46,7 +46,7 @@ pub(in crate::scheduler) struct QuotaHold {
 
 impl Scheduler {
     /// The cluster's GPUs: what the backlog and the reservations' cap are measured against.
-    pub(super) fn total_gpus(&self) -> u64 {
+    pub(in crate::scheduler) fn total_gpus(&self) -> u64 {
         self.state
             .nodes
             .gpu_total
@@ -182,9 +182,13 @@ impl Scheduler {
         self.quota_hold_against(id, spec, &admission, now_s)
     }
 
-    /// Whether `id` holds a reservation's quota (see [`Scheduler::quota_hold_against`]).
-    pub(in crate::scheduler) fn holds_quota(&self, id: JobId) -> bool {
-        self.plan.quota_holds.iter().any(|hold| hold.rank.id == id)
+    /// The jobs holding a reservation's quota (see [`Scheduler::quota_hold_against`]).
+    pub(in crate::scheduler) fn quota_holders(&self) -> Vec<JobId> {
+        self.plan
+            .quota_holds
+            .iter()
+            .map(|hold| hold.rank.id)
+            .collect()
     }
 
     /// The rule the last replan gave reservations by.
