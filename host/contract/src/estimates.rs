@@ -138,22 +138,25 @@ pub struct WhatIfOutcome {
     pub change: String,
     /// The shape answered for.
     pub job: WhatIfShape,
-    /// When it would start; `None` when it would not fit the cluster at all.
+    /// When it would start; `None` when it would not fit the cluster at all, or when the
+    /// forecast did not reach it (the text says how far ahead it looked).
     pub estimate: Option<EstimateView>,
     /// Where, e.g. "16 nodes in rack 3".
     pub nodes: Option<String>,
     /// Its runtime as the planner expects it: p10, p50, p90 seconds, and where that came from.
     pub runtime: gantry_core::RuntimeEstimate,
-    /// "would start in about 40 min on 16 nodes in rack 3", or why it would not.
+    /// "would start in about 40 min, 90% within 2 h, behind the 12 pending jobs of queue rl
+    /// ahead of it", or why no start is given.
     pub text: String,
 }
 
 /// The answer to `POST /api/whatif`.
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize, utoipa::ToSchema)]
 pub struct WhatIfAnswer {
-    /// When the plan was asked (ms since the epoch).
+    /// When the loop was asked (ms since the epoch).
     pub at_ms: u64,
-    /// Pending jobs the plan puts ahead of it: it keeps off their nodes.
+    /// Pending jobs of its queue tried before it (without a forecast, the jobs the plan puts
+    /// ahead of it).
     pub jobs_ahead: usize,
     /// For the shape asked about.
     pub answer: WhatIfOutcome,

@@ -1,13 +1,16 @@
 //! "What if": when would a job of this shape start, asked without submitting it. The API hands
-//! the question to the loop, which answers it between cycles from the same plan its own
-//! estimates come from ([`Scheduler::what_if`]); and the words an estimate is shown in.
+//! the question to the loop, which copies the scheduler with the job submitted between cycles
+//! ([`Scheduler::what_if_run`]); the copy's forecast, the same one the pending jobs' estimates
+//! come from, runs on a thread of its own; and the words an estimate is shown in.
 
 pub use gantry_contract::{
     EstimateView, WhatIfAnswer, WhatIfJob, WhatIfOutcome, WhatIfShape, duration_text, estimate_text,
 };
-use std::time::Duration;
+use std::sync::Arc;
+use std::sync::atomic::{AtomicUsize, Ordering};
+use std::time::{Duration, Instant};
 
-use gantry_core::{JobSpec, PodShape, Scheduler, TopologyPref};
+use gantry_core::{JobId, JobSpec, PodShape, Scheduler, TopologyPref, WhatIf, WhatIfRun};
 
 use crate::live::{Live, now_ms};
 
@@ -15,8 +18,14 @@ use crate::live::{Live, now_ms};
 const MAX_PODS: u32 = 100_000;
 /// Most GPUs per pod a what-if job may ask for.
 const MAX_GPUS_PER_POD: u32 = 64;
-/// How long the API waits for the loop to answer: a cycle and the answer.
+/// How long the API waits for the answer: a cycle, and a forecast per variation.
 const ANSWER_WITHIN: Duration = Duration::from_secs(10);
+/// How long a what-if's variations may take after its own forecast, each a forecast: the
+/// rest are listed unanswered, so the answer comes within [`ANSWER_WITHIN`].
+const VARIATIONS_WITHIN: Duration = Duration::from_secs(5);
+/// Most what-ifs answered at once (each on a thread of its own, a forecast per variation):
+/// more are refused, so questions cannot pile up threads.
+const MAX_RUNNING: usize = 2;
 
 /// Why a what-if was not answered.
 #[derive(Debug, thiserror::Error, PartialEq)]
@@ -27,6 +36,9 @@ pub enum WhatIfError {
     /// The loop did not answer in time (it is stopped, or stuck in a long cycle).
     #[error("the scheduling loop did not answer within {} s", ANSWER_WITHIN.as_secs())]
     NoAnswer,
+    /// As many what-ifs as are answered at once are being answered.
+    #[error("{MAX_RUNNING} what-ifs are being answered already: ask again in a few seconds")]
+    Busy,
 }
 
 /// A question waiting for the loop, and where its answer goes.
@@ -36,7 +48,8 @@ pub(crate) struct WhatIfAsk {
 }
 
 impl Live {
-    /// Asks the loop when a job of `job`'s shape would start; answered between cycles.
+    /// Asks the loop when a job of `job`'s shape would start; the loop copies the scheduler
+    /// between cycles and the forecast runs beside it.
     pub async fn what_if(&self, job: WhatIfJob) -> Result<WhatIfAnswer, WhatIfError> {
         let (reply, answer) = tokio::sync::oneshot::channel();
         self.what_ifs
@@ -50,67 +63,162 @@ impl Live {
         }
     }
 
-    /// Answers the questions waiting, from `scheduler`'s plan. The loop calls it between
-    /// cycles.
+    /// Takes the questions waiting: each gets its copies of `scheduler` here (the loop calls
+    /// this between cycles) and its answer from their forecasts on a thread of its own.
     pub fn answer_what_ifs(&self, scheduler: &Scheduler) {
         let asks = std::mem::take(&mut *self.what_ifs.lock().unwrap_or_else(|e| e.into_inner()));
         for ask in asks {
             let _span = tracing::debug_span!("what_if").entered();
-            // The caller may have gone: nothing waits for the answer then.
-            let _ = ask.reply.send(answer(scheduler, &ask.job));
+            let runs = match runs(scheduler, &ask.job) {
+                Ok(runs) => runs,
+                Err(error) => {
+                    // The caller may have gone: nothing waits for the answer then.
+                    let _ = ask.reply.send(Err(error));
+                    continue;
+                }
+            };
+            let Some(slot) = Slot::take(&self.what_ifs_running) else {
+                let _ = ask.reply.send(Err(WhatIfError::Busy));
+                continue;
+            };
+            let spawned = std::thread::Builder::new()
+                .name("gantry-what-if".into())
+                .spawn(move || {
+                    let _slot = slot;
+                    let _span = tracing::debug_span!("what_if_forecast").entered();
+                    let _ = ask.reply.send(Ok(runs.answer()));
+                });
+            if let Err(error) = spawned {
+                tracing::warn!(%error, "could not start a what-if's thread");
+            }
         }
     }
 }
 
-/// The answer to `job` from `scheduler`'s plan.
-pub fn answer(scheduler: &Scheduler, job: &WhatIfJob) -> Result<WhatIfAnswer, WhatIfError> {
-    let spec = spec_of(scheduler, job)?;
-    let now = now_ms();
-    let (answer, jobs_ahead) = outcome(scheduler, &spec, String::new(), now);
-    let mut variations = Vec::new();
-    if job.variations {
-        for (change, variant) in variants(scheduler, &spec) {
-            variations.push(outcome(scheduler, &variant, change, now).0);
-        }
-        variations.sort_by_key(|v| v.estimate.as_ref().map_or(u64::MAX, |e| e.p50_ms));
+/// One of the [`MAX_RUNNING`] places for a what-if being answered, given back when dropped.
+struct Slot(Arc<AtomicUsize>);
+
+impl Slot {
+    fn take(running: &Arc<AtomicUsize>) -> Option<Self> {
+        running
+            .fetch_update(Ordering::AcqRel, Ordering::Acquire, |n| {
+                (n < MAX_RUNNING).then_some(n + 1)
+            })
+            .ok()
+            .map(|_| Self(running.clone()))
     }
-    Ok(WhatIfAnswer {
-        at_ms: now,
-        jobs_ahead,
-        answer,
-        variations,
+}
+
+impl Drop for Slot {
+    fn drop(&mut self) {
+        self.0.fetch_sub(1, Ordering::AcqRel);
+    }
+}
+
+/// A question's runs, made on the loop: one per job asked about (the job, then each
+/// variation), with what the answer's words need of the scheduler.
+pub struct WhatIfRuns {
+    /// Per job: what changed (empty for the job itself), its shape in words, and its run.
+    runs: Vec<(String, WhatIfShape, WhatIfRun)>,
+    /// The scheduler's clock when they were made, and the wall clock then.
+    clock_s: f64,
+    at_ms: u64,
+}
+
+impl WhatIfRuns {
+    /// Runs each forecast and answers: the job's own, then each variation's while
+    /// [`VARIATIONS_WITHIN`] lasts; a variation past it says it was not answered.
+    pub fn answer(self) -> WhatIfAnswer {
+        let (clock_s, at_ms) = (self.clock_s, self.at_ms);
+        let started = Instant::now();
+        let mut outcomes = self.runs.into_iter().map(|(change, job, run)| {
+            if !change.is_empty() && started.elapsed() > VARIATIONS_WITHIN {
+                let not_answered = WhatIf {
+                    start: None,
+                    ..run.plan_only()
+                };
+                let (mut outcome, ahead) = outcome(not_answered, change, job, clock_s, at_ms);
+                outcome.text = format!(
+                    "not answered: each variation costs a forecast, and the ones above took \
+                     the {} s a what-if has for them",
+                    VARIATIONS_WITHIN.as_secs()
+                );
+                return (outcome, ahead);
+            }
+            outcome(run.run(), change, job, clock_s, at_ms)
+        });
+        let (answer, jobs_ahead) = outcomes.next().expect("the job itself is always run");
+        let mut variations: Vec<WhatIfOutcome> = outcomes.map(|(outcome, _)| outcome).collect();
+        variations.sort_by_key(|v| v.estimate.as_ref().map_or(u64::MAX, |e| e.p50_ms));
+        WhatIfAnswer {
+            at_ms,
+            jobs_ahead,
+            answer,
+            variations,
+        }
+    }
+}
+
+/// The runs for `job` from `scheduler`: the job itself and, if asked, its variations.
+pub fn runs(scheduler: &Scheduler, job: &WhatIfJob) -> Result<WhatIfRuns, WhatIfError> {
+    let (spec, like) = spec_of(scheduler, job)?;
+    let mut specs = vec![(String::new(), spec.clone())];
+    if job.variations {
+        specs.extend(variants(scheduler, &spec));
+    }
+    let runs = specs
+        .into_iter()
+        .map(|(change, spec)| {
+            let shape = shape_of(scheduler, &spec);
+            (change, shape, scheduler.what_if_run(&spec, like))
+        })
+        .collect();
+    Ok(WhatIfRuns {
+        runs,
+        clock_s: scheduler.clock_s(),
+        at_ms: now_ms(),
     })
+}
+
+/// The answer to `job` from `scheduler`, on the caller's thread.
+pub fn answer(scheduler: &Scheduler, job: &WhatIfJob) -> Result<WhatIfAnswer, WhatIfError> {
+    Ok(runs(scheduler, job)?.answer())
 }
 
 fn bad(text: String) -> WhatIfError {
     WhatIfError::BadField(text)
 }
 
-/// The job `job` describes, checked field by field.
-fn spec_of(scheduler: &Scheduler, job: &WhatIfJob) -> Result<JobSpec, WhatIfError> {
+/// The job `job` describes, checked field by field, and the pending job it is like.
+fn spec_of(
+    scheduler: &Scheduler,
+    job: &WhatIfJob,
+) -> Result<(JobSpec, Option<JobId>), WhatIfError> {
     let symbols = scheduler.symbols();
-    let mut spec = match (&job.like, &job.queue) {
+    let (mut spec, like) = match (&job.like, &job.queue) {
         (Some(like), _) => scheduler
             .pending()
             .into_iter()
-            .map(|id| scheduler.job(id))
-            .find(|spec| spec.name == *like)
-            .cloned()
+            .find(|&id| scheduler.job(id).name == *like)
+            .map(|id| (scheduler.job(id).clone(), Some(id)))
             .ok_or_else(|| bad(format!("like: no pending job is named {like:?}")))?,
-        (None, Some(_)) => JobSpec {
-            name: String::new(),
-            queue: 0,
-            priority: 0,
-            pods: 1,
-            shape: PodShape {
-                gpus: 1,
-                ..PodShape::default()
+        (None, Some(_)) => (
+            JobSpec {
+                name: String::new(),
+                queue: 0,
+                priority: 0,
+                pods: 1,
+                shape: PodShape {
+                    gpus: 1,
+                    ..PodShape::default()
+                },
+                balloon: false,
+                topology: TopologyPref::default(),
+                submit_s: scheduler.clock_s(),
+                expected_runtime_s: None,
             },
-            balloon: false,
-            topology: TopologyPref::default(),
-            submit_s: scheduler.clock_s(),
-            expected_runtime_s: None,
-        },
+            None,
+        ),
         (None, None) => {
             return Err(bad(
                 "queue: give the queue to submit to, or `like`, a pending job to start from".into(),
@@ -160,7 +268,13 @@ fn spec_of(scheduler: &Scheduler, job: &WhatIfJob) -> Result<JobSpec, WhatIfErro
     }
     spec.shape.queue = symbols.intern(scheduler.queues.name(spec.queue));
     spec.shape.gang_size = spec.pods;
-    Ok(spec)
+    // A `like` job changed in any field is another job: no longer tried after the original.
+    let unchanged = job.queue.is_none()
+        && job.pods.is_none()
+        && job.gpus_per_pod.is_none()
+        && job.gpu_type.is_none()
+        && job.expected_runtime_s.is_none();
+    Ok((spec, like.filter(|_| unchanged)))
 }
 
 /// The variations of `spec` worth trying, each with what changed.
@@ -208,30 +322,9 @@ fn variants(scheduler: &Scheduler, spec: &JobSpec) -> Vec<(String, JobSpec)> {
     out
 }
 
-/// The plan's answer for `spec`, and the jobs ahead of it.
-fn outcome(
-    scheduler: &Scheduler,
-    spec: &JobSpec,
-    change: String,
-    now_ms: u64,
-) -> (WhatIfOutcome, usize) {
-    let what = scheduler.what_if(spec);
-    let estimate = what
-        .start
-        .as_ref()
-        .map(|start| EstimateView::new(start, scheduler.clock_s(), now_ms));
-    let text = match (&estimate, &what.nodes) {
-        (Some(e), Some(nodes)) if e.p50_ms <= now_ms + 1000 => {
-            format!("would start at once, on {nodes}")
-        }
-        (Some(e), Some(nodes)) => format!(
-            "would start in about {}, 90% within {}, on {nodes}",
-            duration_text((e.p50_ms - now_ms) as f64 / 1000.0),
-            duration_text((e.p90_ms - now_ms) as f64 / 1000.0)
-        ),
-        _ => "would not fit this cluster even with every running job gone".to_string(),
-    };
-    let job = WhatIfShape {
+/// `spec`'s shape, in the names the answer shows.
+fn shape_of(scheduler: &Scheduler, spec: &JobSpec) -> WhatIfShape {
+    WhatIfShape {
         queue: scheduler.queues.name(spec.queue).to_string(),
         pods: spec.pods,
         gpus_per_pod: spec.shape.gpus,
@@ -240,6 +333,50 @@ fn outcome(
         } else {
             scheduler.symbols().resolve(spec.shape.gpu_type).to_string()
         },
+    }
+}
+
+/// What `what` says in words, and the jobs ahead of it; `clock_s` and `now_ms` are the
+/// scheduler's clock and the wall clock when it was asked.
+fn outcome(
+    what: WhatIf,
+    change: String,
+    job: WhatIfShape,
+    clock_s: f64,
+    now_ms: u64,
+) -> (WhatIfOutcome, usize) {
+    let estimate = what
+        .start
+        .as_ref()
+        .map(|start| EstimateView::new(start, clock_s, now_ms));
+    let ahead = match what.jobs_ahead {
+        0 => String::new(),
+        1 => format!(
+            ", behind the 1 pending job of queue {} ahead of it",
+            job.queue
+        ),
+        n => format!(
+            ", behind the {n} pending jobs of queue {} ahead of it",
+            job.queue
+        ),
+    };
+    let nodes = what.nodes.as_deref().unwrap_or("the cluster");
+    let text = match (&estimate, what.beyond_s) {
+        (Some(e), _) if e.p50_ms <= now_ms + 1000 => {
+            format!("would start at once, on {nodes}")
+        }
+        (Some(e), _) => format!(
+            "would start in about {}, 90% within {}{ahead}",
+            duration_text((e.p50_ms - now_ms) as f64 / 1000.0),
+            duration_text((e.p90_ms - now_ms) as f64 / 1000.0)
+        ),
+        (None, Some(beyond_s)) => format!(
+            "would start in more than {}{ahead}: the forecast does not reach it, and the work \
+             ahead of it takes that long on the most GPUs queue {} may use",
+            duration_text((beyond_s - clock_s).max(0.0)),
+            job.queue
+        ),
+        (None, None) => "would not fit this cluster even with every running job gone".to_string(),
     };
     (
         WhatIfOutcome {

@@ -107,6 +107,9 @@ pub struct Live {
     /// What-if questions from the API, answered by the loop between cycles; held only to push
     /// or take them.
     pub(crate) what_ifs: Mutex<Vec<crate::whatif::WhatIfAsk>>,
+    /// What-ifs whose forecasts run on threads of their own now: a bound, so questions cannot
+    /// pile up threads (each answer costs a forecast per variation).
+    pub(crate) what_ifs_running: Arc<std::sync::atomic::AtomicUsize>,
     /// Held by the loop while the active set decides; the shadow thread's calls wait on it, so
     /// the candidate runs only in the loop's spare time.
     cycle_gate: Arc<CycleGate>,
@@ -163,6 +166,7 @@ impl Live {
             shadow_tx: OnceLock::new(),
             cycle_gate,
             what_ifs: Mutex::default(),
+            what_ifs_running: Arc::default(),
             view: ArcSwap::from_pointee(ClusterView::default()),
             decisions_tx,
             entry_to_policy: Mutex::new(HashMap::new()),

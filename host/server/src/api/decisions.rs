@@ -211,13 +211,13 @@ pub(super) fn job_events(records: &[DecisionRecord]) -> Vec<JobEvent> {
 /// When a job of this shape would start, without submitting it: the loop answers from its plan.
 #[utoipa::path(
     post, path = "/api/whatif",
-    summary = "when a job of this shape would start, from the plan, without submitting it; with `variations`, also for half the GPUs per pod, 3/4 of the pods, each other queue and GPU type",
+    summary = "when a job of this shape would start, from the same forecast as the pending jobs' estimates, without submitting it; with `variations`, also for half the GPUs per pod, 3/4 of the pods, each other queue and GPU type",
     request_body = WhatIfJob,
     responses(
         (status = 200, description = "answer", body = WhatIfAnswer),
         (status = 400, description = "a field is wrong: the message names it", body = ErrorBody),
         (status = 413, description = "a body over 64 KiB", body = ErrorBody),
-        (status = 503, description = "the loop did not answer in time", body = ErrorBody),
+        (status = 503, description = "the loop did not answer in time, or two what-ifs are being answered already", body = ErrorBody),
     )
 )]
 pub(crate) async fn what_if(
@@ -232,7 +232,7 @@ pub(crate) async fn what_if(
     match state.live.what_if(job).await {
         Ok(answer) => Ok(Json(answer)),
         Err(gantry_engine::WhatIfError::BadField(text)) => Err(ApiError::BadRequest(text)),
-        Err(error @ gantry_engine::WhatIfError::NoAnswer) => {
+        Err(error @ (gantry_engine::WhatIfError::NoAnswer | gantry_engine::WhatIfError::Busy)) => {
             Err(ApiError::Unavailable(error.to_string()))
         }
     }
