@@ -592,7 +592,7 @@ pub fn run_schedule(args: ScheduleBenchArgs) -> anyhow::Result<()> {
     single.sort_unstable();
     gang.sort_unstable();
     let (incremental, rebuild) = incremental_against_rebuild(&args, &engine, &symbols, &queue_ids)?;
-    let planner = planner_figures(&args, &engine, &symbols, &queue_ids)?;
+    let planner = planner_growth(&args, &engine, &symbols, &queue_ids)?;
     let pod_spec = pod_spec_figures(&args, &engine, &symbols, &queue_ids)?;
     let report = json!({
         "cluster": scheduler.state.len(),
@@ -731,21 +731,61 @@ fn incremental_against_rebuild(
     Ok((incremental, rebuild))
 }
 
-/// Pending jobs in the planner figures.
-const PLANNED_PENDING: usize = 5000;
+/// Pending jobs in the planner figures: each backlog is timed on its own, so how the cost
+/// grows with the backlog shows.
+const PLANNED_PENDING: [usize; 3] = [1000, 5000, 20_000];
 /// Nodes left free in them: every other node runs a job.
 const PLANNED_FREE: usize = 20;
 /// Forecasts timed in them: each is seven forward runs of the cycle, so a few.
 const FORECAST_ROUNDS: usize = 3;
 
+/// The planner's figures at each backlog of [`PLANNED_PENDING`], and how the replan's cost
+/// grew from the smallest to the largest against the backlog itself: a replan should cost
+/// the jobs it could move, not the backlog, so its growth should be well under the backlog's.
+fn planner_growth(
+    args: &ScheduleBenchArgs,
+    engine: &PolicyEngine,
+    symbols: &std::sync::Arc<Symbols>,
+    queue_ids: &[(usize, String)],
+) -> anyhow::Result<serde_json::Value> {
+    let mut by_backlog = serde_json::Map::new();
+    let mut replan_ms = Vec::new();
+    for pending in PLANNED_PENDING {
+        let figures = planner_figures(args, engine, symbols, queue_ids, pending)?;
+        replan_ms.push(
+            figures["replan_after_one_job_ends_ms_p50"]
+                .as_f64()
+                .unwrap_or(0.0),
+        );
+        by_backlog.insert(format!("pending_{pending}"), figures);
+    }
+    let (first, last) = (
+        PLANNED_PENDING[0],
+        PLANNED_PENDING[PLANNED_PENDING.len() - 1],
+    );
+    let cost_growth = replan_ms[replan_ms.len() - 1] / replan_ms[0].max(1e-9);
+    let backlog_growth = last as f64 / first as f64;
+    by_backlog.insert(
+        format!("replan_cost_growth_{first}_to_{last}"),
+        json!(round2(cost_growth)),
+    );
+    by_backlog.insert("backlog_growth".into(), json!(round2(backlog_growth)));
+    by_backlog.insert(
+        "replan_sublinear".into(),
+        json!(cost_growth < backlog_growth),
+    );
+    Ok(serde_json::Value::Object(by_backlog))
+}
+
 /// The planner's cost on a full cluster: a replan after one job ends, and a what-if's answer,
 /// with every node but `PLANNED_FREE` running an 8-GPU job (declared runtimes of 10 min to
-/// 10 h) and `PLANNED_PENDING` jobs (1 to 64 pods of 8 GPUs) parked for room.
+/// 10 h) and `pending` jobs (1 to 64 pods of 8 GPUs) parked for room.
 fn planner_figures(
     args: &ScheduleBenchArgs,
     engine: &PolicyEngine,
     symbols: &std::sync::Arc<Symbols>,
     queue_ids: &[(usize, String)],
+    pending: usize,
 ) -> anyhow::Result<serde_json::Value> {
     let (mut scheduler, set, _) = bench_scheduler(args, engine, symbols)?;
     scheduler.config.max_attempts = 1000;
@@ -772,13 +812,13 @@ fn planner_figures(
         };
         running.push_back(scheduler.adopt(spec, &[node]));
     }
-    for i in 0..PLANNED_PENDING {
+    for i in 0..pending {
         let pods = [1, 8, 16, 64][i % 4];
         scheduler.submit(job(symbols, format!("wait-{i}"), queue(i), pods, 8));
     }
-    let bar = bar(0, "planner: parking the pending jobs");
+    let bar = bar(0, &format!("planner: parking {pending} pending jobs"));
     let mut cache = gantry_policy::NodeCache::default();
-    for round in 0..PLANNED_PENDING / 1000 + 2 {
+    for round in 0..pending / 1000 + 2 {
         scheduler.advance_clock(round as f64);
         scheduler.cycle(round as f64, &mut set.bind(&mut cache));
         bar.tick();
