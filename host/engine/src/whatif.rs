@@ -180,11 +180,6 @@ pub fn runs(scheduler: &Scheduler, job: &WhatIfJob) -> Result<WhatIfRuns, WhatIf
     })
 }
 
-/// The answer to `job` from `scheduler`, on the caller's thread.
-pub fn answer(scheduler: &Scheduler, job: &WhatIfJob) -> Result<WhatIfAnswer, WhatIfError> {
-    Ok(runs(scheduler, job)?.answer())
-}
-
 fn bad(text: String) -> WhatIfError {
     WhatIfError::BadField(text)
 }
