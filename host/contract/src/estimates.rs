@@ -3,6 +3,7 @@
 //! ([`WhatIfJob`], [`WhatIfAnswer`]). The engine answers them from its plan.
 
 use gantry_core::StartEstimate;
+pub use gantry_core::explain::duration_text;
 use serde::{Deserialize, Serialize};
 
 /// A job shape to ask about, as `POST /api/whatif` takes it. Either `like` (a pending job whose
@@ -99,23 +100,6 @@ pub fn estimate_text(
         ));
     }
     text
-}
-
-/// "45 s", "12 min", "2 h 10 min", "3 days 4 h".
-pub fn duration_text(s: f64) -> String {
-    let s = s.max(0.0).round() as u64;
-    match s {
-        0..60 => format!("{s} s"),
-        60..3600 => format!("{} min", s / 60),
-        3600..86_400 => match (s % 3600) / 60 {
-            0 => format!("{} h", s / 3600),
-            m => format!("{} h {m} min", s / 3600),
-        },
-        _ => match (s % 86_400) / 3600 {
-            0 => format!("{} days", s / 86_400),
-            h => format!("{} days {h} h", s / 86_400),
-        },
-    }
 }
 
 /// The shape a what-if was answered for, as the caller reads it back.

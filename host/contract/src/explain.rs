@@ -68,6 +68,8 @@ pub struct Explain {
     pub waiting_for: Option<String>,
     /// When it is expected to start, when pending and the planner has placed it in its plan.
     pub estimate: Option<EstimateView>,
+    /// Why a pending job has no estimate, when it has none (see `JobView::no_estimate`).
+    pub no_estimate: Option<String>,
     /// The latest decision; none for a job that waits for its first attempt.
     pub latest: Option<DecisionRecord>,
     /// Decisions on record about it.

@@ -71,6 +71,10 @@ pub struct JobView {
     pub balloon: bool,
     /// When a pending job is expected to start, from the planner's last replan.
     pub estimate: Option<EstimateView>,
+    /// Why a pending job has no estimate, when it has none: e.g. "not expected to start
+    /// within 2 h: the last forecast (40 s ago) looked 2 h ahead and did not reach it, …".
+    /// Every pending job has one or the other.
+    pub no_estimate: Option<String>,
 }
 
 /// A decision as the SSE feed sends it: small, with the one-line summary.

@@ -184,3 +184,21 @@ impl Explanation {
         }
     }
 }
+
+/// A span of seconds in the words explanations use: "45 s", "12 min", "2 h 10 min", "3 days
+/// 4 h". The one rendering of a wait, for estimates, what-ifs and the no-estimate sentence.
+pub fn duration_text(s: f64) -> String {
+    let s = s.max(0.0).round() as u64;
+    match s {
+        0..60 => format!("{s} s"),
+        60..3600 => format!("{} min", s / 60),
+        3600..86_400 => match (s % 3600) / 60 {
+            0 => format!("{} h", s / 3600),
+            m => format!("{} h {m} min", s / 3600),
+        },
+        _ => match (s % 86_400) / 3600 {
+            0 => format!("{} days", s / 86_400),
+            h => format!("{} days {h} h", s / 86_400),
+        },
+    }
+}

@@ -339,6 +339,17 @@ impl Queues {
         idle.saturating_add(may_borrow.min(self.available_to(id)))
     }
 
+    /// The most GPUs leaf queue `id` may ever hold at once, of a cluster of `total`: its
+    /// nominal quota plus its borrowing limit, or the whole cluster when it has none. How long
+    /// a queue's backlog takes to run is its work over this, at best.
+    pub fn most_gpus(&self, id: QueueId, total: u64) -> u64 {
+        self.queues[id]
+            .def
+            .borrowing_limit_gpus
+            .map_or(total, |limit| self.nominal(id).saturating_add(limit))
+            .clamp(1, total.max(1))
+    }
+
     /// The quota check, a refusal not yet in words: the one rule [`Queues::admission`],
     /// [`Queues::admits`] and [`Queues::within`] share.
     fn limit(&self, id: QueueId, gpus: u64) -> Result<Admission, Refusal> {

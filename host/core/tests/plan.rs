@@ -417,6 +417,69 @@ fn a_what_if_counts_quota_and_every_job_ahead_in_its_queue() {
     );
 }
 
+#[test]
+fn every_pending_job_has_an_estimate_or_a_sentence_saying_why_not() {
+    // Four nodes of 8 GPUs, a queue of 16: two 8-GPU jobs (known to run 600 s) use its quota,
+    // and 600 more wait, far more than a bounded forecast run reaches.
+    let mut fx = Fixture::single_queue(&[Pool::h100(4, 4, None)], 16);
+    teach(&mut fx, 600.0, 5);
+    for i in 0..2 {
+        fx.submit(fx.job(&format!("run-{i}"), "default", 0, 1, 8));
+    }
+    fx.checked_cycle();
+    let waiting: Vec<JobId> = (0..600)
+        .map(|i| fx.submit(fx.job(&format!("wait-{i}"), "default", 0, 1, 8)))
+        .collect();
+    fx.checked_cycle();
+    let texts = fx.sched.no_estimate_texts();
+    for &id in &fx.sched.pending() {
+        assert!(
+            fx.sched.start_estimate(id).is_some() != texts.contains_key(&id),
+            "{}: an estimate or a sentence, never both nor neither",
+            fx.sched.job(id).name
+        );
+    }
+    assert!(
+        fx.sched.start_estimate(waiting[0]).is_some(),
+        "the head is estimated"
+    );
+    let last = texts.get(&waiting[599]).expect("the last is not reached");
+    assert!(
+        last.starts_with("not expected to start within ")
+            && last.contains("599 pending job(s) of queue default tried before it")
+            && last.contains("on the 32 GPUs the queue may hold"),
+        "{last}"
+    );
+
+    // One submitted after the forecast is told so, and when the next is due.
+    let late = fx.submit(fx.job("late", "default", 0, 1, 8));
+    let text = &fx.sched.no_estimate_texts()[&late];
+    assert!(
+        text.starts_with("not estimated yet: it came after the last forecast"),
+        "{text}"
+    );
+
+    // With the forecast off, the jobs the plan does not cover are told that.
+    let mut off = four_nodes(
+        8,
+        gantry_core::PlanConfig {
+            forecast_every_s: f64::INFINITY,
+            ..gantry_core::PlanConfig::default()
+        },
+    );
+    off.submit(off.job("first", "default", 0, 1, 8));
+    off.checked_cycle();
+    let next = off.submit(off.job("next", "default", 0, 1, 8));
+    off.checked_cycle();
+    assert_eq!(
+        off.sched.no_estimate_texts().get(&next).map(String::as_str),
+        Some(
+            "the forecast is off: only the first jobs waiting for room, which the plan covers, \
+             get a start estimate"
+        )
+    );
+}
+
 /// One small job of the stream: GPUs (of one 8-GPU node), declared runtime, and the share of
 /// it that it truly runs (the planner sees only the declaration).
 #[derive(Debug, Clone, Copy)]

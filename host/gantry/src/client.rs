@@ -838,6 +838,8 @@ pub fn explain(args: ExplainArgs) -> anyhow::Result<ExitCode> {
         }
         if let Some(estimate) = &e.estimate {
             println!("  start: {}", estimate.text);
+        } else if let Some(why) = &e.no_estimate {
+            println!("  start: {why}");
         }
         if let Some(q) = &e.queue {
             println!(

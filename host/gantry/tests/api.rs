@@ -284,11 +284,17 @@ fn shadow_activate_rollback_explain_and_lookups() {
     );
     assert!(pending["queue_position"].as_u64().is_some(), "{pending}");
     assert!(pending["queue"]["fair_share"].is_number(), "{pending}");
+    // Every pending job has a start estimate or a sentence saying why none can be given.
+    assert!(
+        pending["estimate"]["text"].is_string() != pending["no_estimate"].is_string(),
+        "{pending}"
+    );
     let out = server.cli(&["explain", pending["job"].as_str().expect("job")]);
     let stdout = text(&out.stdout);
     assert!(out.status.success(), "{stdout}{}", text(&out.stderr));
     assert!(stdout.contains(": pending — "), "{stdout}");
     assert!(stdout.contains("position in its queue: "), "{stdout}");
+    assert!(stdout.contains("\n  start: "), "{stdout}");
     assert!(stdout.contains("decided by policy set v"), "{stdout}");
 
     // What if: the pending job's shape, and its variations, each answered by a forecast (those

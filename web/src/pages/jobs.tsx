@@ -61,7 +61,7 @@ export function JobsPage({ name }: { name: string }) {
               <td class="num">{r.queue_position ?? "—"}</td>
               <td class="num">{r.state === "pending" ? duration(now - r.submitted_ms) : "—"}</td>
               <td class="num">{r.pods} × {r.gpus_per_pod}</td>
-              <td>{r.estimate ? `${time(r.estimate.p50_ms)} (90% by ${time(r.estimate.p90_ms)})` : "—"}</td></tr>
+              <td title={r.no_estimate ?? undefined}>{r.estimate ? `${time(r.estimate.p50_ms)} (90% by ${time(r.estimate.p90_ms)})` : "—"}</td></tr>
           ))}</tbody>
         </table>
       ))}
@@ -117,7 +117,7 @@ function Detail({ name }: { name: string }) {
           </ol>
         </div>
       )}
-      {ex.state === "pending" && <StartCard job={ex.job} estimate={ex.estimate ?? null} />}
+      {ex.state === "pending" && <StartCard job={ex.job} estimate={ex.estimate ?? null} noEstimate={ex.no_estimate ?? null} />}
       {x ? <Breakdown x={x} /> : <p>No attempt yet, so no nodes were evaluated.</p>}
       <h3>Attempts ({ex.attempts} on record)</h3>
       <table>
@@ -136,7 +136,7 @@ function Detail({ name }: { name: string }) {
 }
 
 /** The planner's estimate with a small timeline, and the what-if variations on request. */
-function StartCard({ job, estimate }: { job: string; estimate: Estimate | null }) {
+function StartCard({ job, estimate, noEstimate }: { job: string; estimate: Estimate | null; noEstimate: string | null }) {
   const [answer, setAnswer] = useState<WhatIfAnswer | null>(null);
   const [error, setError] = useState<string | null>(null);
   const [busy, setBusy] = useState(false);
@@ -156,7 +156,7 @@ function StartCard({ job, estimate }: { job: string; estimate: Estimate | null }
           <p class="why" data-testid="estimate">{estimate.text.charAt(0).toUpperCase() + estimate.text.slice(1)}.</p>
           <Timeline e={estimate} />
         </>
-      ) : <p>The planner has not estimated it yet: it estimates the jobs nearest the front of their queues.</p>}
+      ) : <p class="why" data-testid="no-estimate">{noEstimate ? `No start estimate: ${noEstimate}.` : "No start estimate yet."}</p>}
       <button type="button" onClick={ask} disabled={busy}>{busy ? "Asking the plan…" : "Start sooner with…"}</button>
       <Status error={error} />
       {answer && (

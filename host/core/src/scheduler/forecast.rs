@@ -289,15 +289,7 @@ impl WhatIfRun {
         let Some(forecast) = forecasts.job_to_forecast.get(&self.id) else {
             // Not before the forecast's horizon, nor before the work ahead of it in its queue
             // (GPU-seconds by learned runtimes) could run on the most GPUs the queue may use.
-            let queues = &base.queues;
-            let total = base.total_gpus().max(1);
-            let most_gpus = queues
-                .def(spec.queue)
-                .borrowing_limit_gpus
-                .map_or(total, |limit| {
-                    queues.nominal(spec.queue).saturating_add(limit)
-                })
-                .clamp(1, total);
+            let most_gpus = base.queues.most_gpus(spec.queue, base.total_gpus());
             let work_s: f64 = ahead
                 .iter()
                 .map(|other| other.total().gpus as f64 * base.plan.runtimes.estimate(other).p50_s)
@@ -346,7 +338,10 @@ pub(super) struct Reach {
     queue_to_frontier: BTreeMap<QueueId, (Rank, Option<u64>)>,
     /// How far ahead its drawn runs looked: the median of their last steps, from when the
     /// forecast was of.
-    horizon_s: f64,
+    pub(super) horizon_s: f64,
+    /// The first job id its scheduler had not yet given: every job from it on was submitted
+    /// after the forecast (a submission at the same clock second may be either side).
+    pub(super) first_unseen: JobId,
 }
 
 impl Forecasts {
@@ -400,6 +395,7 @@ impl Reach {
         Self {
             queue_to_frontier,
             horizon_s,
+            first_unseen: base.next_id,
         }
     }
 
@@ -419,18 +415,24 @@ impl Scheduler {
     /// Whether a forecast is due at `now_s`: the last one is older than the configured
     /// interval and a job was submitted since, or it is [`REFRESH_EVERY`] intervals old.
     fn forecast_due(&self, now_s: f64) -> bool {
+        self.forecast_due_at(self.plan.reachable_submitted)
+            .is_some_and(|due_s| now_s >= due_s)
+    }
+
+    /// When the next forecast comes due (`None`: never, the forecast is off): the configured
+    /// interval after the last, if a job it may reach was submitted (`reachable_submitted`),
+    /// else [`REFRESH_EVERY`] intervals or half its horizon after it.
+    pub(super) fn forecast_due_at(&self, reachable_submitted: bool) -> Option<f64> {
         let every_s = self.plan_config.forecast_every_s;
         match self.plan.forecast_at_s {
-            _ if !every_s.is_finite() => false,
-            None => true,
+            _ if !every_s.is_finite() => None,
+            None => Some(f64::NEG_INFINITY),
             // Between refreshes, only a submission it may reach makes one worth its cost (see
             // `Reach`).
-            Some(at_s) => {
-                let refresh_s =
-                    (REFRESH_EVERY * every_s).max(self.plan.forecasts.reach.horizon_s / 2.0);
-                now_s - at_s >= every_s
-                    && (now_s - at_s >= refresh_s || self.plan.reachable_submitted)
-            }
+            Some(at_s) if reachable_submitted => Some(at_s + every_s),
+            Some(at_s) => Some(
+                at_s + (REFRESH_EVERY * every_s).max(self.plan.forecasts.reach.horizon_s / 2.0),
+            ),
         }
     }
 

@@ -25,6 +25,7 @@ pub mod plan;
 mod preempt;
 pub mod queue;
 mod quota;
+mod unestimated;
 
 use std::collections::{BTreeMap, BTreeSet};
 use std::sync::Arc;

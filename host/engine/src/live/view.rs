@@ -135,7 +135,9 @@ impl Live {
             queue_position: None,
             balloon: spec.balloon,
             estimate: None,
+            no_estimate: None,
         };
+        let mut job_to_no_estimate = scheduler.no_estimate_texts();
         for id in scheduler.pending() {
             let spec = scheduler.job(id);
             pending_pods += u64::from(spec.pods);
@@ -149,6 +151,7 @@ impl Live {
             view.estimate = scheduler.start_estimate(id).map(|estimate| {
                 crate::whatif::EstimateView::new(estimate, scheduler.clock_s(), published_ms)
             });
+            view.no_estimate = job_to_no_estimate.remove(&id);
             job_to_state.insert(spec.name.clone(), view);
         }
         for jobs in by_queue.values_mut() {

@@ -335,6 +335,7 @@ pub(crate) async fn explain(
         why,
         waiting_for,
         estimate: now.and_then(|j| j.estimate.clone()),
+        no_estimate: now.and_then(|j| j.no_estimate.clone()),
         attempts: history.len(),
         latest,
         history: events,

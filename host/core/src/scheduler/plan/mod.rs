@@ -161,7 +161,7 @@ impl Rank {
     }
 
     /// The order cycles try jobs in: `Less` when this one goes first.
-    fn order(&self, other: &Rank) -> std::cmp::Ordering {
+    pub(super) fn order(&self, other: &Rank) -> std::cmp::Ordering {
         other
             .priority
             .cmp(&self.priority)
