@@ -480,6 +480,33 @@ fn every_pending_job_has_an_estimate_or_a_sentence_saying_why_not() {
     );
 }
 
+#[test]
+fn a_forecast_steps_at_its_resolution_and_so_looks_further_ahead() {
+    // Four nodes of 8 GPUs; single 8-GPU jobs are known to run 10 s, and 2,000 wait: a run
+    // stepping at every job end (four at once, every 10 s) spends its bounded cycles on the
+    // next 43 minutes.
+    let horizon_s = |forecast_step_s: f64| {
+        let mut fx = four_nodes(
+            32,
+            gantry_core::PlanConfig {
+                forecast_step_s,
+                ..gantry_core::PlanConfig::default()
+            },
+        );
+        teach(&mut fx, 10.0, 5);
+        for i in 0..2000 {
+            fx.submit(fx.job(&format!("wait-{i}"), "default", 0, 1, 8));
+        }
+        fx.checked_cycle();
+        fx.sched.forecast_run_now().run().horizon_s()
+    };
+    let (each_end, by_minute) = (horizon_s(0.0), horizon_s(60.0));
+    assert!(
+        by_minute >= 5.0 * each_end && by_minute >= 3600.0,
+        "stepping at every end looked {each_end} s ahead, by the minute {by_minute} s"
+    );
+}
+
 /// One small job of the stream: GPUs (of one 8-GPU node), declared runtime, and the share of
 /// it that it truly runs (the planner sees only the declaration).
 #[derive(Debug, Clone, Copy)]

@@ -118,6 +118,10 @@ struct Tally {
     last_measure: Option<Measure>,
 }
 
+/// How coarsely a live forecast's drawn runs step (seconds; see
+/// [`gantry_core::PlanConfig::forecast_step_s`]).
+const LIVE_FORECAST_STEP_S: f64 = 60.0;
+
 /// How often pending work is sampled for [`RunStats::pending`].
 const SAMPLE_EVERY_S: f64 = 5.0;
 
@@ -140,8 +144,12 @@ impl Engine {
     pub fn new(live: Arc<Live>, mut scheduler: Scheduler, config: EngineConfig) -> Self {
         let gpus = total_gpus(&scheduler);
         // A forecast's seven forward runs would pause a cycle; the loop runs them beside it.
+        // They step by the minute, as Slurm's backfill plans at its default `bf_resolution`:
+        // on thousands of busy nodes a job ends every few milliseconds, and a run stepping at
+        // each spent its bounded cycles within a second of now.
         scheduler.set_plan_config(gantry_core::PlanConfig {
             forecast_off_loop: true,
+            forecast_step_s: LIVE_FORECAST_STEP_S,
             ..scheduler.plan_config().clone()
         });
         let stats = RunStats {

@@ -354,6 +354,11 @@ impl Forecasts {
     pub fn is_empty(&self) -> bool {
         self.job_to_forecast.is_empty()
     }
+
+    /// How far ahead its drawn runs looked (seconds): the median of their last steps.
+    pub fn horizon_s(&self) -> f64 {
+        self.reach.horizon_s
+    }
 }
 
 impl Reach {
@@ -628,7 +633,8 @@ impl Scheduler {
         for _ in 0..max_cycles {
             let next_change = world.next_change_s();
             let at_s = if drawn {
-                next_change
+                let step_s = self.plan_config.forecast_step_s;
+                next_change.map(|at_s| at_s.max(sim.clock_s + step_s))
             } else {
                 clock.advance(&sim, next_change)
             };

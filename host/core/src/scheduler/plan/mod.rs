@@ -97,6 +97,11 @@ pub struct PlanConfig {
     /// cycle waits for its forward runs; a replay runs it inline, so its report does not
     /// depend on how threads were timed.
     pub forecast_off_loop: bool,
+    /// A drawn forecast run steps no more often than this (seconds on the scheduler's clock),
+    /// as Slurm's backfill plans at `bf_resolution`: every job end and arrival due by a step
+    /// is taken at it. Stepping at every job end, a run on a cluster of thousands of busy
+    /// nodes spent its bounded cycles within a second of now.
+    pub forecast_step_s: f64,
 }
 
 impl Default for PlanConfig {
@@ -111,6 +116,7 @@ impl Default for PlanConfig {
             max_reserved_share: 0.5,
             forecast_every_s: 60.0,
             forecast_off_loop: false,
+            forecast_step_s: 0.0,
         }
     }
 }
