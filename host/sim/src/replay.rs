@@ -541,43 +541,13 @@ impl Replay {
             .fold(first_submit, f64::max);
         let jobs_submitted = self.jobs.len();
         let queue_count = self.scheduler.queues.len();
-        let mut world = World {
-            // Baselines whose placed pods are bound and run while their siblings wait: a gang
-            // holding some nodes there is a partial gang. (Coscheduling's wait unbound, at
-            // permit.)
-            binds_pods: matches!(self.scheduler.config.mode, Mode::K8sDefault | Mode::Kueue),
-            arrivals: std::mem::take(&mut self.jobs).into_iter().peekable(),
-            live: BTreeMap::new(),
-            completions: BinaryHeap::new(),
-            stale: 0,
-            waits: Waits {
-                by_queue: vec![Vec::new(); queue_count],
-                by_gpus: BTreeMap::new(),
-                requeue: Vec::new(),
-            },
-            shapes: PendingShapes::default(),
-            own_demand: vec![0u64; queue_count],
-            own_running: vec![0u64; queue_count],
-            started_jobs: 0,
-            finished: 0,
-            partial_gangs: 0,
-            preemptions: 0,
-            decisions: 0,
-            first_decisions: 0,
-            estimates: Vec::new(),
-            last_end: 0.0,
-            progress,
-            on_decision,
-        };
+        let binds_pods = matches!(self.scheduler.config.mode, Mode::K8sDefault | Mode::Kueue);
+        let jobs = std::mem::take(&mut self.jobs);
+        let mut world = World::new(jobs, binds_pods, queue_count, progress, on_decision);
         let mut cycles = 0u64;
         let mut peak_pending = 0usize;
-        let mut queued_time = 0.0;
-        let mut allocated_integral = 0.0;
-        let mut busy_integral = 0.0;
-        let mut queue_integral = vec![0.0; queue_count];
-        let mut window_allocated = 0.0;
-        let mut window_queue = vec![0.0; queue_count];
-        let mut window_target = vec![0.0; queue_count];
+        let window = (first_submit, last_submit);
+        let mut integrals = Integrals::new(queue_count);
         let (mut frag_sum, mut frag_cycles) = (0.0, 0u64);
         let mut now = 0.0f64;
         let mut clock = VirtualClock::at(now);
@@ -596,35 +566,7 @@ impl Replay {
             let Some(next) = clock.advance(&self.scheduler, next_change) else {
                 break;
             };
-            // Integrate over [now, next): allocation always, while work waits, and within the
-            // common window; each queue's use and max-min fair target within the window.
-            if next > now {
-                let dt = next - now;
-                let running = self.scheduler.running_gpus() as f64;
-                let queues = &self.scheduler.queues;
-                let queue_running = subtree_sums(queues, &world.own_running);
-                if now >= first_submit {
-                    busy_integral += running * dt;
-                }
-                if self.scheduler.pending_count() > 0 {
-                    queued_time += dt;
-                    allocated_integral += running * dt;
-                    for (q, integral) in queue_integral.iter_mut().enumerate() {
-                        if queues.parent(q).is_some() || queues.children(q).is_empty() {
-                            *integral += queue_running[q] as f64 * dt;
-                        }
-                    }
-                }
-                let overlap = next.min(last_submit) - now.max(first_submit);
-                if overlap > 0.0 {
-                    window_allocated += running * overlap;
-                    let targets = fair::max_min_targets(queues, &world.own_demand, total_gpus);
-                    for q in queues.ids() {
-                        window_queue[q] += queue_running[q] as f64 * overlap;
-                        window_target[q] += targets[q] * overlap;
-                    }
-                }
-            }
+            integrals.add(&self.scheduler, &world, (now, next), window, total_gpus);
             now = next;
             let step = gantry_core::step(&mut self.scheduler, &mut world, now, &mut |s, _| {
                 Some(s.cycle(now, hooks))
@@ -669,30 +611,8 @@ impl Replay {
         for job in live.values() {
             waits.record(job, now);
         }
-        let window = (last_submit - first_submit) * total_gpus as f64;
-        let mut queues = BTreeMap::new();
-        for q in self.scheduler.queues.ids() {
-            let mine = std::mem::take(&mut waits.by_queue[q]);
-            if self.scheduler.queues.children(q).is_empty() || !mine.is_empty() {
-                let share = ratio(window_queue[q], window);
-                let target = ratio(window_target[q], window);
-                queues.insert(
-                    self.scheduler.queues.name(q).to_string(),
-                    QueueReport {
-                        wait: wait_stats(mine.clone()),
-                        gpu_share: round6(ratio(
-                            queue_integral[q],
-                            queued_time * total_gpus as f64,
-                        )),
-                        fair_share: round6(self.scheduler.queues.fair_share(q)),
-                        gpu_share_common_window: round6(share),
-                        max_min_fair_target: round6(target),
-                        deviation_from_target: round6(share - target),
-                    },
-                );
-                waits.by_queue[q] = mine;
-            }
-        }
+        let window_gpu_s = (last_submit - first_submit) * total_gpus as f64;
+        let queues = self.queue_reports(&mut waits, &integrals, window_gpu_s, total_gpus);
         let all_waits: Vec<f64> = waits.by_queue.concat();
         let seconds = started.elapsed().as_secs_f64();
         Ok(Report {
@@ -708,12 +628,12 @@ impl Replay {
             jobs_never_started: jobs_submitted - started_jobs,
             peak_pending,
             gpu_allocation_while_queued: round6(ratio(
-                allocated_integral,
-                queued_time * total_gpus as f64,
+                integrals.allocated,
+                integrals.queued_time * total_gpus as f64,
             )),
-            gpu_allocation_common_window: round6(ratio(window_allocated, window)),
+            gpu_allocation_common_window: round6(ratio(integrals.window_allocated, window_gpu_s)),
             gpu_allocation_over_makespan: round6(ratio(
-                busy_integral,
+                integrals.busy,
                 (last_end - first_submit) * total_gpus as f64,
             )),
             wait: wait_stats(all_waits),
@@ -740,6 +660,42 @@ impl Replay {
                 first_attempt_decisions_per_s: round6(ratio(first_decisions as f64, seconds)),
             },
         })
+    }
+
+    /// Per queue (every leaf, and a parent with jobs of its own): its waits, its share of
+    /// the GPUs while work waited and within the common window (`window_gpu_s`), and its
+    /// max-min fair target there.
+    fn queue_reports(
+        &self,
+        waits: &mut Waits,
+        integrals: &Integrals,
+        window_gpu_s: f64,
+        total_gpus: u64,
+    ) -> BTreeMap<String, QueueReport> {
+        let mut queues = BTreeMap::new();
+        for q in self.scheduler.queues.ids() {
+            let mine = std::mem::take(&mut waits.by_queue[q]);
+            if self.scheduler.queues.children(q).is_empty() || !mine.is_empty() {
+                let share = ratio(integrals.window_queue[q], window_gpu_s);
+                let target = ratio(integrals.window_target[q], window_gpu_s);
+                queues.insert(
+                    self.scheduler.queues.name(q).to_string(),
+                    QueueReport {
+                        wait: wait_stats(mine.clone()),
+                        gpu_share: round6(ratio(
+                            integrals.queue[q],
+                            integrals.queued_time * total_gpus as f64,
+                        )),
+                        fair_share: round6(self.scheduler.queues.fair_share(q)),
+                        gpu_share_common_window: round6(share),
+                        max_min_fair_target: round6(target),
+                        deviation_from_target: round6(share - target),
+                    },
+                );
+                waits.by_queue[q] = mine;
+            }
+        }
+        queues
     }
 
     /// Free GPUs that no pending job's pod shape can use, over all free GPUs.
@@ -780,6 +736,80 @@ impl Replay {
 }
 
 /// Per queue, `own` summed over the queue and its descendants.
+/// What the replay integrates over time for the report: allocated GPU-seconds while work
+/// waits, over the makespan and within the common window (first to last submission), each
+/// queue's share and max-min fair target.
+struct Integrals {
+    /// Seconds during which some job was pending.
+    queued_time: f64,
+    /// GPU-seconds allocated while some job was pending.
+    allocated: f64,
+    /// GPU-seconds allocated from the first submission on.
+    busy: f64,
+    /// Per queue, its GPU-seconds while some job was pending.
+    queue: Vec<f64>,
+    /// GPU-seconds allocated within the common window.
+    window_allocated: f64,
+    /// Per queue, its GPU-seconds and its max-min fair target's, within the common window.
+    window_queue: Vec<f64>,
+    window_target: Vec<f64>,
+}
+
+impl Integrals {
+    fn new(queue_count: usize) -> Self {
+        Self {
+            queued_time: 0.0,
+            allocated: 0.0,
+            busy: 0.0,
+            queue: vec![0.0; queue_count],
+            window_allocated: 0.0,
+            window_queue: vec![0.0; queue_count],
+            window_target: vec![0.0; queue_count],
+        }
+    }
+
+    /// Integrates over `[now, next)`: allocation always, while work waits, and within the
+    /// common `window` (first and last submission); each queue's use and max-min fair target
+    /// within the window.
+    fn add(
+        &mut self,
+        scheduler: &Scheduler,
+        world: &World<'_, '_>,
+        (now, next): (f64, f64),
+        (first_submit, last_submit): (f64, f64),
+        total_gpus: u64,
+    ) {
+        if next <= now {
+            return;
+        }
+        let dt = next - now;
+        let running = scheduler.running_gpus() as f64;
+        let queues = &scheduler.queues;
+        let queue_running = subtree_sums(queues, &world.own_running);
+        if now >= first_submit {
+            self.busy += running * dt;
+        }
+        if scheduler.pending_count() > 0 {
+            self.queued_time += dt;
+            self.allocated += running * dt;
+            for (q, integral) in self.queue.iter_mut().enumerate() {
+                if queues.parent(q).is_some() || queues.children(q).is_empty() {
+                    *integral += queue_running[q] as f64 * dt;
+                }
+            }
+        }
+        let overlap = next.min(last_submit) - now.max(first_submit);
+        if overlap > 0.0 {
+            self.window_allocated += running * overlap;
+            let targets = fair::max_min_targets(queues, &world.own_demand, total_gpus);
+            for q in queues.ids() {
+                self.window_queue[q] += queue_running[q] as f64 * overlap;
+                self.window_target[q] += targets[q] * overlap;
+            }
+        }
+    }
+}
+
 /// The replay's side of the loop: the trace's arrivals and the jobs' completions are its
 /// cluster source, and its binder books what each cycle started, evicted or split, for the
 /// report. Every placed job binds (a replay has no API server to refuse it).
@@ -810,6 +840,47 @@ struct World<'a, 'b> {
     last_end: f64,
     progress: &'a mut dyn FnMut(usize),
     on_decision: &'a mut OnDecision<'b>,
+}
+
+impl<'a, 'b> World<'a, 'b> {
+    /// The world of a replay of `jobs` (in submit order) over `queue_count` queues, nothing
+    /// arrived yet. `binds_pods`: the baseline binds placed pods while their siblings wait.
+    fn new(
+        jobs: Vec<TraceJob>,
+        binds_pods: bool,
+        queue_count: usize,
+        progress: &'a mut dyn FnMut(usize),
+        on_decision: &'a mut OnDecision<'b>,
+    ) -> Self {
+        World {
+            // Baselines whose placed pods are bound and run while their siblings wait: a gang
+            // holding some nodes there is a partial gang. (Coscheduling's wait unbound, at
+            // permit.)
+            binds_pods,
+            arrivals: jobs.into_iter().peekable(),
+            live: BTreeMap::new(),
+            completions: BinaryHeap::new(),
+            stale: 0,
+            waits: Waits {
+                by_queue: vec![Vec::new(); queue_count],
+                by_gpus: BTreeMap::new(),
+                requeue: Vec::new(),
+            },
+            shapes: PendingShapes::default(),
+            own_demand: vec![0u64; queue_count],
+            own_running: vec![0u64; queue_count],
+            started_jobs: 0,
+            finished: 0,
+            partial_gangs: 0,
+            preemptions: 0,
+            decisions: 0,
+            first_decisions: 0,
+            estimates: Vec::new(),
+            last_end: 0.0,
+            progress,
+            on_decision,
+        }
+    }
 }
 
 impl World<'_, '_> {

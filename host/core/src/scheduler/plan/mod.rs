@@ -397,18 +397,7 @@ impl Scheduler {
         if !self.plan_config.enabled {
             return;
         }
-        let seen = (self.state.releases(), self.running_gpus, self.queue.len());
-        let due = self
-            .plan
-            .job_to_reservation
-            .values()
-            .any(|r| r.start_s <= now_s);
-        let unplanned = self
-            .plan
-            .planned_for
-            .is_none_or(|(_, _, pending)| pending < seen.2);
-        let recent = now_s - self.plan.planned_at_s < self.plan_config.replan_every_s;
-        if (self.plan.planned_for == Some(seen) || (recent && !unplanned)) && !due {
+        if !self.replan_due(now_s) {
             // Nothing changed for the plan, but time passed: a forecast may have come due (on
             // a quiet cluster it is the only source of the estimates of jobs waiting for
             // quota).
@@ -417,7 +406,6 @@ impl Scheduler {
             }
             return;
         }
-        self.plan.planned_for = Some(seen);
         self.plan.planned_at_s = now_s;
         self.plan
             .backfill_to_owner
@@ -429,37 +417,10 @@ impl Scheduler {
                 self.queue.push(owner, key);
             }
         }
-
-        // The jobs waiting for room, and while the gate is open those aged past the threshold
-        // whatever blocks them, in the order cycles try them (priority, then age): the first
-        // `MAX_PLANNED`, chosen without sorting them all.
         let rule = self.reservation_rule();
         self.plan.rule = rule;
-        let aged = |spec: &JobSpec| rule.open && now_s - spec.submit_s >= rule.age_threshold_s;
-        let mut waiting: Vec<Rank> = self
-            .queue
-            .parked_for(crate::Blocked::Room)
-            .filter_map(|id| {
-                let spec = &self.job_to_entry[&id].spec;
-                // A balloon only fills what is idle: it is never planned for.
-                (!spec.balloon).then(|| Rank::of(id, spec))
-            })
-            .collect();
-        if rule.open {
-            waiting.extend(
-                self.queue
-                    .parked_for(crate::Blocked::Quota)
-                    .filter_map(|id| {
-                        let spec = &self.job_to_entry[&id].spec;
-                        (!spec.balloon && aged(spec)).then(|| Rank::of(id, spec))
-                    }),
-            );
-        }
-        if waiting.len() > MAX_PLANNED {
-            waiting.select_nth_unstable_by(MAX_PLANNED, Rank::order);
-            waiting.truncate(MAX_PLANNED);
-        }
-        waiting.sort_by(Rank::order);
+        let aged = |spec: &JobSpec| rule.aged(spec, now_s);
+        let waiting = self.waiting_to_plan(&rule, now_s);
 
         let timeline = self.timeline(now_s);
         // Most waiting jobs share a few shapes.
@@ -579,6 +540,60 @@ impl Scheduler {
         // The last forecast's estimates, whether or not one ran now: the replan cleared them.
         self.forecast_if_due(now_s);
         self.estimate_from_forecast(now_s);
+    }
+
+    /// Whether the plan is due at `now_s`: something it plans from changed (a release of
+    /// resources, the running GPUs, more pending jobs) and the last replan is older than
+    /// [`PlanConfig::replan_every_s`], or a reservation came due. Notes what it is planned
+    /// for when it is.
+    fn replan_due(&mut self, now_s: f64) -> bool {
+        let seen = (self.state.releases(), self.running_gpus, self.queue.len());
+        let due = self
+            .plan
+            .job_to_reservation
+            .values()
+            .any(|r| r.start_s <= now_s);
+        let unplanned = self
+            .plan
+            .planned_for
+            .is_none_or(|(_, _, pending)| pending < seen.2);
+        let recent = now_s - self.plan.planned_at_s < self.plan_config.replan_every_s;
+        if (self.plan.planned_for == Some(seen) || (recent && !unplanned)) && !due {
+            return false;
+        }
+        self.plan.planned_for = Some(seen);
+        true
+    }
+
+    /// The jobs waiting for room, and while the gate of `rule` is open those aged past its
+    /// threshold whatever blocks them, in the order cycles try them (priority, then age): the
+    /// first [`MAX_PLANNED`], chosen without sorting them all.
+    fn waiting_to_plan(&self, rule: &ReservationRule, now_s: f64) -> Vec<Rank> {
+        let mut waiting: Vec<Rank> = self
+            .queue
+            .parked_for(crate::Blocked::Room)
+            .filter_map(|id| {
+                let spec = &self.job_to_entry[&id].spec;
+                // A balloon only fills what is idle: it is never planned for.
+                (!spec.balloon).then(|| Rank::of(id, spec))
+            })
+            .collect();
+        if rule.open {
+            waiting.extend(
+                self.queue
+                    .parked_for(crate::Blocked::Quota)
+                    .filter_map(|id| {
+                        let spec = &self.job_to_entry[&id].spec;
+                        (!spec.balloon && rule.aged(spec, now_s)).then(|| Rank::of(id, spec))
+                    }),
+            );
+        }
+        if waiting.len() > MAX_PLANNED {
+            waiting.select_nth_unstable_by(MAX_PLANNED, Rank::order);
+            waiting.truncate(MAX_PLANNED);
+        }
+        waiting.sort_by(Rank::order);
+        waiting
     }
 
     /// Every pending job the last forecast reached gets its start, as it is (the calibration

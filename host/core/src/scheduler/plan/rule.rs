@@ -33,6 +33,14 @@ pub struct ReservationRule {
     pub open: bool,
 }
 
+impl ReservationRule {
+    /// Whether `spec`, at `now_s`, gets a reservation whatever blocks it: the gate is open and
+    /// it has waited past the threshold.
+    pub fn aged(&self, spec: &super::JobSpec, now_s: f64) -> bool {
+        self.open && now_s - spec.submit_s >= self.age_threshold_s
+    }
+}
+
 /// The quota a reservation holds: jobs behind its owner may not start borrowing, nor take
 /// from the owner's own queue, what the owner needs, unless they are expected to end before
 /// the owner's planned start.

@@ -39,6 +39,33 @@ pub(super) struct Planned {
 }
 
 impl Planned {
+    /// `node_pods` from `start`, each pod taking `needs` for `runtime_s`; what each chosen
+    /// node keeps beside it is what `free` has there beyond what is `claimed`.
+    fn new(
+        node_pods: Vec<(usize, u32)>,
+        start: (f64, f64, f64),
+        (free, claimed): (&[[u32; 3]], &[[u32; 3]]),
+        needs: [u32; 3],
+        runtime_s: f64,
+    ) -> Self {
+        let spare = node_pods
+            .iter()
+            .map(|&(node, pods)| {
+                minus(
+                    minus(free[node], claimed[node]),
+                    needs.map(|need| need.saturating_mul(pods)),
+                )
+            })
+            .collect();
+        Self {
+            node_pods,
+            start,
+            spare,
+            needs,
+            runtime_s,
+        }
+    }
+
     pub(super) fn nodes(&self) -> Vec<usize> {
         self.node_pods.iter().map(|&(node, _)| node).collect()
     }
@@ -311,26 +338,8 @@ impl Scheduler {
                 .get_or_init(|| crate::scheduler::place::builtin_view(spec, &self.state).1);
             self.place(spec, capacity, scores).map(|p| p.node_pods)
         };
-        let planned = |node_pods: Vec<(usize, u32)>,
-                       start: (f64, f64, f64),
-                       free: &[[u32; 3]],
-                       claimed: &[[u32; 3]]| {
-            let spare = node_pods
-                .iter()
-                .map(|&(node, pods)| {
-                    minus(
-                        minus(free[node], claimed[node]),
-                        needs.map(|need| need.saturating_mul(pods)),
-                    )
-                })
-                .collect();
-            Planned {
-                node_pods,
-                start,
-                spare,
-                needs,
-                runtime_s,
-            }
+        let planned = |node_pods, start, free: &[[u32; 3]], claimed: &[[u32; 3]]| {
+            Planned::new(node_pods, start, (free, claimed), needs, runtime_s)
         };
         if let Some(node_pods) = try_place(&capacity, total) {
             return Some(planned(node_pods, (now_s, now_s, now_s), &free, &claimed));
