@@ -14,7 +14,8 @@ use gantry_core::{BindOutcome, Changes, Cluster, CycleOutput, Decision, Forecast
 use gantry_policy::NodeCache;
 use serde::Serialize;
 
-use crate::live::{Live, now_ms};
+use crate::live::Live;
+use crate::now_ms;
 
 /// How the loop paces itself.
 #[derive(Debug, Clone)]

@@ -25,7 +25,7 @@ pub use error::{EngineError, Result};
 pub use live::{
     ClusterView, DecisionEvent, HISTORY_EVERY, HISTORY_KEEP, JobView, Live, LiveConfig,
     QueueHistoryView, QueueSeries, QueueView, ShadowDisagreement, ShadowReport, Upload, Validation,
-    lent_gpus, now_ms,
+    lent_gpus,
 };
 pub use metrics::Metrics;
 pub use shutdown::Shutdown;
@@ -33,3 +33,11 @@ pub use whatif::{
     EstimateView, WhatIfAnswer, WhatIfError, WhatIfJob, WhatIfOutcome, WhatIfShape, duration_text,
     estimate_text,
 };
+
+/// Milliseconds since the Unix epoch: the time stamp of records, audit entries and answers.
+pub fn now_ms() -> u64 {
+    std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)
+        .map(|d| d.as_millis() as u64)
+        .unwrap_or(0)
+}

@@ -12,7 +12,7 @@ use std::time::{Duration, Instant};
 
 use gantry_core::{JobId, JobSpec, PodShape, Scheduler, TopologyPref, WhatIf, WhatIfRun};
 
-use crate::live::{Live, now_ms};
+use crate::now_ms;
 
 /// Most pods a what-if job may have: beyond any cluster, and cheap to refuse.
 const MAX_PODS: u32 = 100_000;
@@ -42,21 +42,36 @@ pub enum WhatIfError {
 }
 
 /// A question waiting for the loop, and where its answer goes.
-pub(crate) struct WhatIfAsk {
+struct WhatIfAsk {
     job: WhatIfJob,
     reply: tokio::sync::oneshot::Sender<Result<WhatIfAnswer, WhatIfError>>,
 }
 
-impl Live {
-    /// Asks the loop when a job of `job`'s shape would start; the loop copies the scheduler
-    /// between cycles and the forecast runs beside it.
-    pub async fn what_if(&self, job: WhatIfJob) -> Result<WhatIfAnswer, WhatIfError> {
+/// Where what-if questions wait for the loop, and how many are being answered: the API asks
+/// here, and the loop takes the questions between cycles.
+#[derive(Default)]
+pub struct WhatIfDesk {
+    /// The questions waiting for the loop; held only to push or take them.
+    asks: std::sync::Mutex<Vec<WhatIfAsk>>,
+    /// What-ifs whose forecasts run on threads of their own now: a bound, so questions cannot
+    /// pile up threads (each answer costs a forecast per variation).
+    running: Arc<AtomicUsize>,
+}
+
+impl WhatIfDesk {
+    /// Asks when a job of `job`'s shape would start, and calls `wake` so the loop takes the
+    /// question; waits at most [`ANSWER_WITHIN`] for the answer.
+    pub async fn ask(
+        &self,
+        job: WhatIfJob,
+        wake: impl FnOnce(),
+    ) -> Result<WhatIfAnswer, WhatIfError> {
         let (reply, answer) = tokio::sync::oneshot::channel();
-        self.what_ifs
+        self.asks
             .lock()
             .unwrap_or_else(|e| e.into_inner())
             .push(WhatIfAsk { job, reply });
-        self.wake_loop();
+        wake();
         match tokio::time::timeout(ANSWER_WITHIN, answer).await {
             Ok(Ok(answer)) => answer,
             _ => Err(WhatIfError::NoAnswer),
@@ -65,8 +80,8 @@ impl Live {
 
     /// Takes the questions waiting: each gets its copies of `scheduler` here (the loop calls
     /// this between cycles) and its answer from their forecasts on a thread of its own.
-    pub fn answer_what_ifs(&self, scheduler: &Scheduler) {
-        let asks = std::mem::take(&mut *self.what_ifs.lock().unwrap_or_else(|e| e.into_inner()));
+    pub fn answer_waiting(&self, scheduler: &Scheduler) {
+        let asks = std::mem::take(&mut *self.asks.lock().unwrap_or_else(|e| e.into_inner()));
         for ask in asks {
             let _span = tracing::debug_span!("what_if").entered();
             let runs = match runs(scheduler, &ask.job) {
@@ -77,7 +92,7 @@ impl Live {
                     continue;
                 }
             };
-            let Some(slot) = Slot::take(&self.what_ifs_running) else {
+            let Some(slot) = Slot::take(&self.running) else {
                 let _ = ask.reply.send(Err(WhatIfError::Busy));
                 continue;
             };

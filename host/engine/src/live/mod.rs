@@ -30,6 +30,7 @@ use tokio::sync::{broadcast, watch};
 
 use crate::error::{EngineError, Result};
 use crate::metrics::Metrics;
+use crate::whatif::{WhatIfAnswer, WhatIfDesk, WhatIfError, WhatIfJob};
 
 mod history;
 mod registry;
@@ -47,13 +48,7 @@ use registry::*;
 use shadow::*;
 pub use view::{ClusterView, lent_gpus};
 
-/// Milliseconds since the Unix epoch: the time stamp of records and audit entries.
-pub fn now_ms() -> u64 {
-    std::time::SystemTime::now()
-        .duration_since(std::time::UNIX_EPOCH)
-        .map(|d| d.as_millis() as u64)
-        .unwrap_or(0)
-}
+pub(crate) use crate::now_ms;
 
 /// Server settings that handlers consult.
 #[derive(Debug, Clone)]
@@ -104,12 +99,9 @@ pub struct Live {
     /// candidate instead of queued, so a slow candidate never delays or piles up behind the
     /// active set.
     shadow_tx: OnceLock<ShadowThread>,
-    /// What-if questions from the API, answered by the loop between cycles; held only to push
-    /// or take them.
-    pub(crate) what_ifs: Mutex<Vec<crate::whatif::WhatIfAsk>>,
-    /// What-ifs whose forecasts run on threads of their own now: a bound, so questions cannot
-    /// pile up threads (each answer costs a forecast per variation).
-    pub(crate) what_ifs_running: Arc<std::sync::atomic::AtomicUsize>,
+    /// What-if questions from the API, answered by the loop between cycles, and the bound on
+    /// those being answered.
+    what_ifs: WhatIfDesk,
     /// Held by the loop while the active set decides; the shadow thread's calls wait on it, so
     /// the candidate runs only in the loop's spare time.
     cycle_gate: Arc<CycleGate>,
@@ -165,8 +157,7 @@ impl Live {
             shadow: ArcSwapOption::empty(),
             shadow_tx: OnceLock::new(),
             cycle_gate,
-            what_ifs: Mutex::default(),
-            what_ifs_running: Arc::default(),
+            what_ifs: WhatIfDesk::default(),
             view: ArcSwap::from_pointee(ClusterView::default()),
             decisions_tx,
             entry_to_policy: Mutex::new(HashMap::new()),
@@ -236,6 +227,18 @@ impl Live {
             .wait_timeout_while(guard, pause, |woken| !*woken)
             .unwrap_or_else(|e| e.into_inner());
         *woken = false;
+    }
+
+    /// Asks the loop when a job of `job`'s shape would start; the loop copies the scheduler
+    /// between cycles and the forecast runs beside it.
+    pub async fn what_if(&self, job: WhatIfJob) -> Result<WhatIfAnswer, WhatIfError> {
+        self.what_ifs.ask(job, || self.wake_loop()).await
+    }
+
+    /// Takes the what-if questions waiting and answers them from copies of `scheduler` (the
+    /// loop calls this between cycles).
+    pub fn answer_what_ifs(&self, scheduler: &gantry_core::Scheduler) {
+        self.what_ifs.answer_waiting(scheduler);
     }
 
     pub(crate) fn wake_loop(&self) {

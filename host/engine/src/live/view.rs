@@ -149,7 +149,7 @@ impl Live {
             ));
             let mut view = view_of(spec, "pending");
             view.estimate = scheduler.start_estimate(id).map(|estimate| {
-                crate::whatif::EstimateView::new(estimate, scheduler.clock_s(), published_ms)
+                gantry_contract::EstimateView::new(estimate, scheduler.clock_s(), published_ms)
             });
             view.no_estimate = job_to_no_estimate.remove(&id);
             job_to_state.insert(spec.name.clone(), view);
