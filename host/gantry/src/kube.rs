@@ -1,57 +1,18 @@
-//! Gantry on a live cluster: `gantry serve --kubeconfig FILE` (the simulated serve's API and
-//! store, with `gantry-kube` as the cluster source and binder) and `gantry kube create-nodes`
-//! (fake GPU nodes from a cluster spec, for the test control plane in `tests/cluster/`).
+//! `gantry kube`: commands on a live cluster's objects. `create-nodes` makes fake GPU nodes
+//! from a cluster spec, for the test control plane in `tests/cluster/` (`gantry serve
+//! --kubeconfig` lives in `serve/kube.rs`).
 
-use std::net::SocketAddr;
 use std::path::PathBuf;
-use std::time::Duration;
 
 use clap::Args;
-use gantry_core::{
-    BindOutcome, ClusterState, NodeTable, Queues, Resources, Scheduler, SchedulerConfig, Symbols,
-};
-use gantry_engine::Shutdown;
-use gantry_engine::{Engine, EngineConfig};
+use gantry_core::Symbols;
 use gantry_kube::nodes::NodeDef;
-use gantry_kube::{KubeCluster, KubeConfig, LeaderSettings, TopologyLabel};
+use gantry_kube::{KubeConfig, TopologyLabel};
 use gantry_sim::ClusterSpec;
 
-use crate::serve::{ServerArgs, start_api, start_live};
-
-/// How long to wait for the watch caches' first full list.
-const SYNC_TIMEOUT: Duration = Duration::from_secs(60);
-
-/// Leader election flags of `gantry serve --kubeconfig` (kube-scheduler's names).
-#[derive(Args, Debug, Clone)]
-pub struct LeaderArgs {
-    /// With --kubeconfig: hold a coordination.k8s.io Lease to schedule; replicas without it
-    /// keep their caches warm and serve the API read-only until it is free.
-    #[arg(long, requires = "kubeconfig")]
-    pub leader_elect: bool,
-    /// The Lease's name.
-    #[arg(long, default_value = "gantry")]
-    pub leader_elect_lease_name: String,
-    /// The Lease's namespace (in a pod, set POD_NAMESPACE from the downward API).
-    #[arg(long, env = "POD_NAMESPACE", default_value = "default")]
-    pub leader_elect_namespace: String,
-}
-
-/// What `gantry serve --kubeconfig` needs from the serve arguments.
-pub struct KubeServe {
-    pub kubeconfig: PathBuf,
-    pub topology_labels: Vec<String>,
-    /// PriorityClasses and namespaces whose pods may be balloons (empty names dropped).
-    pub balloon_priority_classes: Vec<String>,
-    pub balloon_namespaces: Vec<String>,
-    pub leader: LeaderArgs,
-    pub duration_s: Option<f64>,
-    pub no_policies: bool,
-    pub listen: SocketAddr,
-    pub server: ServerArgs,
-    pub plugins: crate::PluginDir,
-}
-
-fn kube_config(topology_labels: &[String]) -> anyhow::Result<KubeConfig> {
+/// The cluster configuration with the topology labels given as LEVEL=LABEL-KEY (the defaults
+/// when none are).
+pub(crate) fn kube_config(topology_labels: &[String]) -> anyhow::Result<KubeConfig> {
     let mut config = KubeConfig::default();
     if !topology_labels.is_empty() {
         config.topology = topology_labels
@@ -60,127 +21,6 @@ fn kube_config(topology_labels: &[String]) -> anyhow::Result<KubeConfig> {
             .collect::<anyhow::Result<_>>()?;
     }
     Ok(config)
-}
-
-/// Schedules the cluster of `opts.kubeconfig` until interrupted (or `duration_s`): the one
-/// engine loop, with the live cluster as its source and binder.
-pub fn serve(opts: KubeServe) -> anyhow::Result<()> {
-    let symbols = Symbols::new();
-    let mut config = kube_config(&opts.topology_labels)?;
-    let named = |names: &[String]| {
-        names
-            .iter()
-            .filter(|n| !n.is_empty())
-            .cloned()
-            .collect::<std::collections::BTreeSet<String>>()
-    };
-    config.balloon_priority_classes = named(&opts.balloon_priority_classes);
-    config.balloon_namespaces = named(&opts.balloon_namespaces);
-    let scheduler_name = config.scheduler_name.clone();
-    let list = |names: &std::collections::BTreeSet<String>| {
-        if names.is_empty() {
-            "none".to_string()
-        } else {
-            names.iter().cloned().collect::<Vec<_>>().join(", ")
-        }
-    };
-    let trusted = format!(
-        "  balloons (label gantry.dev/balloon) trusted from PriorityClass {} and namespace {}",
-        list(&config.balloon_priority_classes),
-        list(&config.balloon_namespaces)
-    );
-    let mut cluster = KubeCluster::connect(&opts.kubeconfig, config)?.with_symbols(symbols.clone());
-    println!(
-        "gantry serve: scheduling pods with schedulerName {scheduler_name} in the cluster of {}; Ctrl-C stops",
-        opts.kubeconfig.display()
-    );
-    println!("{trusted}");
-    let (live, tokens) = start_live(
-        &opts.server,
-        symbols.clone(),
-        (!opts.no_policies).then_some(&opts.plugins),
-        // A live cluster's scheduler runs in a pod: its output is a log.
-        false,
-    )?;
-    let stop = Shutdown::new();
-    let (bound, api) = start_api(live.clone(), tokens, opts.listen, stop.clone())?;
-    println!(
-        "  API on http://{bound}/api (OpenAPI at /api/openapi.json), data in {}",
-        opts.server.data_dir.display()
-    );
-    // The API and /healthz are up while the caches sync; /readyz says ready once the loop
-    // has published its first view, after the sync.
-    cluster.wait_synced(SYNC_TIMEOUT)?;
-    println!("  watch caches synced: {} nodes", cluster.node_count());
-    let leadership = opts.leader.leader_elect.then(|| {
-        let settings = LeaderSettings::new(
-            &opts.leader.leader_elect_lease_name,
-            &opts.leader.leader_elect_namespace,
-        );
-        println!(
-            "  leader election: lease {}/{} as {}",
-            settings.namespace, settings.name, settings.identity
-        );
-        cluster.leader_elect(settings)
-    });
-    // The first sync builds the node table and queue tree from the caches.
-    let scheduler = Scheduler::new(
-        ClusterState::new(NodeTable::default()),
-        Queues::new(&[], Resources::default(), 600.0)?,
-        symbols,
-        SchedulerConfig {
-            // A pass binds what its cycle placed before the next cycle runs, and waits for the
-            // slowest binding of the round: a backlog goes through in few big rounds.
-            max_attempts: 5000,
-            // Victims are evicted through the Eviction API (see gantry_kube::evict).
-            preemption: true,
-            ..SchedulerConfig::default()
-        },
-    );
-    let mut engine = Engine::new(
-        live.clone(),
-        scheduler,
-        EngineConfig {
-            cluster_name: "kube".into(),
-            ..EngineConfig::default()
-        },
-    );
-    let (mut passes, mut bound_pods) = (0u64, 0u64);
-    let mut leading = None;
-    engine.run(
-        &mut cluster,
-        &stop,
-        opts.duration_s,
-        &mut |engine, _now, pass| {
-            passes += 1;
-            let scheduler = engine.scheduler();
-            bound_pods += pass
-                .outcomes
-                .iter()
-                .filter_map(|o| match o {
-                    BindOutcome::Bound { job } => scheduler.get(*job).map(|s| u64::from(s.pods)),
-                    _ => None,
-                })
-                .sum::<u64>();
-            if let Some(leadership) = &leadership {
-                let now_leading = leadership.is_leader();
-                if leading != Some(now_leading) {
-                    leading = Some(now_leading);
-                    println!(
-                        "  {} ({})",
-                        if now_leading { "leading" } else { "following" },
-                        leadership.holder().unwrap_or_default()
-                    );
-                }
-            }
-        },
-    );
-    stop.trigger();
-    cluster.resign();
-    live.store.flush()?;
-    Shutdown::join_by(api, crate::serve::API_PATIENCE);
-    println!("gantry serve: stopped after {passes} passes; {bound_pods} pods bound");
-    Ok(())
 }
 
 #[derive(Args, Debug)]

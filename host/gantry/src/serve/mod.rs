@@ -1,0 +1,82 @@
+//! `gantry serve`: with no cluster configured, a simulated copy of the 7,500-node cluster under a
+//! steady synthetic load of single pods and gangs, scheduled continuously by the real core, with
+//! the REST API in front. The example Wasm policies are the first active set (kept in the store,
+//! so a restart resumes with whatever set was active), and balloon pods hold idle capacity until
+//! real work preempts them.
+//!
+//! Its parts: `server` (the store, the tokens and the API, shared by both modes), `sim` (the
+//! simulated cluster and its synthetic load) and `kube` (a live cluster, `--kubeconfig`).
+//! [`run`] is the one front door: the same flags, the cluster source and binder chosen by
+//! `--kubeconfig`.
+
+mod kube;
+mod server;
+mod sim;
+
+use std::net::SocketAddr;
+use std::path::PathBuf;
+
+use clap::Args;
+
+pub use server::{API_PATIENCE, ServerArgs, default_data_dir, start_api, start_live};
+pub use sim::{Load, SimCluster, run_loop};
+
+/// The flags of `gantry serve`, both modes: those of the simulated cluster, of a live one
+/// (`kube`), of the server and of the policies.
+#[derive(Args, Debug)]
+pub struct ServeArgs {
+    /// Cluster spec to simulate.
+    #[arg(long, default_value = concat!(env!("CARGO_MANIFEST_DIR"), "/../../../shared/clusters/openai-like-7500.yaml"))]
+    cluster: PathBuf,
+    /// Stop after this many seconds (run until interrupted when absent).
+    #[arg(long)]
+    duration_s: Option<f64>,
+    /// Share of the cluster's GPUs the synthetic load asks for on average (its arrival rate
+    /// follows from the jobs' mean size and run length), so that pending work stays bounded.
+    #[arg(long, default_value_t = 0.9)]
+    load: f64,
+    /// New jobs per second of the synthetic load, instead of `--load`.
+    #[arg(long)]
+    jobs_per_s: Option<f64>,
+    /// Write the run's figures (GPU allocation, idle GPUs while work waited, pending over
+    /// time, attempts per cycle, cycle times) to this JSON file when it stops.
+    #[arg(long, value_name = "FILE.json")]
+    report: Option<PathBuf>,
+    /// Seconds between progress lines.
+    #[arg(long, default_value_t = 5.0)]
+    log_every_s: f64,
+    #[arg(long, default_value_t = 1)]
+    seed: u64,
+    /// Balloon pods (8 GPUs each, lowest priority) that hold idle capacity and give way when
+    /// real work needs it, as OpenAI ran them. By default, enough to hold what the load leaves
+    /// idle, plus 15% of the cluster for its swings (big gangs come and go).
+    #[arg(long)]
+    balloons: Option<u32>,
+    /// Schedule with the built-ins only, without the example Wasm policies.
+    #[arg(long)]
+    no_policies: bool,
+    /// Start with an empty cluster, rather than as if the load had been running for a while
+    /// (a warm start applies to --load only, never to --jobs-per-s).
+    #[arg(long)]
+    cold_start: bool,
+    /// Stop submitting new work after this many pods (the balloons not counted).
+    #[arg(long)]
+    max_pods: Option<u64>,
+    /// Where the API listens.
+    #[arg(long, default_value = "127.0.0.1:7070")]
+    listen: SocketAddr,
+    #[command(flatten)]
+    kube: kube::KubeArgs,
+    #[command(flatten)]
+    server: ServerArgs,
+    #[command(flatten)]
+    plugins: crate::PluginDir,
+}
+
+/// `gantry serve`: a live cluster with `--kubeconfig`, else the simulated one.
+pub fn run(args: ServeArgs) -> anyhow::Result<()> {
+    match args.kube.kubeconfig.clone() {
+        Some(kubeconfig) => kube::serve(kubeconfig, args),
+        None => sim::serve(args),
+    }
+}
