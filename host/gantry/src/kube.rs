@@ -4,11 +4,34 @@
 
 use std::path::PathBuf;
 
-use clap::Args;
+use clap::{Args, Subcommand};
 use gantry_core::Symbols;
 use gantry_kube::nodes::NodeDef;
 use gantry_kube::{KubeConfig, TopologyLabel};
 use gantry_sim::ClusterSpec;
+
+/// The subcommands of `gantry kube`.
+#[derive(Subcommand)]
+pub enum KubeCommand {
+    /// Create fake GPU nodes (for kwok) from a cluster spec, with topology labels.
+    CreateNodes(CreateNodesArgs),
+    /// Benchmark: create the workload of tests/cluster/bench.sh (single pods and PodGroup gangs).
+    BenchPods(crate::bench::cluster::BenchPodsArgs),
+    /// Benchmark: start a scheduler once the workload exists and time its bindings (JSON).
+    BenchWatch(crate::bench::cluster::BenchWatchArgs),
+    /// Benchmark: bind the workload to nodes decided up front, with no scheduling (the ceiling).
+    BenchBind(crate::bench::cluster::BenchBindArgs),
+}
+
+/// Runs one `gantry kube` command.
+pub fn run(command: KubeCommand) -> anyhow::Result<()> {
+    match command {
+        KubeCommand::CreateNodes(args) => create_nodes(args),
+        KubeCommand::BenchPods(args) => crate::bench::cluster::pods(args),
+        KubeCommand::BenchWatch(args) => crate::bench::cluster::watch(args),
+        KubeCommand::BenchBind(args) => crate::bench::cluster::bind(args),
+    }
+}
 
 /// The cluster configuration with the topology labels given as LEVEL=LABEL-KEY (the defaults
 /// when none are).

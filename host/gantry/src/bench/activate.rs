@@ -29,7 +29,7 @@ pub struct ActivateBenchArgs {
     #[arg(long)]
     json: bool,
     #[command(flatten)]
-    plugins: crate::PluginDir,
+    plugins: crate::policy::PluginDir,
 }
 
 fn summary(mut ms: Vec<f64>) -> serde_json::Value {

@@ -59,7 +59,7 @@ pub struct FaultsBenchArgs {
     #[arg(long)]
     json: bool,
     #[command(flatten)]
-    plugins: crate::PluginDir,
+    plugins: crate::policy::PluginDir,
 }
 
 fn bar(len: u64, what: &str) -> ProgressBar {

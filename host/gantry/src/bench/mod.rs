@@ -15,12 +15,39 @@ pub mod store;
 use std::hint::black_box;
 use std::time::{Duration, Instant};
 
-use clap::Args;
+use clap::{Args, Subcommand};
 use gantry_core::{PodShape, Symbols};
 use gantry_policy::{Limits, Policy, PolicyEngine, PolicyOptions, PolicyRole, WasmNodes};
 use serde_json::json;
 
-use crate::{PluginDir, sample};
+use crate::policy::PluginDir;
+use crate::sample;
+
+/// The subcommands of `gantry bench`.
+#[derive(Subcommand)]
+pub enum BenchCommand {
+    /// Cost per node of the Wasm example policies against their native Rust twins.
+    Policy(PolicyBenchArgs),
+    /// Scheduling decisions per second and latency, with the example policies active.
+    Schedule(ScheduleBenchArgs),
+    /// Batched decision-record writes per second into the sled store.
+    Store(StoreBenchArgs),
+    /// How soon an activated policy set takes effect, over the API, under load.
+    Activate(activate::ActivateBenchArgs),
+    /// Cycle latency with a faulting policy (active, then in shadow) and during uploads.
+    Faults(faults::FaultsBenchArgs),
+}
+
+/// Runs one `gantry bench` command.
+pub fn run(command: BenchCommand) -> anyhow::Result<()> {
+    match command {
+        BenchCommand::Policy(args) => run_policy(args),
+        BenchCommand::Activate(args) => activate::run(args),
+        BenchCommand::Faults(args) => faults::run(args),
+        BenchCommand::Store(args) => run_store(args),
+        BenchCommand::Schedule(args) => run_schedule(args),
+    }
+}
 
 #[derive(Args, Debug)]
 pub struct PolicyBenchArgs {

@@ -70,7 +70,7 @@ pub struct ServeArgs {
     #[command(flatten)]
     server: ServerArgs,
     #[command(flatten)]
-    plugins: crate::PluginDir,
+    plugins: crate::policy::PluginDir,
 }
 
 /// `gantry serve`: a live cluster with `--kubeconfig`, else the simulated one.

@@ -85,7 +85,7 @@ const EXAMPLE_POLICIES: [&str; 3] = ["gpu_fit.wasm", "gpu_binpack.wasm", "team_q
 pub fn start_live(
     server: &ServerArgs,
     symbols: Arc<Symbols>,
-    plugins: Option<&crate::PluginDir>,
+    plugins: Option<&crate::policy::PluginDir>,
     print_tokens: bool,
 ) -> anyhow::Result<(Arc<gantry_engine::Live>, FrontDoor)> {
     let tokens_path = server

@@ -2,6 +2,9 @@
 //! `gantry explain`. Each prints what an admin or researcher reads, and the server's own error
 //! sentence when a request is refused. Requests and answers are the server's own types, from
 //! `gantry-contract`: a field the server drops or renames breaks this build, not a user's run.
+//! `compose` holds the edits `gantry policy compose` applies, apart from the HTTP calls.
+
+mod compose;
 
 use std::path::PathBuf;
 use std::process::ExitCode;
@@ -502,7 +505,7 @@ pub fn push(args: PushArgs) -> anyhow::Result<ExitCode> {
                 .any(|m| m.sha256 == e.sha256 && m.name == manifest.name && m.role == manifest.role)
         });
         let me = manifest.sha256.clone();
-        let mut edits = crate::compose::Edits {
+        let mut edits = compose::Edits {
             weight: vec![format!("{me}={}", args.weight)],
             config: vec![(me.clone(), config.clone())],
             failure: vec![format!("{me}={}", args.failure)],
@@ -555,7 +558,7 @@ pub fn compose(args: ComposeArgs) -> anyhow::Result<ExitCode> {
             };
             config.push((entry.to_string(), config_arg(value)?));
         }
-        let edits = crate::compose::Edits {
+        let edits = compose::Edits {
             remove: args.remove.clone(),
             replace: args.replace.clone(),
             add: args.add.clone(),

@@ -67,18 +67,18 @@ pub struct NewArgs {
     sdk: Option<PathBuf>,
 }
 
-const WIT: &str = include_str!("../../../wit/policy-0.1.0/policy.wit");
+const WIT: &str = include_str!("../../../../wit/policy-0.1.0/policy.wit");
 /// The SDK's `v0_2` module binds contract 0.2.0 too, so a copy of the SDK needs its WIT.
-const WIT_0_2: &str = include_str!("../../../wit/policy-0.2.0/policy.wit");
-const SDK_LIB: &str = include_str!("../../../plugins/sdk/src/lib.rs");
-const SDK_VIEW: &str = include_str!("../../../plugins/sdk/src/view.rs");
-const SDK_V0_2: &str = include_str!("../../../plugins/sdk/src/v0_2.rs");
-const SDK_BINDINGS: &str = include_str!("../../../plugins/sdk/src/bindings.rs");
-const TOOLCHAIN: &str = include_str!("../../../rust-toolchain.toml");
-const PY_HELPER: &str = include_str!("../../../plugins/python/sdk/gantry_policy.py");
-const PY_REQUIREMENTS: &str = include_str!("../../../plugins/python/requirements.txt");
-const JS_PACKAGE: &str = include_str!("../../../plugins/js/package.json");
-const JS_LOCK: &str = include_str!("../../../plugins/js/package-lock.json");
+const WIT_0_2: &str = include_str!("../../../../wit/policy-0.2.0/policy.wit");
+const SDK_LIB: &str = include_str!("../../../../plugins/sdk/src/lib.rs");
+const SDK_VIEW: &str = include_str!("../../../../plugins/sdk/src/view.rs");
+const SDK_V0_2: &str = include_str!("../../../../plugins/sdk/src/v0_2.rs");
+const SDK_BINDINGS: &str = include_str!("../../../../plugins/sdk/src/bindings.rs");
+const TOOLCHAIN: &str = include_str!("../../../../rust-toolchain.toml");
+const PY_HELPER: &str = include_str!("../../../../plugins/python/sdk/gantry_policy.py");
+const PY_REQUIREMENTS: &str = include_str!("../../../../plugins/python/requirements.txt");
+const JS_PACKAGE: &str = include_str!("../../../../plugins/js/package.json");
+const JS_LOCK: &str = include_str!("../../../../plugins/js/package-lock.json");
 /// The WIT bindings version the SDK is built with; kept equal to the workspace's pin by the
 /// unit test `the_sdk_copy_pins_the_workspaces_wit_bindgen`.
 const WIT_BINDGEN: &str = "=0.63.0";
@@ -86,7 +86,7 @@ const WIT_BINDGEN: &str = "=0.63.0";
 /// The workspace's `[profile.plugin]` section, as written in its `Cargo.toml`: the one
 /// size-optimised profile, copied into Rust projects rather than restated here.
 fn plugin_profile() -> &'static str {
-    const WORKSPACE: &str = include_str!("../../../Cargo.toml");
+    const WORKSPACE: &str = include_str!("../../../../Cargo.toml");
     let start = WORKSPACE
         .find("[profile.plugin]")
         .expect("the workspace declares [profile.plugin]");
@@ -417,7 +417,7 @@ mod tests {
         ] {
             assert!(files.iter().any(|(p, _)| p == path), "{path} is missing");
         }
-        let workspace = include_str!("../../../Cargo.toml");
+        let workspace = include_str!("../../../../Cargo.toml");
         assert!(
             workspace.contains(&format!("wit-bindgen = {{ version = \"{WIT_BINDGEN}\"")),
             "the workspace's wit-bindgen pin changed: update WIT_BINDGEN"
