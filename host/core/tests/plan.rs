@@ -371,20 +371,26 @@ fn what_if_answers_from_the_plan_without_submitting() {
     );
 }
 
-#[test]
-fn a_what_if_counts_quota_and_every_job_ahead_in_its_queue() {
-    // Four nodes of 8 GPUs, a queue of 16 GPUs: two 8-GPU jobs (known to run 600 s) use its
-    // quota, and three more wait for it though room is free.
+/// Four nodes of 8 GPUs and a queue of 16: two 8-GPU jobs (known to run 600 s) use its quota,
+/// and `waiting` more (`wait-0` first) wait for it though room is free, each tried once.
+fn queue_at_quota(waiting: usize) -> (Fixture, Vec<JobId>) {
     let mut fx = Fixture::single_queue(&[Pool::h100(4, 4, None)], 16);
     teach(&mut fx, 600.0, 5);
     for i in 0..2 {
         fx.submit(fx.job(&format!("run-{i}"), "default", 0, 1, 8));
     }
     fx.checked_cycle();
-    let ahead: Vec<JobId> = (0..3)
+    let ids = (0..waiting)
         .map(|i| fx.submit(fx.job(&format!("wait-{i}"), "default", 0, 1, 8)))
         .collect();
     fx.checked_cycle();
+    (fx, ids)
+}
+
+#[test]
+fn a_what_if_counts_quota_and_every_job_ahead_in_its_queue() {
+    // Three jobs wait for the queue's quota though room is free.
+    let (fx, ahead) = queue_at_quota(3);
     let now_s = fx.sched.clock_s();
     let spec = fx.job("one", "default", 0, 1, 8);
 
@@ -419,18 +425,8 @@ fn a_what_if_counts_quota_and_every_job_ahead_in_its_queue() {
 
 #[test]
 fn every_pending_job_has_an_estimate_or_a_sentence_saying_why_not() {
-    // Four nodes of 8 GPUs, a queue of 16: two 8-GPU jobs (known to run 600 s) use its quota,
-    // and 600 more wait, far more than a bounded forecast run reaches.
-    let mut fx = Fixture::single_queue(&[Pool::h100(4, 4, None)], 16);
-    teach(&mut fx, 600.0, 5);
-    for i in 0..2 {
-        fx.submit(fx.job(&format!("run-{i}"), "default", 0, 1, 8));
-    }
-    fx.checked_cycle();
-    let waiting: Vec<JobId> = (0..600)
-        .map(|i| fx.submit(fx.job(&format!("wait-{i}"), "default", 0, 1, 8)))
-        .collect();
-    fx.checked_cycle();
+    // 600 jobs wait for the queue's quota, far more than a bounded forecast run reaches.
+    let (mut fx, waiting) = queue_at_quota(600);
     let texts = fx.sched.no_estimate_texts();
     for &id in &fx.sched.pending() {
         assert!(
