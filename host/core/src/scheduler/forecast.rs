@@ -289,12 +289,8 @@ impl WhatIfRun {
         let Some(forecast) = forecasts.job_to_forecast.get(&self.id) else {
             // Not before the forecast's horizon, nor before the work ahead of it in its queue
             // (GPU-seconds by learned runtimes) could run on the most GPUs the queue may use.
-            let most_gpus = base.queues.most_gpus(spec.queue, base.total_gpus());
-            let work_s: f64 = ahead
-                .iter()
-                .map(|other| other.total().gpus as f64 * base.plan.runtimes.estimate(other).p50_s)
-                .sum();
-            let wait_s = forecasts.reach.horizon_s.max(work_s / most_gpus as f64);
+            let work_ahead: f64 = ahead.iter().map(|other| base.work_gpu_s(other)).sum();
+            let wait_s = base.unreached_wait_s(spec.queue, work_ahead, forecasts.reach.horizon_s);
             answer.start = None;
             answer.beyond_s = Some((at_s + wait_s).max(floor_s));
             return answer;

@@ -31,22 +31,41 @@ impl Scheduler {
         for (queue, mut pending) in queue_to_pending {
             pending.sort_by(|a, b| a.0.order(&b.0));
             let most_gpus = self.queues.most_gpus(queue, self.total_gpus());
-            // GPU-seconds of the work ahead, by learned runtimes: balloons give way, so they
-            // are no work ahead of anyone.
-            let mut work_ahead = 0.0;
-            for (jobs_ahead, &(rank, id, spec)) in pending.iter().enumerate() {
+            // The jobs ahead, and their work: balloons give way, so they are neither.
+            let (mut jobs_ahead, mut work_ahead) = (0, 0.0);
+            for &(rank, id, spec) in &pending {
                 if self.start_estimate(id).is_none() {
                     let text =
                         self.no_estimate_text(id, spec, &rank, jobs_ahead, work_ahead, most_gpus);
                     job_to_text.insert(id, text);
                 }
                 if !spec.balloon {
-                    work_ahead +=
-                        spec.total().gpus as f64 * self.plan.runtimes.estimate(spec).p50_s;
+                    jobs_ahead += 1;
+                    work_ahead += self.work_gpu_s(spec);
                 }
             }
         }
         job_to_text
+    }
+
+    /// A job's work: its GPUs for its learned median runtime (GPU-seconds), what it adds to
+    /// the backlog of the jobs behind it.
+    pub(super) fn work_gpu_s(&self, spec: &JobSpec) -> f64 {
+        spec.total().gpus as f64 * self.plan.runtimes.estimate(spec).p50_s
+    }
+
+    /// The least a job a forecast looking `horizon_s` ahead did not reach still waits: that
+    /// horizon, or the `work_ahead_gpu_s` ahead of it in `queue` run on the most GPUs the
+    /// queue may hold, whichever is longer. The what-if's answer and the no-estimate sentence
+    /// both give it.
+    pub(super) fn unreached_wait_s(
+        &self,
+        queue: QueueId,
+        work_ahead_gpu_s: f64,
+        horizon_s: f64,
+    ) -> f64 {
+        let most_gpus = self.queues.most_gpus(queue, self.total_gpus());
+        horizon_s.max(work_ahead_gpu_s / most_gpus as f64)
     }
 
     /// The sentence for job `id` of `rank` with no estimate, `jobs_ahead` of it in its queue
@@ -104,7 +123,7 @@ impl Scheduler {
             Some(_) => {}
         }
         let work_s = work_ahead / most_gpus as f64;
-        let beyond_s = forecast.reach.horizon_s.max(work_s);
+        let beyond_s = self.unreached_wait_s(spec.queue, work_ahead, forecast.reach.horizon_s);
         format!(
             "not expected to start within {}: the last forecast ({} ago) looked {} ahead and did \
              not reach it, with {jobs_ahead} pending job(s) of queue {queue} tried before it, \
