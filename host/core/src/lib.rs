@@ -28,7 +28,7 @@ pub use model::{
     CohortUsage, Health, JobRequest, LevelColumn, NodeRow, NodeTable, PodShape, QueueUsage,
     QuotaVerdict, ResourceColumn, Resources, Seconds, Taint, TaintEffect, Toleration, percentile,
 };
-pub use queues::{Admission, QueueDef, QueueError, QueueId, Queues};
+pub use queues::{Admission, QueueDef, QueueError, QueueId, Queues, Reclaim};
 pub use roles::{FailurePolicy, PolicyRole};
 pub use scheduler::plan::{EstimateSource, PlanConfig, PlanStats, RuntimeEstimate, WhatIf};
 pub use scheduler::{

@@ -18,6 +18,44 @@ pub struct QueueDef {
     pub borrowing_limit_gpus: Option<u64>,
     /// `None` = lends all idle nominal quota.
     pub lending_limit_gpus: Option<u64>,
+    /// Whether its jobs take back its nominal quota by evicting borrowers (Kueue's
+    /// `reclaimWithinCohort`). Never by default, as in Kueue: an eviction throws away the
+    /// victim's work, and an aged job gets its quota back through its reservation's quota
+    /// hold instead (the README's planner section has what reclaiming cost).
+    #[serde(default, skip_serializing_if = "Reclaim::is_never")]
+    pub reclaim: Reclaim,
+}
+
+/// Whether a queue within its nominal quota evicts the jobs of other queues that borrow
+/// beyond theirs to make room (Kueue's `reclaimWithinCohort`; its `LowerPriority` is what
+/// Gantry always does: a job may evict jobs of lower priority from any queue).
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "lowercase")]
+pub enum Reclaim {
+    /// Wait for borrowers to end (the default).
+    #[default]
+    #[serde(alias = "Never")]
+    Never,
+    /// Evict borrowers beyond their quota, whole gangs, newest first.
+    #[serde(alias = "Any")]
+    Any,
+}
+
+impl Reclaim {
+    /// Whether it is the default, left out when a definition is written back.
+    pub fn is_never(&self) -> bool {
+        *self == Reclaim::Never
+    }
+
+    /// Reads `never` or `any` (any case, as Kueue's `Never` and `Any`); `None` for anything
+    /// else, for the caller to refuse with its own context.
+    pub fn parse(text: &str) -> Option<Reclaim> {
+        match text.to_ascii_lowercase().as_str() {
+            "never" => Some(Reclaim::Never),
+            "any" => Some(Reclaim::Any),
+            _ => None,
+        }
+    }
 }
 
 /// Index of a queue in [`Queues`].
@@ -568,6 +606,7 @@ mod tests {
 
     fn def(name: &str, parent: Option<&str>, nominal: u64) -> QueueDef {
         QueueDef {
+            reclaim: Reclaim::Never,
             name: name.into(),
             parent: parent.map(Into::into),
             nominal_gpus: nominal,

@@ -550,6 +550,7 @@ mod tests {
                 weight: 1,
                 borrowing_limit_gpus: borrowing,
                 lending_limit_gpus: None,
+                reclaim: gantry_core::Reclaim::Never,
             }],
             Resources::gpus(32),
             3600.0,

@@ -561,6 +561,7 @@ pub(crate) fn queue_tree(declared: &[QueueDef], used: &[String], capacity: Resou
                 weight: 1,
                 borrowing_limit_gpus: None,
                 lending_limit_gpus: None,
+                reclaim: gantry_core::Reclaim::Never,
             });
         }
     }

@@ -75,7 +75,19 @@ pub fn parse(object: &DynamicObject) -> Result<DeclaredQueue, String> {
                 .map_err(|e| format!("queue {name}: spec.namespaceSelector: {e}"))?,
         ),
     };
+    let reclaim = match field("reclaimWithinCohort") {
+        None => gantry_core::Reclaim::Never,
+        Some(value) => value
+            .as_str()
+            .and_then(gantry_core::Reclaim::parse)
+            .ok_or_else(|| {
+                format!(
+                    "queue {name}: spec.reclaimWithinCohort must be Never or Any, found {value}"
+                )
+            })?,
+    };
     let def = QueueDef {
+        reclaim,
         name: name.clone(),
         parent,
         nominal_gpus: count("nominalGpus")?.unwrap_or(0),
@@ -172,7 +184,7 @@ mod tests {
             queue("research", serde_json::json!({"nominalGpus": 16})),
             queue(
                 "team-a",
-                serde_json::json!({"parent": "research", "nominalGpus": 8, "weight": 2, "borrowingLimitGpus": 4, "namespaceSelector": {}}),
+                serde_json::json!({"parent": "research", "nominalGpus": 8, "weight": 2, "borrowingLimitGpus": 4, "namespaceSelector": {}, "reclaimWithinCohort": "Any"}),
             ),
             queue(
                 "team-c",
@@ -190,12 +202,22 @@ mod tests {
                 "lend",
                 serde_json::json!({"nominalGpus": 1, "lendingLimitGpus": 2}),
             ),
+            queue(
+                "reclaim",
+                serde_json::json!({"reclaimWithinCohort": "LowerPriority"}),
+            ),
         ];
         let (queues, problems) = check(&objects);
         let names: Vec<&str> = queues.iter().map(|q| q.def.name.as_str()).collect();
         assert_eq!(names, ["research", "team-a", "team-c"]);
         assert_eq!(queues[1].def.borrowing_limit_gpus, Some(4));
         assert_eq!(queues[1].def.weight, 2);
+        assert_eq!(queues[1].def.reclaim, gantry_core::Reclaim::Any);
+        assert_eq!(
+            queues[0].def.reclaim,
+            gantry_core::Reclaim::Never,
+            "absent: never"
+        );
         assert_eq!(queues[0].namespace_selector, None, "absent: no namespace");
         assert_eq!(
             queues[1].namespace_selector,
@@ -209,6 +231,7 @@ mod tests {
                 "queue bad-selector: spec.namespaceSelector: matchExpressions[0]: operator In needs at least one value",
                 "queue neg: spec.nominalGpus must be a whole number of GPUs ≥ 0, found -1",
                 "queue lend: spec.lendingLimitGpus (2) is more than spec.nominalGpus (1)",
+                "queue reclaim: spec.reclaimWithinCohort must be Never or Any, found \"LowerPriority\"",
                 "queue orphan: spec.parent nowhere is not a usable Queue",
                 "queue x: the parent chain loops: x -> y -> x",
                 "queue y: the parent chain loops: y -> x -> y",

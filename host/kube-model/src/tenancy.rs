@@ -507,6 +507,7 @@ mod tests {
                 weight: 1,
                 borrowing_limit_gpus: None,
                 lending_limit_gpus: None,
+                reclaim: gantry_core::Reclaim::Never,
             },
             namespace_selector: selector.map(|s| NamespaceSelector::parse(&s).unwrap()),
         }

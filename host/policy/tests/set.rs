@@ -102,6 +102,7 @@ fn activation_swaps_whole_sets_between_cycles() {
         weight: 1,
         borrowing_limit_gpus: None,
         lending_limit_gpus: None,
+        reclaim: gantry_core::Reclaim::Never,
     };
     let table = nodes(&symbols, 3 * CHUNK);
     let queues = Queues::new(&[queue], Resources::gpus(1 << 20), 3600.0).unwrap();

@@ -145,6 +145,7 @@ fn score_reasons_reach_the_decisions_top_nodes() {
         weight: 1,
         borrowing_limit_gpus: None,
         lending_limit_gpus: None,
+        reclaim: gantry_core::Reclaim::Never,
     };
     let queues = Queues::new(&[queue], Resources::gpus(1 << 20), 3600.0).unwrap();
     let mut scheduler = Scheduler::new(

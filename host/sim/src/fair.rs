@@ -134,6 +134,7 @@ mod tests {
             weight,
             borrowing_limit_gpus: None,
             lending_limit_gpus: None,
+            reclaim: gantry_core::Reclaim::Never,
         }
     }
 

@@ -22,6 +22,7 @@
 //!     weight: 2                     # default 1
 //!     borrowing_limit_gpus: 128     # optional; absent = may borrow without limit
 //!     lending_limit_gpus: 64        # optional; absent = lends all idle nominal quota
+//!     reclaim_within_cohort: any    # optional; never (the default) or any
 //! ```
 //!
 //! Nodes are numbered in pool order and, inside a pool, fill each level's domains in order; the
@@ -31,7 +32,7 @@ use std::collections::HashMap;
 use std::path::Path;
 
 use gantry_core::{
-    LevelColumn, NodeRow, NodeTable, QueueDef, QueueError, Queues, Resources, Symbols,
+    LevelColumn, NodeRow, NodeTable, QueueDef, QueueError, Queues, Reclaim, Resources, Symbols,
 };
 use serde::{Deserialize, Serialize};
 
@@ -103,6 +104,10 @@ pub struct QueueSpec {
     /// `None` = lends all idle nominal quota.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub lending_limit_gpus: Option<u64>,
+    /// Whether its jobs evict borrowers to take its nominal quota back: `never` (the
+    /// default, as Kueue's) or `any`.
+    #[serde(default, skip_serializing_if = "Reclaim::is_never")]
+    pub reclaim_within_cohort: Reclaim,
 }
 
 fn default_weight() -> u32 {
@@ -119,6 +124,7 @@ impl QueueSpec {
             weight: self.weight,
             borrowing_limit_gpus: self.borrowing_limit_gpus,
             lending_limit_gpus: self.lending_limit_gpus,
+            reclaim: self.reclaim_within_cohort,
         }
     }
 }
@@ -953,6 +959,32 @@ node_pools:
         assert!(message.contains("unknown field `levle`"), "{message}");
         let message = error("name: t\nnodepools: []\n");
         assert!(message.contains("unknown field `nodepools`"), "{message}");
+    }
+
+    #[test]
+    fn a_queue_reclaims_only_when_it_says_so() {
+        let queues = |reclaim: &str| {
+            format!(
+                "{POOL}queues:\n  - {{name: a, nominal_gpus: 8{reclaim}}}\n  - {{name: b, nominal_gpus: 8}}\n"
+            )
+        };
+        let spec =
+            ClusterSpec::from_yaml_str(&queues(", reclaim_within_cohort: any"), "t.yaml").unwrap();
+        let defs: Vec<QueueDef> = spec.queues.iter().map(QueueSpec::def).collect();
+        assert_eq!(
+            (defs[0].reclaim, defs[1].reclaim),
+            (Reclaim::Any, Reclaim::Never)
+        );
+        // Kueue's spelling reads too, and the default is not written back.
+        let spec =
+            ClusterSpec::from_yaml_str(&queues(", reclaim_within_cohort: Any"), "t.yaml").unwrap();
+        assert_eq!(spec.queues[0].def().reclaim, Reclaim::Any);
+        assert_eq!(spec.to_yaml().matches("reclaim_within_cohort").count(), 1);
+        let message = error(&queues(", reclaim_within_cohort: sometimes"));
+        assert!(
+            message.contains("queues[0].reclaim_within_cohort: unknown variant `sometimes`"),
+            "{message}"
+        );
     }
 
     #[test]

@@ -879,8 +879,15 @@ impl Scheduler {
     }
 
     /// GPUs that borrowing queues hold beyond their quota: what reclaiming could free for a
-    /// job within its own quota.
+    /// job within its own quota. None when no queue reclaims.
     fn reclaimable_gpus(&self) -> u64 {
+        let reclaims = self
+            .queues
+            .ids()
+            .any(|q| self.queues.def(q).reclaim == crate::Reclaim::Any);
+        if !reclaims {
+            return 0;
+        }
         self.queues
             .ids()
             .filter(|&q| self.queues.children(q).is_empty())

@@ -8,9 +8,9 @@ use super::{JobId, JobSpec, JobState, Scheduler};
 
 impl Scheduler {
     /// Running jobs to evict so that `spec` fits, in the order they may be taken: balloons,
-    /// then borrowers beyond their quota (when `spec`'s queue is within its own), then jobs of
-    /// lower priority. Never a job of higher priority, never one this cycle placed (binding a
-    /// pod and evicting it at once is churn), and always whole gangs. `None` when even all of
+    /// then borrowers beyond their quota (when `spec`'s queue reclaims and is within its
+    /// own), then jobs of lower priority. Never a job of higher priority, never one this
+    /// cycle placed (binding a pod and evicting it at once is churn), and always whole gangs. `None` when even all of
     /// them would not make room. Room counts only outside the reservations of jobs ahead of
     /// it (see [`Scheduler::mask_reserved`]): a reclaim or a balloon's eviction never hands a
     /// reserved node to a job the reservation's owner goes before.
@@ -19,8 +19,11 @@ impl Scheduler {
             return None;
         }
         // Quota counts GPUs only: a job asking none reclaims nothing, and a job holding none
-        // borrows nothing, so it is never a borrower to reclaim from.
-        let reclaiming = spec.total().gpus > 0 && self.queues.within(spec.queue, spec.total().gpus);
+        // borrows nothing, so it is never a borrower to reclaim from. Only a queue declared
+        // to reclaim does (see [`crate::Reclaim`]).
+        let reclaiming = self.queues.def(spec.queue).reclaim == crate::Reclaim::Any
+            && spec.total().gpus > 0
+            && self.queues.within(spec.queue, spec.total().gpus);
         // No running job could be a victim (no balloon, none of lower priority, no borrower
         // to reclaim from): skip the search over every running job.
         let lower = self

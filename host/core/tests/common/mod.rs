@@ -126,6 +126,7 @@ pub fn queue(name: &str, parent: Option<&str>, nominal_gpus: u64) -> QueueDef {
         weight: 1,
         borrowing_limit_gpus: None,
         lending_limit_gpus: None,
+        reclaim: gantry_core::Reclaim::Never,
     }
 }
 

@@ -473,6 +473,7 @@ mod tests {
             weight: 1,
             borrowing_limit_gpus: None,
             lending_limit_gpus: None,
+            reclaim: gantry_core::Reclaim::Never,
         }
     }
 

@@ -383,6 +383,7 @@ fn declared_queues_bound_what_their_pods_use() {
         weight: 1,
         borrowing_limit_gpus: Some(0),
         lending_limit_gpus: None,
+        reclaim: gantry_core::Reclaim::Never,
     };
     let (_, mut s) = build(&nodes, &bound, &pending, &[], &[small]);
     let output = cycle(&mut s);
@@ -480,6 +481,7 @@ fn a_new_queue_or_a_changed_quota_keeps_what_runs_charged() {
         weight: 1,
         borrowing_limit_gpus: None,
         lending_limit_gpus: None,
+        reclaim: gantry_core::Reclaim::Never,
     };
     let small = DeclaredQueue {
         def: small,
@@ -554,6 +556,7 @@ fn queue_def(name: &str, nominal: u64, borrowing_limit: Option<u64>) -> QueueDef
         weight: 1,
         borrowing_limit_gpus: borrowing_limit,
         lending_limit_gpus: None,
+        reclaim: gantry_core::Reclaim::Never,
     }
 }
 
