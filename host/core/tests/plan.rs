@@ -34,6 +34,16 @@ fn four_nodes(quota: u64, config: gantry_core::PlanConfig) -> Fixture {
     fx
 }
 
+/// The default plan, but every waiting job is aged at once: a blocked job gets its reservation
+/// in the cycle that blocks it, as Slurm's EASY backfill gives the head one. For the tests of
+/// what a reservation does, apart from when it comes.
+fn reserving_at_once() -> gantry_core::PlanConfig {
+    gantry_core::PlanConfig {
+        reserve_after_s: Some(0.0),
+        ..gantry_core::PlanConfig::default()
+    }
+}
+
 /// A job of `default` of `pods` × `gpus` that declares it runs `runtime_s`.
 fn declaring(fx: &Fixture, name: &str, pods: u32, gpus: u32, runtime_s: f64) -> JobSpec {
     JobSpec {
@@ -125,7 +135,7 @@ fn estimates_come_from_the_declaration_else_from_finished_jobs_else_a_prior() {
 #[test]
 fn a_blocked_gang_holds_a_reservation_and_only_short_jobs_backfill_it() {
     // Four nodes of 8 GPUs; single 8-GPU jobs are known to run 600 s.
-    let mut fx = Fixture::single_queue(&[Pool::h100(4, 4, None)], 64);
+    let mut fx = four_nodes(64, reserving_at_once());
     teach(&mut fx, 600.0, 5);
     let t0 = fx.now_s;
     let running: Vec<_> = (0..4)
@@ -143,7 +153,10 @@ fn a_blocked_gang_holds_a_reservation_and_only_short_jobs_backfill_it() {
         .clone()
         .expect("the blocked gang has a start estimate");
     assert_eq!(estimate.p50_s, t0 + 600.0);
-    assert_eq!(estimate.reservation.as_deref(), Some("4 nodes in rack 0"));
+    assert_eq!(
+        estimate.reservation.as_deref(),
+        Some("4 nodes in rack 0 and 32 GPUs of queue default's quota")
+    );
     // One node frees early. A job declared to end before the reservation starts may use it;
     // one declared to run past it may not, though the node is idle.
     fx.sched.advance_clock(t0 + 200.0);
@@ -268,7 +281,7 @@ fn a_reservations_holder_is_told_when_the_last_of_its_blockers_is_likely_to_end(
         64,
         gantry_core::PlanConfig {
             forecast_every_s: 1.0,
-            ..gantry_core::PlanConfig::default()
+            ..reserving_at_once()
         },
     );
     teach_each(&mut fx, &[100.0, 300.0, 500.0, 700.0, 900.0]);
@@ -294,7 +307,7 @@ fn a_job_behind_a_gang_without_a_reservation_is_told_it_starts_first() {
             gantry_core::PlanConfig {
                 reservations,
                 forecast_every_s: f64::INFINITY,
-                ..gantry_core::PlanConfig::default()
+                ..reserving_at_once()
             },
         );
         let busy = gang_then_long_as_a_node_frees(&mut fx);
@@ -319,7 +332,7 @@ fn a_job_held_off_a_reserved_node_wakes_when_the_reservation_goes() {
         64,
         gantry_core::PlanConfig {
             forecast_every_s: f64::INFINITY,
-            ..gantry_core::PlanConfig::default()
+            ..reserving_at_once()
         },
     );
     let GangThenLong { gang, long, .. } = gang_then_long_as_a_node_frees(&mut fx);
@@ -534,6 +547,9 @@ struct StreamRun {
     gang_started_s: Option<f64>,
     /// Small jobs placed after the gang arrived: the stream kept flowing around it.
     placed_after_arrival: usize,
+    /// The longest age threshold the planner's rule gave while the gang waited: past it, the
+    /// gang holds a reservation.
+    age_threshold_s: f64,
 }
 
 /// `nodes` 8-GPU nodes; a stream of small jobs (up to `nodes / 2` of `arrivals[i]` submitted
@@ -562,6 +578,7 @@ fn run_stream(
     let mut gang_arrived_s = 0.0;
     let mut ahead = 0;
     let mut placed_after_arrival = 0;
+    let mut age_threshold_s: f64 = 0.0;
     for (cycle, batch) in arrivals.iter().enumerate() {
         // Jobs end, in order of their true ends, up to this cycle.
         let mut ending: Vec<(f64, gantry_core::JobId)> = started
@@ -597,6 +614,10 @@ fn run_stream(
         let at = fx.now_s;
         fx.sched.advance_clock(at);
         fx.checked_cycle();
+        if gang.is_some() {
+            age_threshold_s =
+                age_threshold_s.max(fx.sched.reservation_rule_in_force().age_threshold_s);
+        }
         for id in fx.sched.running().collect::<Vec<_>>() {
             if let std::collections::btree_map::Entry::Vacant(e) = started.entry(id) {
                 e.insert(at);
@@ -613,6 +634,7 @@ fn run_stream(
                 ahead,
                 gang_started_s: Some(started[&id]),
                 placed_after_arrival,
+                age_threshold_s,
             };
         }
     }
@@ -621,6 +643,7 @@ fn run_stream(
         ahead,
         gang_started_s: None,
         placed_after_arrival,
+        age_threshold_s,
     }
 }
 
@@ -632,11 +655,12 @@ fn stream(cycles: usize) -> impl proptest::strategy::Strategy<Value = Vec<Vec<Sm
 }
 
 /// The latest start the reservations promise a gang that arrived behind `ahead` jobs of its
-/// queue: each job becomes its queue's head, holds a reservation that starts once the jobs
-/// running then end (within the stream's `longest` declared runtime, since no job placed
-/// later may run on its nodes past it) and starts in the next cycle (a minute); then the next.
+/// queue: once it has waited the age threshold, each aged job ahead of it in turn, then the
+/// gang, holds a reservation that starts once the jobs running then end (within the stream's
+/// `longest` declared runtime, since no job placed later may run on its nodes past it) and
+/// starts in the next cycle (a minute).
 fn promised_start(run: &StreamRun, longest: f64) -> f64 {
-    run.gang_arrived_s + (run.ahead as f64 + 1.0) * (longest + 60.0)
+    run.gang_arrived_s + run.age_threshold_s + (run.ahead as f64 + 1.0) * (longest + 60.0)
 }
 
 proptest::proptest! {

@@ -8,7 +8,7 @@ use std::collections::BTreeMap;
 
 use common::{Fixture, Pool, RACK, queue};
 use gantry_core::explain::FilterExplain;
-use gantry_core::{Admission, Blocked, Health, JobId, Outcome};
+use gantry_core::{Admission, Blocked, Health, JobId, Outcome, Reclaim};
 
 /// Why `id` is parked, if it is.
 fn parked(fx: &Fixture, id: JobId) -> Option<Blocked> {
@@ -287,6 +287,11 @@ fn higher_priority_job_is_never_preempted_for_a_lower_one() {
 #[test]
 fn preemption_takes_lower_priority_only_and_only_when_it_makes_room() {
     let mut fx = four_nodes(&[queue("default", None, 64)]);
+    // A blocked job holds a reservation at once, not only once aged.
+    fx.sched.set_plan_config(gantry_core::PlanConfig {
+        reserve_after_s: Some(0.0),
+        ..gantry_core::PlanConfig::default()
+    });
     let high = fx.submit(fx.job("high", "default", 100, 2, 8));
     let low = fx.submit(fx.job("low", "default", 0, 2, 8));
     fx.checked_cycle();
@@ -327,7 +332,9 @@ fn preemption_takes_lower_priority_only_and_only_when_it_makes_room() {
 
 #[test]
 fn reclaiming_nominal_quota_evicts_a_borrower_of_equal_priority() {
-    let mut fx = four_nodes(&[queue("a", None, 16), queue("b", None, 16)]);
+    let mut reclaiming = queue("a", None, 16);
+    reclaiming.reclaim = Reclaim::Any;
+    let mut fx = four_nodes(&[reclaiming, queue("b", None, 16)]);
     // b fills its own quota, then borrows all of a's idle quota with a second job.
     let own = fx.submit(fx.job("b-own", "b", 0, 2, 8));
     let mut extra = fx.job("b-extra", "b", 0, 2, 8);

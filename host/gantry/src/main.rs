@@ -12,6 +12,7 @@ mod bench;
 mod client;
 mod kube;
 mod policy;
+mod rule_args;
 mod sample;
 mod serve;
 mod simulate;

@@ -55,15 +55,8 @@ pub struct SimulateArgs {
     /// start estimates are still made.
     #[arg(long)]
     no_reservations: bool,
-    /// Pin the age threshold: a job waiting longer than this (seconds) gets a reservation of
-    /// nodes and quota whatever blocks it, while the backlog gate is open. By default it is
-    /// three learned p90 runtimes (the README's planner section).
-    #[arg(long, value_name = "S")]
-    reserve_after_s: Option<f64>,
-    /// Pin the backlog gate: aged jobs get reservations only while the pending work is under
-    /// this many seconds of the whole cluster. By default it is six learned p90 runtimes.
-    #[arg(long, value_name = "S")]
-    backlog_limit_s: Option<f64>,
+    #[command(flatten)]
+    rule: crate::rule_args::RuleArgs,
     /// Most reservations held at once.
     #[arg(long, value_name = "N", default_value_t = PlanConfig::default().max_reservations)]
     max_reservations: usize,
@@ -152,18 +145,8 @@ pub fn run(args: SimulateArgs) -> anyhow::Result<()> {
         seed: args.seed,
         ..ReplayOptions::default()
     };
-    for (flag, value) in [
-        ("--reserve-after-s", args.reserve_after_s),
-        ("--backlog-limit-s", args.backlog_limit_s),
-    ] {
-        anyhow::ensure!(
-            value.is_none_or(|s| s.is_finite() && s >= 0.0),
-            "{flag} must be a number of seconds, 0 or more"
-        );
-    }
+    args.rule.apply(&mut options.plan)?;
     options.plan.reservations = !args.no_reservations;
-    options.plan.reserve_after_s = args.reserve_after_s;
-    options.plan.backlog_limit_s = args.backlog_limit_s;
     anyhow::ensure!(
         args.forecast_every_s.is_finite() && args.forecast_every_s >= 0.0,
         "--forecast-every-s must be a number of seconds, 0 or more"

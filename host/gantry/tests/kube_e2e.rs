@@ -1129,7 +1129,8 @@ async fn failed_scheduling(events: &Api<Event>, pod: &str, containing: &str) -> 
 /// The planner on a live cluster: a PodGroup blocked for room gets a reservation, and says so
 /// with its estimate in its pods' FailedScheduling message; a pod declared to end before the
 /// reservation starts backfills a node freed early, one declared to run past it waits; the
-/// gang starts when the jobs on its nodes end.
+/// gang starts when the jobs on its nodes end. The age threshold is pinned to 0 (`gantry serve
+/// --reserve-after-s 0`): by default a fresh cluster's prior makes it hours.
 #[test]
 #[ignore = "needs tests/cluster: scripts/test.sh runs it with --include-ignored"]
 fn a_blocked_pod_group_holds_a_reservation_and_short_pods_backfill_around_it() {
@@ -1142,7 +1143,7 @@ fn a_blocked_pod_group_holds_a_reservation_and_short_pods_backfill_around_it() {
         let client = client(&kubeconfig).await;
         create_first_pod_group(&client, "big", 4).await;
         let data = tempfile::tempdir().unwrap();
-        let _serve = serve_kube(&kubeconfig, data.path());
+        let _serve = serve_kube_with(&kubeconfig, data.path(), &["--reserve-after-s", "0"]);
         let pods: Api<Pod> = Api::namespaced(client.clone(), "default");
         let pp = PostParams::default();
         let team = json!({"kueue.x-k8s.io/queue-name": "team-a"});

@@ -121,7 +121,7 @@ pub(super) fn serve(kubeconfig: PathBuf, opts: ServeArgs) -> anyhow::Result<()> 
         cluster.leader_elect(settings)
     });
     // The first sync builds the node table and queue tree from the caches.
-    let scheduler = Scheduler::new(
+    let mut scheduler = Scheduler::new(
         ClusterState::new(NodeTable::default()),
         Queues::new(&[], Resources::default(), 600.0)?,
         symbols,
@@ -134,6 +134,9 @@ pub(super) fn serve(kubeconfig: PathBuf, opts: ServeArgs) -> anyhow::Result<()> 
             ..SchedulerConfig::default()
         },
     );
+    let mut plan = scheduler.plan_config().clone();
+    opts.rule.apply(&mut plan)?;
+    scheduler.set_plan_config(plan);
     let mut engine = Engine::new(
         live.clone(),
         scheduler,

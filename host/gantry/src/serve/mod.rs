@@ -66,6 +66,8 @@ pub struct ServeArgs {
     #[arg(long, default_value = "127.0.0.1:7070")]
     listen: SocketAddr,
     #[command(flatten)]
+    rule: crate::rule_args::RuleArgs,
+    #[command(flatten)]
     kube: kube::KubeArgs,
     #[command(flatten)]
     server: ServerArgs,

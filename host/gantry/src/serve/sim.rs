@@ -77,7 +77,10 @@ pub struct LoopSummary {
 /// until interrupted or `duration_s`.
 pub(super) fn serve(args: ServeArgs) -> anyhow::Result<()> {
     let symbols = Symbols::new();
-    let sim = SimCluster::load(&args.cluster, &symbols)?;
+    let mut sim = SimCluster::load(&args.cluster, &symbols)?;
+    let mut plan = sim.scheduler.plan_config().clone();
+    args.rule.apply(&mut plan)?;
+    sim.scheduler.set_plan_config(plan);
     println!(
         "gantry serve: simulating {} ({} nodes, {} GPUs) under synthetic load; Ctrl-C stops",
         sim.name,

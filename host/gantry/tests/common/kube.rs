@@ -90,6 +90,11 @@ impl Drop for Running {
 /// `gantry serve --kubeconfig KUBECONFIG` with no policies, its data in `data`, logging
 /// gantry_kube's progress: the scheduler the kube e2e tests run against.
 pub fn serve_kube(kubeconfig: &Path, data: &Path) -> Running {
+    serve_kube_with(kubeconfig, data, &[])
+}
+
+/// [`serve_kube`] with more flags of `gantry serve`.
+pub fn serve_kube_with(kubeconfig: &Path, data: &Path, flags: &[&str]) -> Running {
     Running(
         gantry(&[
             "serve",
@@ -101,6 +106,7 @@ pub fn serve_kube(kubeconfig: &Path, data: &Path) -> Running {
         .arg(kubeconfig)
         .arg("--data-dir")
         .arg(data)
+        .args(flags)
         .env("GANTRY_LOG", "warn,gantry_kube=info")
         .stdout(std::process::Stdio::null())
         .spawn()

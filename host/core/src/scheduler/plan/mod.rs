@@ -4,12 +4,12 @@
 //! - [`RuntimeModel`]: a job's runtime as it declares it, else as finished jobs of its queue
 //!   and shape took (a distribution: p10, p50, p90), else a wide prior. The planner never sees
 //!   a job's true duration; the simulator feeds it only what a live cluster would.
-//! - Reservations: after a cycle that changed something, the head of each queue that waits for
-//!   room gets the nodes it would take once enough running jobs end (by their estimated ends,
-//!   in order; the same smallest-domain rule as placement) and a planned start. While the
-//!   backlog gate is open, so does any job aged past the threshold, whatever blocks it (room,
-//!   its queue's borrowing limit, its cohort's idle quota), and its reservation also holds the
-//!   quota it will use or borrow ([`ReservationRule`], `QuotaHold`). Up to
+//! - Reservations: after a cycle that changed something, while the backlog gate is open, a job
+//!   aged past the threshold, whatever blocks it (room, its queue's borrowing limit, its
+//!   cohort's idle quota), gets the nodes it would take once enough running jobs end (by their
+//!   estimated ends, in order; the same smallest-domain rule as placement), a planned start,
+//!   and the quota it will use or borrow ([`ReservationRule`], `QuotaHold`). Younger jobs are
+//!   only planned: the smaller jobs that fit pass them, as a greedy cycle lets them. Up to
 //!   [`PlanConfig::max_reservations`], holding at most [`PlanConfig::max_reserved_share`] of the
 //!   GPUs. Every planned job claims what it takes of each node from its start to its expected
 //!   end (a `Claim`); later jobs plan around earlier claims (Slurm's conservative backfill, per
@@ -419,7 +419,6 @@ impl Scheduler {
         }
         let rule = self.reservation_rule();
         self.plan.rule = rule;
-        let aged = |spec: &JobSpec| rule.aged(spec, now_s);
         let waiting = self.waiting_to_plan(&rule, now_s);
 
         let timeline = self.timeline(now_s);
@@ -431,7 +430,6 @@ impl Scheduler {
         // cycles try them in.
         let mut planned_claims: Vec<Claim> = Vec::new();
         let mut reserved_claims: Vec<Claim> = Vec::new();
-        let mut queues_reserved: Vec<QueueId> = Vec::new();
         let mut quota_holds: Vec<QuotaHold> = Vec::new();
         let max_reserved_gpus =
             (self.plan_config.max_reserved_share * self.total_gpus() as f64) as u64;
@@ -445,13 +443,14 @@ impl Scheduler {
             let Some(quota_start) = self.quota_start(&spec, &timeline, now_s) else {
                 continue;
             };
-            let quota_blocked = quota_start.1 > now_s;
-            // Today's rule for the heads of the queues waiting for room (one reservation per
-            // queue, as Slurm's EASY backfill holds one), and an aged job whatever blocks it.
-            let head = !quota_blocked && !queues_reserved.contains(&spec.queue);
+            // Only a job aged past the threshold, while the gate is open, whatever blocks it: a
+            // queue's head is passed by the smaller jobs that fit until then, as a greedy
+            // cycle does (reserving for every head, as Slurm's EASY backfill does, made the
+            // smaller jobs wait behind it and the big ones no sooner; the README's planner
+            // section has the figures).
             let reserve = self.plan.job_to_reservation.len() < self.plan_config.max_reservations
                 && (reserved_gpus == 0 || reserved_gpus + gpus <= max_reserved_gpus)
-                && (head || aged(&spec));
+                && self.aged(&rule, &spec, now_s);
             let key = shape_key(&spec.shape);
             let view = match shapes.iter().position(|view| view.key == key) {
                 Some(at) => at,
@@ -487,21 +486,15 @@ impl Scheduler {
                     self.plan.stats.reservations += 1;
                 }
                 reserved_claims.extend_from_slice(&claims);
-                queues_reserved.push(spec.queue);
                 reserved_gpus += gpus;
                 // Held from its earliest start (p10): a job let in ahead on the quota must be
                 // gone by then, since what it takes is given back only as it ends.
-                // Only an aged job's reservation holds quota: a head waiting for room holds
-                // its nodes alone, as before the rule (past the gate, that keeps the cluster
-                // busiest).
-                if aged(&spec) {
-                    quota_holds.push(QuotaHold {
-                        rank,
-                        queue: spec.queue,
-                        gpus,
-                        start_s: start.0,
-                    });
-                }
+                quota_holds.push(QuotaHold {
+                    rank,
+                    queue: spec.queue,
+                    gpus,
+                    start_s: start.0,
+                });
                 self.plan.job_to_reservation.insert(
                     id,
                     Reservation {
@@ -509,11 +502,7 @@ impl Scheduler {
                         start_s: start.1,
                     },
                 );
-                if aged(&spec) {
-                    format!("{domain} and {}", self.quota_text(spec.queue, gpus))
-                } else {
-                    domain
-                }
+                format!("{domain} and {}", self.quota_text(spec.queue, gpus))
             });
             // The first estimate's wait, to learn from once the job starts.
             self.plan
@@ -578,16 +567,14 @@ impl Scheduler {
                 (!spec.balloon).then(|| Rank::of(id, spec))
             })
             .collect();
-        if rule.open {
-            waiting.extend(
-                self.queue
-                    .parked_for(crate::Blocked::Quota)
-                    .filter_map(|id| {
-                        let spec = &self.job_to_entry[&id].spec;
-                        (!spec.balloon && rule.aged(spec, now_s)).then(|| Rank::of(id, spec))
-                    }),
-            );
-        }
+        waiting.extend(
+            self.queue
+                .parked_for(crate::Blocked::Quota)
+                .filter_map(|id| {
+                    let spec = &self.job_to_entry[&id].spec;
+                    (!spec.balloon && self.aged(rule, spec, now_s)).then(|| Rank::of(id, spec))
+                }),
+        );
         if waiting.len() > MAX_PLANNED {
             waiting.select_nth_unstable_by(MAX_PLANNED, Rank::order);
             waiting.truncate(MAX_PLANNED);

@@ -29,15 +29,19 @@ pub struct ReservationRule {
     pub backlog_s: f64,
     /// The gate: aged jobs get reservations only while `backlog_s` is under it.
     pub backlog_limit_s: f64,
-    /// Whether the gate is open.
+    /// Whether the gate is open (a job's own work is left out when it is judged, see
+    /// [`ReservationRule::aged`]).
     pub open: bool,
 }
 
 impl ReservationRule {
-    /// Whether `spec`, at `now_s`, gets a reservation whatever blocks it: the gate is open and
-    /// it has waited past the threshold.
-    pub fn aged(&self, spec: &super::JobSpec, now_s: f64) -> bool {
-        self.open && now_s - spec.submit_s >= self.age_threshold_s
+    /// Whether `spec`, at `now_s`, gets a reservation whatever blocks it: it has waited past
+    /// the threshold, and the gate is open leaving out its own work (`own_s`, in seconds of
+    /// the whole cluster). Counted, a lone long gang among short jobs closes the gate on
+    /// itself, and waits for ever behind them.
+    pub fn aged(&self, spec: &super::JobSpec, own_s: f64, now_s: f64) -> bool {
+        now_s - spec.submit_s >= self.age_threshold_s
+            && self.backlog_s - own_s < self.backlog_limit_s
     }
 }
 
@@ -78,21 +82,34 @@ impl Scheduler {
             .plan_config
             .backlog_limit_s
             .unwrap_or(BACKLOG_RUNTIMES * long_s);
-        let total = self.total_gpus().max(1) as f64;
-        let mut work = 0.0;
-        for id in self.queue.all() {
-            let spec = &self.job_to_entry[&id].spec;
-            if !spec.balloon {
-                work += spec.total().gpus as f64 * self.plan.runtimes.estimate(spec).p50_s;
-            }
-        }
-        let backlog_s = work / total;
+        let backlog_s = self
+            .queue
+            .all()
+            .into_iter()
+            .map(|id| self.backlog_of(&self.job_to_entry[&id].spec))
+            .sum();
         ReservationRule {
             age_threshold_s,
             backlog_s,
             backlog_limit_s,
             open: backlog_s < backlog_limit_s,
         }
+    }
+
+    /// The work `spec` adds to the backlog, in seconds of the whole cluster: its GPUs for its
+    /// learned median runtime, over the cluster's GPUs. None for a balloon.
+    fn backlog_of(&self, spec: &JobSpec) -> f64 {
+        if spec.balloon {
+            return 0.0;
+        }
+        let total = self.total_gpus().max(1) as f64;
+        spec.total().gpus as f64 * self.plan.runtimes.estimate(spec).p50_s / total
+    }
+
+    /// Whether `spec` is aged under `rule` at `now_s` (see [`ReservationRule::aged`]).
+    pub(super) fn aged(&self, rule: &ReservationRule, spec: &JobSpec, now_s: f64) -> bool {
+        now_s - spec.submit_s >= rule.age_threshold_s
+            && rule.aged(spec, self.backlog_of(spec), now_s)
     }
 
     /// When `spec`'s queue admits it (p10, p50, p90), as running jobs end by their estimates
