@@ -24,9 +24,15 @@ rm -rf "$artifacts"
 source scripts/test-server.sh
 admin="ui-admin-$(random_token)"
 viewer="ui-viewer-$(random_token)"
+# The demo's cluster with every queue reclaiming its quota by eviction (off by default, as in
+# Kueue), so that some jobs are preempted and a job's history can show it.
+mkdir -p "$artifacts"
+reclaiming="$artifacts/reclaiming-cluster.yaml"
+sed 's/^\(    nominal_gpus: .*\)$/\1\n    reclaim_within_cohort: any/' \
+    ../shared/clusters/openai-like-7500.yaml >"$reclaiming"
 # A heavy load fills the cluster within seconds, so there are pending jobs to explain.
 start_test_server "$(printf 'tokens:\n  - {name: alice, role: admin, token: %s}\n  - {name: bob, role: viewer, token: %s}\n' "$admin" "$viewer")" \
-    --jobs-per-s 200
+    --jobs-per-s 200 --cluster "$reclaiming"
 rc=0
 (cd web && GANTRY_URL="$url" ADMIN_TOKEN="$admin" VIEWER_TOKEN="$viewer" UI_ARTIFACTS="$artifacts" \
     PLUGIN_DIR="$CARGO_TARGET_DIR/wasm32-wasip2/plugin" CHROMIUM="$(command -v chromium)" \

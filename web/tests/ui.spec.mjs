@@ -307,7 +307,8 @@ test("researcher opens Jobs on the pending jobs, clicks the first and gets its e
 });
 
 test("a job placed and then preempted shows both, in order", async ({ viewerPage: page }) => {
-  // Queues reclaim quota lent to others, so under this load some jobs are preempted.
+  // The queues reclaim quota lent to others (ui-test.sh serves the demo's cluster so), so
+  // under this load some jobs are preempted.
   let job = null;
   for (let attempt = 0; attempt < 30 && job === null; attempt++) {
     const recent = await api(VIEWER, "/api/decisions?limit=10000");
