@@ -38,4 +38,12 @@ impl RuleArgs {
         plan.backlog_limit_s = self.backlog_limit_s;
         Ok(())
     }
+
+    /// [`RuleArgs::apply`] to the plan of `scheduler`, as `gantry serve` starts it.
+    pub fn set_on(&self, scheduler: &mut gantry_core::Scheduler) -> anyhow::Result<()> {
+        let mut plan = scheduler.plan_config().clone();
+        self.apply(&mut plan)?;
+        scheduler.set_plan_config(plan);
+        Ok(())
+    }
 }

@@ -134,9 +134,7 @@ pub(super) fn serve(kubeconfig: PathBuf, opts: ServeArgs) -> anyhow::Result<()> 
             ..SchedulerConfig::default()
         },
     );
-    let mut plan = scheduler.plan_config().clone();
-    opts.rule.apply(&mut plan)?;
-    scheduler.set_plan_config(plan);
+    opts.rule.set_on(&mut scheduler)?;
     let mut engine = Engine::new(
         live.clone(),
         scheduler,

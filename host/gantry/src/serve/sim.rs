@@ -78,9 +78,7 @@ pub struct LoopSummary {
 pub(super) fn serve(args: ServeArgs) -> anyhow::Result<()> {
     let symbols = Symbols::new();
     let mut sim = SimCluster::load(&args.cluster, &symbols)?;
-    let mut plan = sim.scheduler.plan_config().clone();
-    args.rule.apply(&mut plan)?;
-    sim.scheduler.set_plan_config(plan);
+    args.rule.set_on(&mut sim.scheduler)?;
     println!(
         "gantry serve: simulating {} ({} nodes, {} GPUs) under synthetic load; Ctrl-C stops",
         sim.name,

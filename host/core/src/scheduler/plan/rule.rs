@@ -30,18 +30,21 @@ pub struct ReservationRule {
     /// The gate: aged jobs get reservations only while `backlog_s` is under it.
     pub backlog_limit_s: f64,
     /// Whether the gate is open (a job's own work is left out when it is judged, see
-    /// [`ReservationRule::aged`]).
+    /// [`ReservationRule::open_for`]).
     pub open: bool,
 }
 
 impl ReservationRule {
-    /// Whether `spec`, at `now_s`, gets a reservation whatever blocks it: it has waited past
-    /// the threshold, and the gate is open leaving out its own work (`own_s`, in seconds of
-    /// the whole cluster). Counted, a lone long gang among short jobs closes the gate on
-    /// itself, and waits for ever behind them.
-    pub fn aged(&self, spec: &super::JobSpec, own_s: f64, now_s: f64) -> bool {
+    /// Whether `spec` has waited past the threshold at `now_s`.
+    pub fn waited(&self, spec: &super::JobSpec, now_s: f64) -> bool {
         now_s - spec.submit_s >= self.age_threshold_s
-            && self.backlog_s - own_s < self.backlog_limit_s
+    }
+
+    /// Whether the gate is open for a job whose own work is `own_s` (seconds of the whole
+    /// cluster): the backlog is judged without it. Counted, a lone long gang among short jobs
+    /// closes the gate on itself, and waits for ever behind them.
+    pub fn open_for(&self, own_s: f64) -> bool {
+        self.backlog_s - own_s < self.backlog_limit_s
     }
 }
 
@@ -106,10 +109,11 @@ impl Scheduler {
         spec.total().gpus as f64 * self.plan.runtimes.estimate(spec).p50_s / total
     }
 
-    /// Whether `spec` is aged under `rule` at `now_s` (see [`ReservationRule::aged`]).
+    /// Whether `spec` gets a reservation under `rule` at `now_s`, whatever blocks it: it has
+    /// waited past the threshold and the gate is open for it (its own work left out; the
+    /// cheap test first, as most jobs have not waited that long).
     pub(super) fn aged(&self, rule: &ReservationRule, spec: &JobSpec, now_s: f64) -> bool {
-        now_s - spec.submit_s >= rule.age_threshold_s
-            && rule.aged(spec, self.backlog_of(spec), now_s)
+        rule.waited(spec, now_s) && rule.open_for(self.backlog_of(spec))
     }
 
     /// When `spec`'s queue admits it (p10, p50, p90), as running jobs end by their estimates
