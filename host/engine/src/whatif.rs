@@ -18,11 +18,13 @@ use crate::now_ms;
 const MAX_PODS: u32 = 100_000;
 /// Most GPUs per pod a what-if job may ask for.
 const MAX_GPUS_PER_POD: u32 = 64;
-/// How long the API waits for the answer: a cycle, and a forecast per variation.
-const ANSWER_WITHIN: Duration = Duration::from_secs(10);
-/// How long a what-if's variations may take after its own forecast, each a forecast: the
-/// rest are listed unanswered, so the answer comes within [`ANSWER_WITHIN`].
-const VARIATIONS_WITHIN: Duration = Duration::from_secs(5);
+/// How long the API waits for the answer: the loop's cycle, the job's own forecast and a
+/// forecast per variation, on a machine that may be busy with the loop itself.
+const ANSWER_WITHIN: Duration = Duration::from_secs(20);
+/// By when, counted from the question, the variations' forecasts must be done: one starts only
+/// if the slowest forecast so far would end by then, and the rest are listed unanswered, so the
+/// answer comes within [`ANSWER_WITHIN`] however slow the forecasts are.
+const VARIATIONS_WITHIN: Duration = Duration::from_secs(12);
 /// Most what-ifs answered at once (each on a thread of its own, a forecast per variation):
 /// more are refused, so questions cannot pile up threads.
 const MAX_RUNNING: usize = 2;
@@ -44,6 +46,8 @@ pub enum WhatIfError {
 /// A question waiting for the loop, and where its answer goes.
 struct WhatIfAsk {
     job: WhatIfJob,
+    /// When it was asked: the variations' deadline counts from here.
+    asked: Instant,
     reply: tokio::sync::oneshot::Sender<Result<WhatIfAnswer, WhatIfError>>,
 }
 
@@ -70,7 +74,11 @@ impl WhatIfDesk {
         self.asks
             .lock()
             .unwrap_or_else(|e| e.into_inner())
-            .push(WhatIfAsk { job, reply });
+            .push(WhatIfAsk {
+                job,
+                asked: Instant::now(),
+                reply,
+            });
         wake();
         match tokio::time::timeout(ANSWER_WITHIN, answer).await {
             Ok(Ok(answer)) => answer,
@@ -101,7 +109,9 @@ impl WhatIfDesk {
                 .spawn(move || {
                     let _slot = slot;
                     let _span = tracing::debug_span!("what_if_forecast").entered();
-                    let _ = ask.reply.send(Ok(runs.answer()));
+                    let _ = ask
+                        .reply
+                        .send(Ok(runs.answer(ask.asked + VARIATIONS_WITHIN)));
                 });
             if let Err(error) = spawned {
                 tracing::warn!(%error, "could not start a what-if's thread");
@@ -141,26 +151,30 @@ pub struct WhatIfRuns {
 }
 
 impl WhatIfRuns {
-    /// Runs each forecast and answers: the job's own, then each variation's while
-    /// [`VARIATIONS_WITHIN`] lasts; a variation past it says it was not answered.
-    pub fn answer(self) -> WhatIfAnswer {
+    /// Runs each forecast and answers: the job's own, then each variation's whose forecast,
+    /// if it takes as long as the slowest so far, ends by `variations_by`; a variation that
+    /// would not says it was not answered.
+    pub fn answer(self, variations_by: Instant) -> WhatIfAnswer {
         let (clock_s, at_ms) = (self.clock_s, self.at_ms);
-        let started = Instant::now();
+        let mut slowest = Duration::ZERO;
         let mut outcomes = self.runs.into_iter().map(|(change, job, run)| {
-            if !change.is_empty() && started.elapsed() > VARIATIONS_WITHIN {
+            let started = Instant::now();
+            if !change.is_empty() && started + slowest > variations_by {
                 let not_answered = WhatIf {
                     start: None,
                     ..run.plan_only()
                 };
                 let (mut outcome, ahead) = outcome(not_answered, change, job, clock_s, at_ms);
                 outcome.text = format!(
-                    "not answered: each variation costs a forecast, and the ones above took \
-                     the {} s a what-if has for them",
+                    "not answered: each variation costs a forecast, and this one would not \
+                     end within the {} s a what-if has for them",
                     VARIATIONS_WITHIN.as_secs()
                 );
                 return (outcome, ahead);
             }
-            outcome(run.run(), change, job, clock_s, at_ms)
+            let answered = outcome(run.run(), change, job, clock_s, at_ms);
+            slowest = slowest.max(started.elapsed());
+            answered
         });
         let (answer, jobs_ahead) = outcomes.next().expect("the job itself is always run");
         let mut variations: Vec<WhatIfOutcome> = outcomes.map(|(outcome, _)| outcome).collect();
