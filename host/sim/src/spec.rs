@@ -322,24 +322,21 @@ impl ClusterSpec {
         if self.node_pools.is_empty() {
             return Err(SpecError::NoPools { file: file() });
         }
-        let mut pool_index: HashMap<&str, usize> = HashMap::new();
+        check_names(
+            self.node_pools.iter().map(|pool| pool.name.as_str()),
+            |index| SpecError::EmptyPoolName {
+                file: file(),
+                index,
+            },
+            |index, first| SpecError::DuplicatePool {
+                file: file(),
+                pool: self.node_pools[index].name.clone(),
+                index,
+                first,
+            },
+        )?;
         let mut nodes: u64 = 0;
-        for (index, pool) in self.node_pools.iter().enumerate() {
-            if pool.name.is_empty() {
-                return Err(SpecError::EmptyPoolName {
-                    file: file(),
-                    index,
-                });
-            }
-            if let Some(&first) = pool_index.get(pool.name.as_str()) {
-                return Err(SpecError::DuplicatePool {
-                    file: file(),
-                    pool: pool.name.clone(),
-                    index,
-                    first,
-                });
-            }
-            pool_index.insert(&pool.name, index);
+        for pool in &self.node_pools {
             if pool.count == 0 {
                 return Err(SpecError::ZeroCount {
                     file: file(),
@@ -427,24 +424,19 @@ impl ClusterSpec {
 
     fn check_queues(&self, file: &str) -> Result<(), SpecError> {
         let file = || file.to_owned();
-        let mut by_name: HashMap<&str, usize> = HashMap::new();
-        for (index, queue) in self.queues.iter().enumerate() {
-            if queue.name.is_empty() {
-                return Err(SpecError::EmptyQueueName {
-                    file: file(),
-                    index,
-                });
-            }
-            if let Some(&first) = by_name.get(queue.name.as_str()) {
-                return Err(SpecError::DuplicateQueue {
-                    file: file(),
-                    queue: queue.name.clone(),
-                    index,
-                    first,
-                });
-            }
-            by_name.insert(&queue.name, index);
-        }
+        check_names(
+            self.queues.iter().map(|queue| queue.name.as_str()),
+            |index| SpecError::EmptyQueueName {
+                file: file(),
+                index,
+            },
+            |index, first| SpecError::DuplicateQueue {
+                file: file(),
+                queue: self.queues[index].name.clone(),
+                index,
+                first,
+            },
+        )?;
         // The tree's own problems (names are unique by now), per queue, as the core finds them.
         let problems =
             QueueDef::check_tree(&self.queues.iter().map(QueueSpec::def).collect::<Vec<_>>());
@@ -632,6 +624,26 @@ impl ClusterSpec {
             queues: self.queues.clone(),
         }
     }
+}
+
+/// Names of a list (node pools, queues) must be set and used once: the error for the first
+/// that is empty (`empty` of its index) or used before (`reused` of its index and the first's).
+fn check_names<'a>(
+    names: impl IntoIterator<Item = &'a str>,
+    empty: impl FnOnce(usize) -> SpecError,
+    reused: impl FnOnce(usize, usize) -> SpecError,
+) -> Result<(), SpecError> {
+    let mut name_to_index: HashMap<&str, usize> = HashMap::new();
+    for (index, name) in names.into_iter().enumerate() {
+        if name.is_empty() {
+            return Err(empty(index));
+        }
+        if let Some(&first) = name_to_index.get(name) {
+            return Err(reused(index, first));
+        }
+        name_to_index.insert(name, index);
+    }
+    Ok(())
 }
 
 #[cfg(test)]
@@ -887,6 +899,14 @@ node_pools:
         assert_eq!(
             error(&queues("  - {name: a}\n  - {name: a}\n")),
             r#"bad.yaml: queue "a" (queues[1]), field name: already used by queues[0]"#
+        );
+        assert_eq!(
+            error(&queues("  - {name: a}\n  - {name: ''}\n")),
+            "bad.yaml: queues[1], field name: must not be empty"
+        );
+        assert_eq!(
+            error(&twice.replace("name: h100, count: 1", "name: '', count: 1")),
+            "bad.yaml: node_pools[1], field name: must not be empty"
         );
         assert_eq!(
             error(&queues(
