@@ -200,48 +200,38 @@ impl Watch {
         self.last_discovery = Instant::now();
         let mut found = Vec::new();
         if self.pod_groups.is_none() {
-            let resource = ApiResource::from_gvk_with_plural(
-                &GroupVersionKind::gvk("scheduling.x-k8s.io", "v1alpha1", "PodGroup"),
+            let resource = self.served_resource(
+                "scheduling.x-k8s.io",
+                &["v1alpha1"],
+                "PodGroup",
                 "podgroups",
             );
-            let served = self.serves("scheduling.x-k8s.io/v1alpha1", "podgroups");
-            if served {
+            if let Some(resource) = &resource {
                 self.pod_groups = Some(self.reflectors.dynamic(
                     "pod groups",
-                    &resource,
+                    resource,
                     &self.logs.groups,
                 ));
             }
-            found.push((
-                if served {
-                    "scheduling.x-k8s.io/v1alpha1 PodGroup found: gangs follow their PodGroups"
-                } else {
-                    "no scheduling.x-k8s.io/v1alpha1 PodGroup in this cluster (yet): gangs come from Gantry's labels"
-                },
-                served,
+            found.push(said(
+                resource.is_some(),
+                "scheduling.x-k8s.io/v1alpha1 PodGroup found: gangs follow their PodGroups",
+                "no scheduling.x-k8s.io/v1alpha1 PodGroup in this cluster (yet): gangs come from Gantry's labels",
             ));
         }
         if self.workload_groups.is_none() {
-            let version = WORKLOAD_VERSIONS
-                .into_iter()
-                .find(|v| self.serves(&format!("{WORKLOAD_GROUP}/{v}"), "podgroups"));
-            if let Some(version) = version {
-                let resource = ApiResource::from_gvk_with_plural(
-                    &GroupVersionKind::gvk(WORKLOAD_GROUP, version, "PodGroup"),
-                    "podgroups",
-                );
+            let resource =
+                self.served_resource(WORKLOAD_GROUP, &WORKLOAD_VERSIONS, "PodGroup", "podgroups");
+            if let Some(resource) = &resource {
                 let store =
                     self.reflectors
-                        .dynamic("workload pod groups", &resource, &self.logs.groups);
-                self.workload_groups = Some((store, resource));
+                        .dynamic("workload pod groups", resource, &self.logs.groups);
+                self.workload_groups = Some((store, resource.clone()));
             }
-            found.push((
-                if version.is_some() {
-                    "scheduling.k8s.io PodGroup found: pods naming one in spec.schedulingGroup follow its gang policy"
-                } else {
-                    "no scheduling.k8s.io PodGroup in this cluster (yet; the GenericWorkload feature gate): spec.schedulingGroup is not read"
-                },
-                version.is_some(),
+            found.push(said(
+                resource.is_some(),
+                "scheduling.k8s.io PodGroup found: pods naming one in spec.schedulingGroup follow its gang policy",
+                "no scheduling.k8s.io PodGroup in this cluster (yet; the GenericWorkload feature gate): spec.schedulingGroup is not read",
             ));
         }
         if self.queues.is_none() {
@@ -253,37 +243,26 @@ impl Watch {
                         .dynamic("queues", &resource, &self.logs.queues),
                 );
             }
-            found.push((
-                if served {
-                    "gantry.dev/v1alpha1 Queue found: its quotas apply"
-                } else {
-                    "no gantry.dev/v1alpha1 Queue in this cluster (yet): every queue may use the whole cluster"
-                },
+            found.push(said(
                 served,
+                "gantry.dev/v1alpha1 Queue found: its quotas apply",
+                "no gantry.dev/v1alpha1 Queue in this cluster (yet): every queue may use the whole cluster",
             ));
         }
         if self.local_queues.is_none() {
-            let version = KUEUE_VERSIONS
-                .into_iter()
-                .find(|v| self.serves(&format!("{KUEUE_GROUP}/{v}"), "localqueues"));
-            if let Some(version) = version {
-                let resource = ApiResource::from_gvk_with_plural(
-                    &GroupVersionKind::gvk(KUEUE_GROUP, version, "LocalQueue"),
-                    "localqueues",
-                );
+            let resource =
+                self.served_resource(KUEUE_GROUP, &KUEUE_VERSIONS, "LocalQueue", "localqueues");
+            if let Some(resource) = &resource {
                 self.local_queues = Some(self.reflectors.dynamic(
                     "local queues",
-                    &resource,
+                    resource,
                     &self.logs.local_queues,
                 ));
             }
-            found.push((
-                if version.is_some() {
-                    "kueue.x-k8s.io LocalQueue found: kueue.x-k8s.io/queue-name names a LocalQueue in the pod's namespace"
-                } else {
-                    "no kueue.x-k8s.io LocalQueue in this cluster (yet): while Queues are declared, pods labelled kueue.x-k8s.io/queue-name are refused"
-                },
-                version.is_some(),
+            found.push(said(
+                resource.is_some(),
+                "kueue.x-k8s.io LocalQueue found: kueue.x-k8s.io/queue-name names a LocalQueue in the pod's namespace",
+                "no kueue.x-k8s.io LocalQueue in this cluster (yet): while Queues are declared, pods labelled kueue.x-k8s.io/queue-name are refused",
             ));
         }
         if self.dra.is_none() {
@@ -317,16 +296,31 @@ impl Watch {
                     ),
                 });
             }
-            found.push((
-                if served {
-                    "resource.k8s.io/v1 found: GPUs published in ResourceSlices count, and pods' ResourceClaims are allocated at bind"
-                } else {
-                    "no resource.k8s.io/v1 in this cluster (yet): pods with spec.resourceClaims wait"
-                },
+            found.push(said(
                 served,
+                "resource.k8s.io/v1 found: GPUs published in ResourceSlices count, and pods' ResourceClaims are allocated at bind",
+                "no resource.k8s.io/v1 in this cluster (yet): pods with spec.resourceClaims wait",
             ));
         }
         found
+    }
+
+    /// The resource `kind` (`plural`) of `group` at the first of `versions` the cluster
+    /// serves (newest first), if it serves one.
+    fn served_resource(
+        &self,
+        group: &str,
+        versions: &[&str],
+        kind: &str,
+        plural: &str,
+    ) -> Option<ApiResource> {
+        let version = versions
+            .iter()
+            .find(|v| self.serves(&format!("{group}/{v}"), plural))?;
+        Some(ApiResource::from_gvk_with_plural(
+            &GroupVersionKind::gvk(group, version, kind),
+            plural,
+        ))
     }
 
     /// Whether the API server serves `plural` in `group_version`: `false` when it says the
@@ -399,4 +393,10 @@ impl Watch {
     pub(crate) fn node_count(&self) -> usize {
         self.nodes.state().len()
     }
+}
+
+/// What discovering an optional kind says in the log: `found` or `missing`, and whether it
+/// was found.
+fn said(served: bool, found: &'static str, missing: &'static str) -> (&'static str, bool) {
+    (if served { found } else { missing }, served)
 }
