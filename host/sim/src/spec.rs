@@ -191,14 +191,22 @@ pub enum SpecError {
     Yaml { file: String, message: String },
     #[error("{file}: field node_pools: is empty; a cluster needs at least one node pool")]
     NoPools { file: String },
-    #[error("{file}: node_pools[{index}], field name: must not be empty")]
-    EmptyPoolName { file: String, index: usize },
-    #[error(
-        "{file}: node pool {pool:?} (node_pools[{index}]), field name: already used by node_pools[{first}]"
-    )]
-    DuplicatePool {
+    /// An entry of a named list (`node_pools`, `queues`) without a name.
+    #[error("{file}: {list}[{index}], field name: must not be empty")]
+    EmptyName {
         file: String,
-        pool: String,
+        list: &'static str,
+        index: usize,
+    },
+    /// An entry of a named list whose name an earlier one took.
+    #[error(
+        "{file}: {what} {name:?} ({list}[{index}]), field name: already used by {list}[{first}]"
+    )]
+    DuplicateName {
+        file: String,
+        list: &'static str,
+        what: &'static str,
+        name: String,
         index: usize,
         first: usize,
     },
@@ -252,17 +260,6 @@ pub enum SpecError {
     LevelCycle { file: String, levels: String },
     #[error("{file}: field node_pools: {nodes} nodes in all; at most {MAX_NODES} are supported")]
     TooManyNodes { file: String, nodes: u64 },
-    #[error("{file}: queues[{index}], field name: must not be empty")]
-    EmptyQueueName { file: String, index: usize },
-    #[error(
-        "{file}: queue {queue:?} (queues[{index}]), field name: already used by queues[{first}]"
-    )]
-    DuplicateQueue {
-        file: String,
-        queue: String,
-        index: usize,
-        first: usize,
-    },
     #[error("{file}: queue {queue:?}, field parent: no queue is named {parent:?}")]
     UnknownParent {
         file: String,
@@ -323,17 +320,10 @@ impl ClusterSpec {
             return Err(SpecError::NoPools { file: file() });
         }
         check_names(
-            self.node_pools.iter().map(|pool| pool.name.as_str()),
-            |index| SpecError::EmptyPoolName {
-                file: file(),
-                index,
-            },
-            |index, first| SpecError::DuplicatePool {
-                file: file(),
-                pool: self.node_pools[index].name.clone(),
-                index,
-                first,
-            },
+            file,
+            "node_pools",
+            "node pool",
+            self.node_pools.iter().map(|p| &p.name),
         )?;
         let mut nodes: u64 = 0;
         for pool in &self.node_pools {
@@ -424,19 +414,7 @@ impl ClusterSpec {
 
     fn check_queues(&self, file: &str) -> Result<(), SpecError> {
         let file = || file.to_owned();
-        check_names(
-            self.queues.iter().map(|queue| queue.name.as_str()),
-            |index| SpecError::EmptyQueueName {
-                file: file(),
-                index,
-            },
-            |index, first| SpecError::DuplicateQueue {
-                file: file(),
-                queue: self.queues[index].name.clone(),
-                index,
-                first,
-            },
-        )?;
+        check_names(file, "queues", "queue", self.queues.iter().map(|q| &q.name))?;
         // The tree's own problems (names are unique by now), per queue, as the core finds them.
         let problems =
             QueueDef::check_tree(&self.queues.iter().map(QueueSpec::def).collect::<Vec<_>>());
@@ -626,20 +604,33 @@ impl ClusterSpec {
     }
 }
 
-/// Names of a list (node pools, queues) must be set and used once: the error for the first
-/// that is empty (`empty` of its index) or used before (`reused` of its index and the first's).
+/// Names of a list (`node_pools`, `queues`) must be set and used once: the error for the first
+/// entry that is empty or whose name an earlier one took, naming the list and what its
+/// entries are.
 fn check_names<'a>(
-    names: impl IntoIterator<Item = &'a str>,
-    empty: impl FnOnce(usize) -> SpecError,
-    reused: impl FnOnce(usize, usize) -> SpecError,
+    file: impl Fn() -> String,
+    list: &'static str,
+    what: &'static str,
+    names: impl IntoIterator<Item = &'a String>,
 ) -> Result<(), SpecError> {
     let mut name_to_index: HashMap<&str, usize> = HashMap::new();
     for (index, name) in names.into_iter().enumerate() {
         if name.is_empty() {
-            return Err(empty(index));
+            return Err(SpecError::EmptyName {
+                file: file(),
+                list,
+                index,
+            });
         }
-        if let Some(&first) = name_to_index.get(name) {
-            return Err(reused(index, first));
+        if let Some(&first) = name_to_index.get(name.as_str()) {
+            return Err(SpecError::DuplicateName {
+                file: file(),
+                list,
+                what,
+                name: name.clone(),
+                index,
+                first,
+            });
         }
         name_to_index.insert(name, index);
     }
