@@ -6,6 +6,11 @@ set -euo pipefail
 cd "$(dirname "$0")/.."
 source scripts/env.sh
 step() { printf '\n==> %s\n' "$*"; }
+# What this run compiled is printed at the end, from cargo's fingerprints newer than this mark
+# (cargo runs --quiet here, so its own "Compiling" lines never show): a second run with nothing
+# changed compiles nothing, since the UI build writes web/dist only where the UI changed.
+run_start="$(mktemp)"
+trap 'rm -f "$run_start"' EXIT
 
 step "toolchain, policies and the web UI"
 scripts/build-plugins.sh
@@ -96,6 +101,14 @@ if scripts/ui-test.sh 2>&1 | tee "$CARGO_TARGET_DIR/ui-test.log"; then
     echo "test result: ok. ${n:-1} passed; 0 failed (browser UI tests)" >>"$CARGO_TARGET_DIR/test.log"
 else
     echo "test result: FAILED. 0 passed; 1 failed (browser UI tests)" >>"$CARGO_TARGET_DIR/test.log"
+fi
+step "what this run compiled (cargo's fingerprints written since it began)"
+compiled="$(find "$CARGO_TARGET_DIR" -path '*/.fingerprint/*' -type f -newer "$run_start" 2>/dev/null \
+    | sed -E 's#.*/\.fingerprint/([^/]+)/.*#\1#; s/-[0-9a-f]{16}$//' | sort -u || true)"
+if [[ -n "$compiled" ]]; then
+    printf 'Compiling %s\n' $compiled
+else
+    echo "compiled nothing: every crate, test and policy was fresh"
 fi
 # One closing line for the whole run, in the form CI reads.
 awk '/^test result:/ { p += $4; f += $6 } END { printf "\n%d passed, %d failed\n", p, f; exit (f > 0) }' \
