@@ -10,7 +10,10 @@
 //!   at the lowest OS priority, handed a copy of each cycle's state once the active set has
 //!   decided, skipping cycles while busy, its calls waiting while the active set decides);
 //! - with the healthy set while `--uploads` components of `--upload-mib` MiB each compile at
-//!   once through `PolicyEngine::compile` (at most two compile at a time).
+//!   once through `PolicyEngine::compile` (at most two compile at a time);
+//! - and, apart from the cycles, `--timeouts` calls of `hostile-loop` (a filter that never
+//!   returns) under a 50 ms deadline: how long past the deadline the call is stopped, which
+//!   `hostile.rs` no longer asserts (a loaded machine overran twice the deadline there).
 //!
 //! Each cycle starts from the same 100 pending jobs on a fresh copy of the cluster, so every
 //! sample does the same work; the loop's pause (`--pause-ms`) separates cycles in every
@@ -55,6 +58,9 @@ pub struct FaultsBenchArgs {
     /// (the engine waits up to 50 ms between passes). Applies to every scenario alike.
     #[arg(long, default_value_t = 50)]
     pause_ms: u64,
+    /// Calls of the never-ending filter timed in the deadline scenario.
+    #[arg(long, default_value_t = 20)]
+    timeouts: usize,
     /// Print one JSON object instead of indented JSON.
     #[arg(long)]
     json: bool,
@@ -385,6 +391,9 @@ pub fn run(args: FaultsBenchArgs) -> anyhow::Result<()> {
 
     // 4. Uploads compiling while the healthy set schedules.
     let uploads = uploads_scenario(&args, &engine, &template, &healthy_set)?;
+
+    // 5. A call that never returns, stopped at its deadline.
+    let deadline = deadline_scenario(&args, &engine, &template)?;
     let report = json!({
         "nodes": nodes,
         "pending_jobs": args.pending,
@@ -395,6 +404,7 @@ pub fn run(args: FaultsBenchArgs) -> anyhow::Result<()> {
         "faulty_active_fail_open": active_fail_open,
         "faulty_in_shadow": shadow,
         "uploads": uploads,
+        "deadline": deadline,
     });
     if args.json {
         println!("{report}");
@@ -533,6 +543,56 @@ fn uploads_scenario(
         "refused": outcomes.len() - compiled,
         "refusals": errors,
         "compile_wall": summary(outcomes.iter().map(|(d, _)| *d).collect()),
+    }))
+}
+
+/// `hostile-loop` under a 50 ms deadline, called `--timeouts` times on the cluster's nodes:
+/// each call's time to its fault, and whether every fault was the timeout.
+fn deadline_scenario(
+    args: &FaultsBenchArgs,
+    engine: &PolicyEngine,
+    template: &Scheduler,
+) -> anyhow::Result<serde_json::Value> {
+    const DEADLINE: Duration = Duration::from_millis(50);
+    let bytes = std::fs::read(args.plugins.resolve("hostile_loop.wasm")?)?;
+    let policy = engine.load(
+        &bytes,
+        PolicyOptions {
+            deadline: Some(DEADLINE),
+            ..PolicyOptions::default()
+        },
+    )?;
+    let nodes = gantry_policy::WasmNodes::new(&template.state.nodes);
+    let pod = PodShape {
+        gpus: 1,
+        gang_size: 1,
+        ..PodShape::default()
+    };
+    let mut took = Vec::with_capacity(args.timeouts);
+    let mut other_faults = Vec::new();
+    let bar = bar(args.timeouts as u64, "a never-ending filter");
+    for _ in 0..args.timeouts {
+        // A timed-out instance is replaced on the policy's own thread: time the call, not
+        // the refill.
+        policy.wait_ready(Duration::from_secs(60));
+        let started = Instant::now();
+        match policy.filter(&pod, &nodes) {
+            Err(gantry_policy::PolicyFault::Timeout { .. }) => took.push(started.elapsed()),
+            Err(fault) => other_faults.push(fault.to_string()),
+            Ok(_) => other_faults.push("it answered".to_string()),
+        }
+        bar.inc(1);
+    }
+    bar.finish_and_clear();
+    other_faults.dedup();
+    let over_twice = took.iter().filter(|d| **d > DEADLINE * 2).count();
+    Ok(json!({
+        "deadline_ms": ms(DEADLINE),
+        "calls": args.timeouts,
+        "timed_out": took.len(),
+        "other_faults": other_faults,
+        "time_to_fault": summary(took),
+        "over_twice_the_deadline": over_twice,
     }))
 }
 
