@@ -38,6 +38,11 @@ pub enum ApiError {
     SelfTest(String),
     #[error("{0}")]
     Conflict(String),
+    /// One token already has its share of the server's requests in flight.
+    #[error(
+        "the token of {who} has {cap} requests in flight, its most at once: wait for one to end"
+    )]
+    TooManyInFlight { who: String, cap: usize },
     #[error("not ready: {0}")]
     Unavailable(String),
     #[error("{0}")]
@@ -73,6 +78,7 @@ impl ApiError {
             }
             Self::Policy(_) | Self::SelfTest(_) => StatusCode::UNPROCESSABLE_ENTITY,
             Self::Conflict(_) => StatusCode::CONFLICT,
+            Self::TooManyInFlight { .. } => StatusCode::TOO_MANY_REQUESTS,
             Self::Unavailable(_) => StatusCode::SERVICE_UNAVAILABLE,
             Self::Store(e) => match e {
                 StoreError::UnknownPolicy(_) | StoreError::UnknownSetVersion(_) => {

@@ -1,6 +1,9 @@
 //! The routes and their handlers. Every `/api` route but the OpenAPI document needs a token,
 //! checked by [`authenticate`] before any body is read; every mutating one needs an admin
-//! token, and its change is written to the audit log. The audit log itself is admin-only.
+//! token, checked from the headers by the route's own layer ([`admin_only`]) before its
+//! handler's extractors run, and its change is written to the audit log. The audit log itself
+//! is admin-only. One token holds at most [`REQUESTS_IN_FLIGHT_PER_TOKEN`] requests at once,
+//! and the probes sit ahead of the server's concurrency limit.
 //!
 //! Here: the shared state, the front door (client addresses, refusal pacing), the router and
 //! its layers, and authentication. The handlers, by what they serve:
@@ -23,6 +26,7 @@ pub(crate) use decisions::*;
 pub(crate) use policies::*;
 pub(crate) use probes::*;
 
+use std::collections::HashMap;
 use std::convert::Infallible;
 use std::net::{IpAddr, SocketAddr};
 use std::sync::{Arc, Mutex};
@@ -35,7 +39,7 @@ use axum::http::{HeaderMap, HeaderValue, Method, StatusCode, header};
 use axum::middleware::Next;
 use axum::response::sse::{Event, KeepAlive, Sse};
 use axum::response::{IntoResponse, Response};
-use axum::routing::{get, post};
+use axum::routing::{delete, get, post};
 use axum::{Json, Router};
 // Every type a route takes or answers comes from the contract; the ones only named in the
 // `#[utoipa::path]` attributes are imported for those.
@@ -71,6 +75,10 @@ pub struct AppState {
     /// Paces the audit entries of refused requests, so a flood of bad tokens cannot fill the
     /// disk or turn each refusal into a disk flush. Locked briefly per refusal.
     refusals: Mutex<RefusalPace>,
+    /// Requests in flight per token (by its name), so one token (the viewer token every
+    /// researcher and scraper shares) cannot hold all [`CONCURRENT_REQUESTS`]. Locked briefly
+    /// as a request starts and ends.
+    token_to_in_flight: Mutex<HashMap<String, usize>>,
 }
 
 impl AppState {
@@ -81,7 +89,51 @@ impl AppState {
             tokens,
             options,
             refusals: Mutex::new(RefusalPace::default()),
+            token_to_in_flight: Mutex::new(HashMap::new()),
         })
+    }
+
+    /// Counts a request of `who` in flight until the returned guard drops, or refuses it when
+    /// that token already has [`REQUESTS_IN_FLIGHT_PER_TOKEN`].
+    fn start_request(self: &Arc<Self>, who: &str) -> Result<InFlight> {
+        let mut counts = self
+            .token_to_in_flight
+            .lock()
+            .unwrap_or_else(|e| e.into_inner());
+        let count = counts.entry(who.to_string()).or_default();
+        if *count >= REQUESTS_IN_FLIGHT_PER_TOKEN {
+            return Err(ApiError::TooManyInFlight {
+                who: who.to_string(),
+                cap: REQUESTS_IN_FLIGHT_PER_TOKEN,
+            });
+        }
+        *count += 1;
+        Ok(InFlight {
+            state: self.clone(),
+            who: who.to_string(),
+        })
+    }
+}
+
+/// One request counted against its token's share; dropping it ends the count.
+struct InFlight {
+    state: Arc<AppState>,
+    who: String,
+}
+
+impl Drop for InFlight {
+    fn drop(&mut self) {
+        let mut counts = self
+            .state
+            .token_to_in_flight
+            .lock()
+            .unwrap_or_else(|e| e.into_inner());
+        if let Some(count) = counts.get_mut(&self.who) {
+            *count -= 1;
+            if *count == 0 {
+                counts.remove(&self.who);
+            }
+        }
     }
 }
 
@@ -227,6 +279,9 @@ type St = State<Arc<AppState>>;
 pub const SMALL_BODY_BYTES: usize = 64 * 1024;
 /// Requests in flight at once; more wait their turn.
 pub const CONCURRENT_REQUESTS: usize = 256;
+/// Requests one token may have in flight at once; more get 429. A quarter of
+/// [`CONCURRENT_REQUESTS`], so a shared viewer token leaves room for the admins.
+pub const REQUESTS_IN_FLIGHT_PER_TOKEN: usize = CONCURRENT_REQUESTS / 4;
 /// How long a request may take (the decision stream aside, which is long-lived by design).
 pub const REQUEST_TIMEOUT: Duration = Duration::from_secs(60);
 /// What a browser may do with the UI's pages: load its own scripts, styles (inline styles
@@ -246,28 +301,48 @@ pub fn router(state: Arc<AppState>) -> Router {
     // connection instead of the reason. Anything larger is cut off. Only an authenticated
     // admin's body is ever read.
     let upload_limit = state.live.config.max_upload_bytes * 2 + 64 * 1024;
+    // The role a route needs is checked here, from the headers, before its handler's
+    // extractors run: a viewer's upload is refused before one byte of its body is read.
+    let admin = |action: &'static str| axum::middleware::from_fn_with_state(action, admin_only);
     let authed = Router::new()
         .route("/api/whoami", get(whoami))
         .route(
             "/api/policies",
             get(list_policies)
-                .post(upload_policy)
+                .merge(post(upload_policy).route_layer(admin("upload a policy")))
                 .layer(DefaultBodyLimit::max(upload_limit)),
         )
         .route(
             "/api/policies/validate",
-            post(validate_policy).layer(DefaultBodyLimit::max(upload_limit)),
+            post(validate_policy)
+                .route_layer(admin("validate a policy"))
+                .layer(DefaultBodyLimit::max(upload_limit)),
         )
         .route("/api/policies/{sha256}", get(get_policy))
-        .route("/api/sets", get(list_sets).post(create_set))
+        .route(
+            "/api/sets",
+            get(list_sets).merge(post(create_set).route_layer(admin("create a policy set"))),
+        )
         .route("/api/sets/{version}", get(get_set))
-        .route("/api/sets/{version}/activate", post(activate_set))
-        .route("/api/sets/{version}/rollback", post(rollback_set))
+        .route(
+            "/api/sets/{version}/activate",
+            post(activate_set).route_layer(admin("activate a policy set")),
+        )
+        .route(
+            "/api/sets/{version}/rollback",
+            post(rollback_set).route_layer(admin("roll back the policy set")),
+        )
         .route(
             "/api/shadow",
-            get(shadow_report).post(shadow_start).delete(shadow_stop),
+            get(shadow_report)
+                .merge(post(shadow_start).route_layer(admin("start shadow mode")))
+                .merge(delete(shadow_stop).route_layer(admin("stop shadow mode"))),
         )
-        .route("/api/audit", get(audit))
+        // Who did what from where is the admins' business.
+        .route(
+            "/api/audit",
+            get(audit).route_layer(admin("read the audit log")),
+        )
         .route("/api/decisions", get(decisions_between))
         .route("/api/decisions/job/{job}", get(decisions_by_job))
         .route("/api/decisions/pod/{pod}", get(decisions_by_pod))
@@ -290,15 +365,19 @@ pub fn router(state: Arc<AppState>) -> Router {
             state.clone(),
             authenticate,
         ));
-    Router::new()
-        .route("/healthz", get(healthz))
-        .route("/readyz", get(readyz))
+    let limited = Router::new()
         .route("/metrics", get(metrics))
         .route("/api/openapi.json", get(openapi))
         .merge(authed)
         .fallback(crate::ui::serve)
         .layer(DefaultBodyLimit::max(SMALL_BODY_BYTES))
-        .layer(GlobalConcurrencyLimitLayer::new(CONCURRENT_REQUESTS))
+        .layer(GlobalConcurrencyLimitLayer::new(CONCURRENT_REQUESTS));
+    // The probes sit ahead of the concurrency limit: requests that hold every permit (slow
+    // bodies, heavy reads) must not make the kubelet restart a healthy scheduler.
+    Router::new()
+        .route("/healthz", get(healthz))
+        .route("/readyz", get(readyz))
+        .merge(limited)
         .layer(SetResponseHeaderLayer::if_not_present(
             header::CONTENT_SECURITY_POLICY,
             HeaderValue::from_static(CONTENT_SECURITY_POLICY),
@@ -316,6 +395,21 @@ pub fn router(state: Arc<AppState>) -> Router {
             HeaderValue::from_static("no-referrer"),
         ))
         .with_state(state)
+}
+
+/// The role check of an admin-only route, layered on the route itself (see [`router`]): it
+/// runs after [`authenticate`] put the caller in the request's extensions and before the
+/// handler's extractors, so a viewer's body is never read. `action` names what was refused.
+async fn admin_only(
+    State(action): State<&'static str>,
+    Extension(who): Extension<Caller>,
+    request: Request,
+    next: Next,
+) -> Response {
+    match who.require_admin(action) {
+        Ok(()) => next.run(request).await,
+        Err(error) => error.into_response(),
+    }
 }
 
 /// The front door of the authenticated routes: the bearer token is checked from the headers
@@ -338,6 +432,13 @@ async fn authenticate(
     let path = request.uri().path().to_string();
     match state.tokens.caller(request.headers()) {
         Ok(caller) => {
+            let _in_flight = match state.start_request(&caller.name) {
+                Ok(guard) => guard,
+                Err(error) => {
+                    tracing::warn!(%client, %method, %path, who = %caller.name, %error, "request refused: 429");
+                    return error.into_response();
+                }
+            };
             request.extensions_mut().insert(caller.clone());
             request.extensions_mut().insert(Peer(client.clone()));
             let response = next.run(request).await;

@@ -79,7 +79,6 @@ pub(crate) async fn upload_policy(
     Query(query): Query<ConfigQuery>,
     body: std::result::Result<Bytes, BytesRejection>,
 ) -> Result<Response> {
-    who.require_admin("upload a policy")?;
     let bytes = upload_body(&state, body)?;
     let config = query.config.unwrap_or_else(|| "{}".into());
     let live = state.live.clone();
@@ -116,7 +115,6 @@ pub(crate) async fn validate_policy(
     Query(query): Query<ConfigQuery>,
     body: std::result::Result<Bytes, BytesRejection>,
 ) -> Result<Json<gantry_engine::Validation>> {
-    who.require_admin("validate a policy")?;
     let bytes = upload_body(&state, body)?;
     let config = query.config.unwrap_or_else(|| "{}".into());
     let live = state.live.clone();
@@ -230,7 +228,6 @@ pub(crate) async fn create_set(
     Extension(who): Extension<Caller>,
     body: std::result::Result<Json<NewSet>, axum::extract::rejection::JsonRejection>,
 ) -> Result<Response> {
-    who.require_admin("create a policy set")?;
     let Json(mut new) = body.map_err(json_error)?;
     if new.entries.len() > 64 {
         return Err(ApiError::BadRequest(format!(
@@ -280,11 +277,6 @@ pub(super) async fn switch_set(
     version: u64,
     rollback: bool,
 ) -> Result<Json<gantry_store::PolicySet>> {
-    who.require_admin(if rollback {
-        "roll back the policy set"
-    } else {
-        "activate a policy set"
-    })?;
     let live = state.live.clone();
     let actor = Actor::new(&who.name, from);
     let set = tokio::task::spawn_blocking(move || live.activate(&actor, version, rollback))
@@ -370,7 +362,6 @@ pub(crate) async fn shadow_start(
     Extension(who): Extension<Caller>,
     body: std::result::Result<Json<ShadowStart>, axum::extract::rejection::JsonRejection>,
 ) -> Result<Response> {
-    who.require_admin("start shadow mode")?;
     let Json(start) = body.map_err(json_error)?;
     let live = state.live.clone();
     let actor = Actor::new(&who.name, from);
@@ -393,6 +384,5 @@ pub(crate) async fn shadow_stop(
     Extension(Peer(from)): Extension<Peer>,
     Extension(who): Extension<Caller>,
 ) -> Result<Json<gantry_engine::ShadowReport>> {
-    who.require_admin("stop shadow mode")?;
     Ok(Json(state.live.shadow_stop(&Actor::new(&who.name, from))?))
 }

@@ -346,3 +346,197 @@ fn a_jobs_history_reads_placed_preempted_then_one_pending_step() {
         ]
     );
 }
+
+/// A body that notes whether anyone read it.
+fn watched(read: &Arc<std::sync::atomic::AtomicBool>) -> Body {
+    let read = read.clone();
+    Body::from_stream(tokio_stream::iter(std::iter::once(()).map(move |()| {
+        read.store(true, std::sync::atomic::Ordering::SeqCst);
+        Ok::<_, std::io::Error>(Bytes::from_static(b"{}"))
+    })))
+}
+
+/// A body whose first byte never comes: its request holds whatever it holds until dropped.
+fn stalled() -> Body {
+    Body::from_stream(tokio_stream::pending::<std::io::Result<Bytes>>())
+}
+
+#[tokio::test]
+async fn a_viewers_body_is_refused_from_the_headers_before_it_is_read() {
+    use std::sync::atomic::{AtomicBool, Ordering};
+    let dir = tempfile::tempdir().expect("tempdir");
+    let app = app(dir.path());
+    for (method, path, action) in [
+        (Method::POST, "/api/policies", "upload a policy"),
+        (Method::POST, "/api/policies/validate", "validate a policy"),
+        (Method::POST, "/api/sets", "create a policy set"),
+        (
+            Method::POST,
+            "/api/sets/1/activate",
+            "activate a policy set",
+        ),
+        (
+            Method::POST,
+            "/api/sets/1/rollback",
+            "roll back the policy set",
+        ),
+        (Method::POST, "/api/shadow", "start shadow mode"),
+        (Method::DELETE, "/api/shadow", "stop shadow mode"),
+        (Method::GET, "/api/audit", "read the audit log"),
+    ] {
+        let read = Arc::new(AtomicBool::new(false));
+        let request = Request::builder()
+            .method(method.clone())
+            .uri(path)
+            .header(header::AUTHORIZATION, format!("Bearer {VIEWER}"))
+            .body(watched(&read))
+            .expect("request");
+        let response = app.clone().oneshot(request).await.expect("response");
+        assert_eq!(response.status(), StatusCode::FORBIDDEN, "{method} {path}");
+        assert!(
+            !read.load(Ordering::SeqCst),
+            "{method} {path}: the body was read"
+        );
+        let body = axum::body::to_bytes(response.into_body(), 4096)
+            .await
+            .expect("body");
+        let text = String::from_utf8_lossy(&body);
+        assert!(
+            text.contains(&format!(
+                "the viewer token of eve may not {action}: an admin token is needed"
+            )),
+            "{method} {path}: {text}"
+        );
+    }
+    // The same body from an admin is read: the check above can fail.
+    let read = Arc::new(AtomicBool::new(false));
+    let response = app
+        .clone()
+        .oneshot(post("/api/policies/validate", Some(ADMIN), watched(&read)))
+        .await
+        .expect("response");
+    assert_ne!(response.status(), StatusCode::FORBIDDEN);
+    assert!(
+        read.load(Ordering::SeqCst),
+        "an admin's upload was not read"
+    );
+}
+
+#[tokio::test]
+async fn one_token_cannot_hold_more_than_its_share_of_requests() {
+    let dir = tempfile::tempdir().expect("tempdir");
+    let app = app(dir.path());
+    let over = 6;
+    let mut held: Vec<_> = (0..REQUESTS_IN_FLIGHT_PER_TOKEN + over)
+        .map(|_| {
+            tokio::spawn(
+                app.clone()
+                    .oneshot(post("/api/whatif", Some(VIEWER), stalled())),
+            )
+        })
+        .collect();
+    // The ones over the cap answer at once; the rest wait on their bodies for ever.
+    for _ in 0..500 {
+        if held.iter().filter(|h| h.is_finished()).count() >= over {
+            break;
+        }
+        tokio::time::sleep(Duration::from_millis(20)).await;
+    }
+    let (done, waiting): (Vec<_>, Vec<_>) = held.into_iter().partition(|h| h.is_finished());
+    held = waiting;
+    let mut refused = Vec::new();
+    for handle in done {
+        refused.push(handle.await.expect("task").expect("response"));
+    }
+    assert_eq!(refused.len(), over, "requests answered while the rest wait");
+    assert_eq!(held.len(), REQUESTS_IN_FLIGHT_PER_TOKEN);
+    for response in refused {
+        assert_eq!(response.status(), StatusCode::TOO_MANY_REQUESTS);
+        let body = axum::body::to_bytes(response.into_body(), 4096)
+            .await
+            .expect("body");
+        assert!(
+            String::from_utf8_lossy(&body).contains(&format!(
+                "the token of eve has {REQUESTS_IN_FLIGHT_PER_TOKEN} requests in flight"
+            )),
+            "{}",
+            String::from_utf8_lossy(&body)
+        );
+    }
+    // Another token is not counted against this one's share.
+    let response = app
+        .clone()
+        .oneshot(get("/api/whoami", Some(ADMIN)))
+        .await
+        .expect("response");
+    assert_eq!(response.status(), StatusCode::OK);
+    for handle in held {
+        handle.abort();
+    }
+}
+
+#[tokio::test]
+async fn the_probes_answer_while_slow_requests_hold_every_permit() {
+    let dir = tempfile::tempdir().expect("tempdir");
+    let viewers = 5;
+    let state = state(dir.path(), DoorOptions::default());
+    let tokens_path = dir.path().join("tokens.yaml");
+    let mut file = format!("tokens:\n  - {{name: root, role: admin, token: {ADMIN}}}\n");
+    for n in 0..viewers {
+        file.push_str(&format!(
+            "  - {{name: viewer-{n}, role: viewer, token: {VIEWER}-{n}}}\n"
+        ));
+    }
+    std::fs::write(&tokens_path, file).expect("tokens");
+    let state = AppState::new(
+        state.live.clone(),
+        Tokens::load(&tokens_path).expect("load"),
+        DoorOptions::default(),
+    );
+    let app = app_of(state);
+    // 300 slow viewer requests, 60 per token: every permit is held and 44 wait for one.
+    let slow: Vec<_> = (0..300)
+        .map(|i| {
+            let token = format!("{VIEWER}-{}", i % viewers);
+            tokio::spawn(
+                app.clone()
+                    .oneshot(post("/api/whatif", Some(&token), stalled())),
+            )
+        })
+        .collect();
+    for _ in 0..50 {
+        tokio::task::yield_now().await;
+    }
+    tokio::time::sleep(Duration::from_millis(200)).await;
+    // An API request waits its turn behind them: the limit is spent.
+    let whoami = tokio::time::timeout(
+        Duration::from_millis(500),
+        app.clone().oneshot(get("/api/whoami", Some(ADMIN))),
+    )
+    .await;
+    assert!(whoami.is_err(), "the limit was not spent: {whoami:?}");
+    for probe in ["/healthz", "/readyz"] {
+        let started = std::time::Instant::now();
+        let response = tokio::time::timeout(
+            Duration::from_secs(30),
+            app.clone()
+                .oneshot(Request::get(probe).body(Body::empty()).expect("request")),
+        )
+        .await
+        .unwrap_or_else(|_| panic!("{probe} waited behind the slow requests"))
+        .expect("response");
+        // Not ready (no loop runs here) is an answer too: what matters is that it came.
+        assert!(
+            [StatusCode::OK, StatusCode::SERVICE_UNAVAILABLE].contains(&response.status()),
+            "{probe}: {}",
+            response.status()
+        );
+        println!(
+            "{probe} answered in {:?} with 300 slow requests open",
+            started.elapsed()
+        );
+    }
+    for handle in slow {
+        handle.abort();
+    }
+}
