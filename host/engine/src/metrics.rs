@@ -229,8 +229,14 @@ impl Metrics {
         }
     }
 
-    /// The text exposition: the registry, then each loaded policy's calls, faults and time.
-    pub fn render(&self, policies: &[Arc<Policy>]) -> String {
+    /// The text exposition: the registry, then the Wasm footprint, then each loaded policy's
+    /// calls, faults and time.
+    pub fn render(
+        &self,
+        policies: &[Arc<Policy>],
+        wasm: WasmFootprint,
+        history_damage: Option<&gantry_store::HistoryDamage>,
+    ) -> String {
         let mut buf = Vec::new();
         if let Err(error) = TextEncoder::new().encode(&self.registry.gather(), &mut buf) {
             tracing::error!(%error, "cannot encode metrics");
@@ -277,6 +283,28 @@ impl Metrics {
                 health.quarantines
             ));
         }
+        out.push_str(&format!(
+            "# HELP gantry_wasm_budget_bytes Bytes of Wasm memories and tables all instances hold (used), out of the process-wide budget (limit).\n\
+             # TYPE gantry_wasm_budget_bytes gauge\n\
+             gantry_wasm_budget_bytes{{kind=\"used\"}} {}\n\
+             gantry_wasm_budget_bytes{{kind=\"limit\"}} {}\n\
+             # HELP gantry_wasm_loaded_policies Policies loaded with their instances: in the active or shadow set, or idle and kept for a while.\n\
+             # TYPE gantry_wasm_loaded_policies gauge\n\
+             gantry_wasm_loaded_policies {}\n",
+            wasm.budget_used_bytes, wasm.budget_limit_bytes, wasm.loaded_policies
+        ));
+        out.push_str(
+            "# HELP gantry_store_history_damaged 1 when the decision history was found damaged at start and moved aside (path: where it was; moved_to: where its bytes are now).\n\
+             # TYPE gantry_store_history_damaged gauge\n",
+        );
+        match history_damage {
+            Some(damage) => out.push_str(&format!(
+                "gantry_store_history_damaged{{path=\"{}\",moved_to=\"{}\"}} 1\n",
+                escape(&damage.path),
+                escape(&damage.moved_to)
+            )),
+            None => out.push_str("gantry_store_history_damaged 0\n"),
+        }
         out.push_str("# HELP gantry_policy_calls_total Calls into each loaded Wasm policy.\n# TYPE gantry_policy_calls_total counter\n");
         out.push_str(&lines[0]);
         out.push_str("# HELP gantry_policy_faults_total Faults (timeouts, traps, out of memory, bad output) of each loaded Wasm policy.\n# TYPE gantry_policy_faults_total counter\n");
@@ -289,6 +317,18 @@ impl Metrics {
         out.push_str(&lines[4]);
         out
     }
+}
+
+/// What the loaded Wasm policies hold, for `/metrics`: a budget that only grows, or policies
+/// piling up, is what starved uploads and a faulting active policy of instances.
+#[derive(Debug, Clone, Copy, Default)]
+pub struct WasmFootprint {
+    /// Bytes of Wasm memories and tables all live instances hold.
+    pub budget_used_bytes: usize,
+    /// The process-wide budget they reserve from.
+    pub budget_limit_bytes: usize,
+    /// Policies loaded (in a set, or idle and kept).
+    pub loaded_policies: usize,
 }
 
 /// Escapes a label value for the text format.

@@ -88,6 +88,14 @@ impl ApiError {
                 | StoreError::BadPolicyRef(_)
                 | StoreError::AmbiguousPolicy { .. } => StatusCode::BAD_REQUEST,
                 StoreError::AlreadyActive(_) => StatusCode::CONFLICT,
+                // Damaged bytes, or a store that cannot be read now: the server is not at
+                // fault and the reason is in the body; the active set keeps scheduling.
+                StoreError::Sled(_)
+                | StoreError::Codec(_)
+                | StoreError::Malformed { .. }
+                | StoreError::BadRecord { .. }
+                | StoreError::Corrupt { .. }
+                | StoreError::Io { .. } => StatusCode::SERVICE_UNAVAILABLE,
                 _ => StatusCode::INTERNAL_SERVER_ERROR,
             },
         }
@@ -146,5 +154,19 @@ mod tests {
             .to_string(),
             "the upload is 20 bytes, over the limit of 10 bytes"
         );
+        let damaged = ApiError::Store(StoreError::BadRecord {
+            tree: "manifests",
+            key: "ab12".into(),
+            source: serde_json::from_slice::<u32>(b"x").unwrap_err(),
+        });
+        assert_eq!(damaged.status(), StatusCode::SERVICE_UNAVAILABLE);
+        assert!(
+            damaged
+                .to_string()
+                .starts_with("store: the record under key ab12 of tree manifests is damaged: "),
+            "{damaged}"
+        );
+        let response = damaged.into_response();
+        assert_eq!(response.status(), StatusCode::SERVICE_UNAVAILABLE);
     }
 }

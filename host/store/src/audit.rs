@@ -93,8 +93,8 @@ impl Store {
         let start = from_ms.to_be_bytes();
         let end = to_ms.to_be_bytes();
         for item in self.audit.range(start..end).take(limit) {
-            let (_, v) = item?;
-            out.push(serde_json::from_slice(&v)?);
+            let (k, v) = item?;
+            out.push(crate::decode("audit", &k, &v)?);
         }
         Ok(out)
     }
@@ -103,8 +103,8 @@ impl Store {
     pub fn audit_recent(&self, limit: usize) -> Result<Vec<AuditEntry>> {
         let mut out = Vec::new();
         for item in self.audit.iter().rev().take(limit) {
-            let (_, v) = item?;
-            out.push(serde_json::from_slice(&v)?);
+            let (k, v) = item?;
+            out.push(crate::decode("audit", &k, &v)?);
         }
         Ok(out)
     }

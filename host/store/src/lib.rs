@@ -112,6 +112,15 @@ pub enum StoreError {
     Codec(#[from] serde_json::Error),
     #[error("store: a stored value under {tree} is malformed")]
     Malformed { tree: &'static str },
+    /// A record that does not decode as what was written: damaged bytes, named by where they
+    /// are so an operator can find (or delete) them.
+    #[error("store: the record under key {key} of tree {tree} is damaged: {source}")]
+    BadRecord {
+        tree: &'static str,
+        key: String,
+        #[source]
+        source: serde_json::Error,
+    },
     #[error("no policy with sha256 {0} is stored")]
     UnknownPolicy(String),
     #[error("no policy set version {0} exists")]
@@ -190,6 +199,8 @@ pub struct Store {
     /// kept in step by every writer; readers take it briefly to copy ids, then read the chunks
     /// from sled.
     index: Arc<RwLock<index::Index>>,
+    /// Set when the history database could not be opened or indexed and was moved aside.
+    history_damage: Option<Arc<HistoryDamage>>,
     /// Serialises the writers of `history` and `jobs` (appends, compaction steps, pod batches):
     /// each reads the counters it moves and the index it consults, so two must not interleave.
     writer: Arc<Mutex<()>>,
@@ -206,6 +217,111 @@ pub struct Store {
 impl std::fmt::Debug for Store {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
         f.debug_struct("Store").field("path", &self.path).finish()
+    }
+}
+
+/// A history database that could not be opened or indexed, moved aside whole so its bytes are
+/// kept, and replaced with an empty one: the decision history is what explanations are read
+/// from, not what scheduling needs, so its damage must not stop the scheduler.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct HistoryDamage {
+    /// Where the damaged database was.
+    pub path: String,
+    /// Where it is now, untouched.
+    pub moved_to: String,
+    /// Why it could not be used.
+    pub error: String,
+}
+
+impl std::fmt::Display for HistoryDamage {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        write!(
+            f,
+            "the decision history at {} was damaged ({}); it was moved aside to {} and a new \
+             history started",
+            self.path, self.error, self.moved_to
+        )
+    }
+}
+
+/// The history database, its one tree and the index rebuilt from it.
+struct History {
+    db: sled::Db,
+    tree: sled::Tree,
+    index: index::Index,
+}
+
+impl History {
+    /// Opens the history database at `path` and rebuilds its index.
+    fn open(path: &Path, cache_bytes: u64) -> Result<Self> {
+        let shown = path.display().to_string();
+        let db = open_sled(path, &shown, cache_bytes)?;
+        // An I/O error stays one (it is not damage); anything else that stops the history
+        // being read is.
+        let damaged = |e: StoreError| match e {
+            StoreError::Sled(sled::Error::Io(io)) => StoreError::Io {
+                path: shown.clone(),
+                detail: io.to_string(),
+            },
+            e @ (StoreError::Corrupt { .. } | StoreError::Io { .. }) => e,
+            other => corrupt(&shown, other),
+        };
+        let tree = db.open_tree(HISTORY).map_err(|e| damaged(e.into()))?;
+        let index = index::Index::rebuild(&tree).map_err(damaged)?;
+        Ok(Self { db, tree, index })
+    }
+
+    /// Opens it, or, when its bytes cannot be read as a history, renames the directory to
+    /// `history.damaged-<ms since the epoch>` beside it and starts an empty one. An I/O error
+    /// (permissions, a full disk) is not damage and is returned as is.
+    fn open_or_move_aside(path: &Path, cache_bytes: u64) -> Result<(Self, Option<HistoryDamage>)> {
+        let error = match Self::open(path, cache_bytes) {
+            Ok(history) => return Ok((history, None)),
+            Err(error @ StoreError::Io { .. }) => return Err(error),
+            Err(error) => error,
+        };
+        let shown = path.display().to_string();
+        let stamp = std::time::SystemTime::now()
+            .duration_since(std::time::UNIX_EPOCH)
+            .map_or(0, |d| d.as_millis());
+        let aside = path.with_file_name(format!("{HISTORY}.damaged-{stamp}"));
+        std::fs::rename(path, &aside).map_err(|e| StoreError::Io {
+            path: shown.clone(),
+            detail: format!(
+                "the decision history is damaged ({error}) and cannot be moved aside to {}: {e}",
+                aside.display()
+            ),
+        })?;
+        let damage = HistoryDamage {
+            path: shown,
+            moved_to: aside.display().to_string(),
+            error: match &error {
+                StoreError::Corrupt { detail, .. } => detail.clone(),
+                other => other.to_string(),
+            },
+        };
+        Ok((Self::open(path, cache_bytes)?, Some(damage)))
+    }
+}
+
+/// Decodes the JSON record under `key` of `tree`, naming both when it does not decode.
+fn decode<T: serde::de::DeserializeOwned>(
+    tree: &'static str,
+    key: &[u8],
+    value: &[u8],
+) -> Result<T> {
+    serde_json::from_slice(value).map_err(|source| StoreError::BadRecord {
+        tree,
+        key: shown_key(key),
+        source,
+    })
+}
+
+/// A key as an operator reads it: the text where it is printable, else hex.
+fn shown_key(key: &[u8]) -> String {
+    match std::str::from_utf8(key) {
+        Ok(text) if text.chars().all(|c| c.is_ascii_graphic()) => text.to_string(),
+        _ => key.iter().map(|b| format!("{b:02x}")).collect(),
     }
 }
 
@@ -276,20 +392,21 @@ impl Store {
             }
         }
         let open = |name: &str| db.open_tree(name).map_err(|e| corrupt(&shown, e));
-        let history_path = path.join(HISTORY);
-        let history_shown = history_path.display().to_string();
         // The records are most of what is read: most of the cache goes to them.
-        let history_db = open_sled(&history_path, &history_shown, config.cache_bytes / 4 * 3)?;
-        let history = history_db
-            .open_tree(HISTORY)
-            .map_err(|e| corrupt(&history_shown, e))?;
-        let index = index::Index::rebuild(&history)?;
+        let (history, history_damage) =
+            History::open_or_move_aside(&path.join(HISTORY), config.cache_bytes / 4 * 3)?;
+        let History {
+            db: history_db,
+            tree: history,
+            index,
+        } = history;
         let store = Store {
             meta: open(TREE_NAMES[0])?,
             jobs: open(TREE_NAMES[1])?,
             history,
             history_db,
             index: Arc::new(RwLock::new(index)),
+            history_damage: history_damage.map(Arc::new),
             writer: Arc::new(Mutex::new(())),
             artifacts: open(TREE_NAMES[2])?,
             manifests: open(TREE_NAMES[3])?,
@@ -306,6 +423,12 @@ impl Store {
             store.db.flush()?;
         }
         Ok(store)
+    }
+
+    /// The decision history this store found damaged when it opened, and moved aside: the
+    /// server logs it and shows it in `/readyz` and `/metrics`.
+    pub fn history_damage(&self) -> Option<&HistoryDamage> {
+        self.history_damage.as_deref()
     }
 
     /// The configuration the store was opened with.

@@ -150,7 +150,7 @@ impl Store {
             .map_err(tx_err)?;
         match existing {
             Some(v) => Ok(PutPolicy {
-                manifest: serde_json::from_slice(&v)?,
+                manifest: crate::decode("manifests", sha.as_bytes(), &v)?,
                 already_stored: true,
             }),
             None => Ok(PutPolicy {
@@ -164,7 +164,7 @@ impl Store {
     pub fn policy_manifest(&self, sha256: &str) -> Result<Option<PolicyManifest>> {
         self.manifests
             .get(sha256.as_bytes())?
-            .map(|v| serde_json::from_slice(&v).map_err(StoreError::from))
+            .map(|v| crate::decode("manifests", sha256.as_bytes(), &v))
             .transpose()
     }
 
@@ -199,8 +199,8 @@ impl Store {
     pub fn list_policies(&self) -> Result<Vec<PolicyManifest>> {
         let mut out = Vec::new();
         for item in self.manifests.iter() {
-            let (_, v) = item?;
-            out.push(serde_json::from_slice(&v)?);
+            let (k, v) = item?;
+            out.push(crate::decode("manifests", &k, &v)?);
         }
         Ok(out)
     }
@@ -324,7 +324,7 @@ impl Store {
     pub fn get_set(&self, version: u64) -> Result<Option<PolicySet>> {
         self.sets
             .get(version.to_be_bytes())?
-            .map(|v| serde_json::from_slice(&v).map_err(StoreError::from))
+            .map(|v| crate::decode("sets", version.to_string().as_bytes(), &v))
             .transpose()
     }
 
@@ -332,8 +332,9 @@ impl Store {
     pub fn list_sets(&self) -> Result<Vec<PolicySet>> {
         let mut out = Vec::new();
         for item in self.sets.iter() {
-            let (_, v) = item?;
-            out.push(serde_json::from_slice(&v)?);
+            let (k, v) = item?;
+            let version = crate::be_u64(&k, "sets")?;
+            out.push(crate::decode("sets", version.to_string().as_bytes(), &v)?);
         }
         Ok(out)
     }

@@ -606,3 +606,142 @@ fn a_missing_directory_is_created() {
     store.append_decisions(&[decision("x", 1, &[])]).unwrap();
     assert!(path.join("conf").exists());
 }
+
+/// A damaged history database once stopped the scheduler at start ("exit 1", naming no path).
+/// Now it is moved aside whole, named, and a new history starts; the main database's policies
+/// and sets are untouched.
+#[test]
+fn a_damaged_history_is_moved_aside_and_a_new_one_starts() {
+    let dir = tempfile::tempdir().unwrap();
+    let set_version = {
+        let store = common::open(dir.path());
+        store
+            .append_decisions(&[common::decision("job-a", 1_000, &["node-1"])])
+            .unwrap();
+        let actor = gantry_store::Actor::new("root", "test");
+        let put = store
+            .put_policy(
+                &actor,
+                b"\0asm-not-really",
+                gantry_store::NewPolicy {
+                    name: "p".into(),
+                    role: gantry_store::PolicyRole::Filter,
+                    version: "1".into(),
+                    config: "{}".into(),
+                },
+                1,
+            )
+            .unwrap();
+        let entry = gantry_store::SetEntry {
+            sha256: put.manifest.sha256.clone(),
+            weight: 1,
+            failure: gantry_store::FailurePolicy::Default,
+            config: "{}".into(),
+            deadline_ms: None,
+        };
+        let set = store.put_set(&actor, vec![entry], "kept", 2).unwrap();
+        store.flush().unwrap();
+        set.version
+    };
+    let history = dir.path().join("history");
+    let garbage = [0x5au8; 3 * 4096];
+    std::fs::write(history.join("conf"), b"not a sled config at all\n").unwrap();
+    std::fs::write(history.join("db"), garbage).unwrap();
+
+    let store = common::open(dir.path());
+    let damage = store
+        .history_damage()
+        .expect("the damage is reported")
+        .clone();
+    assert_eq!(damage.path, history.display().to_string());
+    let aside = std::path::PathBuf::from(&damage.moved_to);
+    assert_eq!(aside.parent(), Some(dir.path()));
+    assert!(
+        aside
+            .file_name()
+            .and_then(|n| n.to_str())
+            .is_some_and(|n| n.starts_with("history.damaged-")),
+        "{damage:?}"
+    );
+    // Its bytes are kept as they were.
+    assert_eq!(std::fs::read(aside.join("db")).unwrap(), garbage);
+    let text = damage.to_string();
+    assert!(
+        text.starts_with(&format!(
+            "the decision history at {} was damaged (",
+            history.display()
+        )) && text.ends_with(&format!(
+            "it was moved aside to {} and a new history started",
+            aside.display()
+        )),
+        "{text}"
+    );
+    // The new history takes records; the main database's set is still there.
+    assert!(store.job_history("job-a").unwrap().is_empty());
+    store
+        .append_decisions(&[common::decision("job-b", 2_000, &["node-2"])])
+        .unwrap();
+    assert_eq!(store.job_history("job-b").unwrap().len(), 1);
+    assert_eq!(store.get_set(set_version).unwrap().unwrap().note, "kept");
+    drop(store);
+    // Opened again, it is healthy: nothing more is moved.
+    let store = common::open(dir.path());
+    assert_eq!(store.history_damage(), None);
+    assert_eq!(store.job_history("job-b").unwrap().len(), 1);
+}
+
+/// A damaged record in the main database is named by its tree and key, and the records beside
+/// it are still read one by one.
+#[test]
+fn a_damaged_record_is_named_by_its_tree_and_key() {
+    let dir = tempfile::tempdir().unwrap();
+    let sha = {
+        let store = common::open(dir.path());
+        let actor = gantry_store::Actor::new("root", "test");
+        let put = store
+            .put_policy(
+                &actor,
+                b"\0asm-kept",
+                gantry_store::NewPolicy {
+                    name: "kept".into(),
+                    role: gantry_store::PolicyRole::Filter,
+                    version: "1".into(),
+                    config: "{}".into(),
+                },
+                1,
+            )
+            .unwrap();
+        store.flush().unwrap();
+        put.manifest.sha256
+    };
+    let bad_key = "f".repeat(64);
+    {
+        // sled releases its lock from its flusher thread shortly after the handle drops.
+        let deadline = std::time::Instant::now() + std::time::Duration::from_secs(10);
+        let db = loop {
+            match sled::open(dir.path()) {
+                Ok(db) => break db,
+                Err(e) if std::time::Instant::now() < deadline => {
+                    eprintln!("retrying: {e}");
+                    std::thread::sleep(std::time::Duration::from_millis(50));
+                }
+                Err(e) => panic!("{e}"),
+            }
+        };
+        let manifests = db.open_tree("manifests").unwrap();
+        manifests
+            .insert(bad_key.as_bytes(), &b"\x00garbage"[..])
+            .unwrap();
+        db.flush().unwrap();
+    }
+    let store = common::open(dir.path());
+    let error = store.list_policies().unwrap_err().to_string();
+    assert!(
+        error.starts_with(&format!(
+            "store: the record under key {bad_key} of tree manifests is damaged: "
+        )),
+        "{error}"
+    );
+    // The record beside it is intact and still served.
+    assert_eq!(store.policy_manifest(&sha).unwrap().unwrap().name, "kept");
+}

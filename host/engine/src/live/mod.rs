@@ -109,9 +109,9 @@ pub struct Live {
     view: ArcSwap<ClusterView>,
     /// Decision events for SSE subscribers; lagging subscribers lose the oldest events.
     decisions_tx: broadcast::Sender<Arc<DecisionEvent>>,
-    /// Loaded policies, so set versions sharing an entry share its instances. Locked only to
-    /// look up or insert, never across a load.
-    entry_to_policy: Mutex<HashMap<EntryKey, Arc<Policy>>>,
+    /// Loaded policies, so set versions sharing an entry share its instances; idle ones
+    /// beyond a few are dropped. Locked only to look up or insert, never across a load.
+    loaded_policies: Mutex<registry::LoadedPolicies>,
     /// Serialises activations, so the store's active pointer and the running set always name
     /// the same version.
     activation: Mutex<()>,
@@ -160,7 +160,7 @@ impl Live {
             what_ifs: WhatIfDesk::default(),
             view: ArcSwap::from_pointee(ClusterView::default()),
             decisions_tx,
-            entry_to_policy: Mutex::new(HashMap::new()),
+            loaded_policies: Mutex::new(registry::LoadedPolicies::default()),
             activation: Mutex::new(()),
             wake: (Mutex::new(false), Condvar::new()),
             cycle_version: watch::Sender::new((version, Instant::now())),

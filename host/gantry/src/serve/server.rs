@@ -126,6 +126,10 @@ pub fn start_live(
     config.max_age = Duration::from_secs(server.retention_days * 24 * 3600);
     config.max_bytes = server.retention_mib << 20;
     let store = gantry_store::Store::open(config)?;
+    if let Some(damage) = store.history_damage() {
+        // Scheduling goes on with a new history; /readyz and /metrics say so too.
+        tracing::error!(path = %damage.path, moved_to = %damage.moved_to, error = %damage.error, "{damage}");
+    }
     let engine = Arc::new(gantry_policy::PolicyEngine::new(
         gantry_policy::Limits::default(),
         symbols,

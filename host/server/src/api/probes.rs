@@ -33,7 +33,11 @@ pub(crate) async fn healthz(State(state): St) -> Response {
 )]
 pub(crate) async fn readyz(State(state): St) -> Response {
     if state.live.is_ready() {
-        (StatusCode::OK, "ready").into_response()
+        // Ready, but a damaged history moved aside at start is said here, where on-call looks.
+        match state.live.store.history_damage() {
+            Some(damage) => (StatusCode::OK, format!("ready; {damage}")).into_response(),
+            None => (StatusCode::OK, "ready").into_response(),
+        }
     } else {
         ApiError::Unavailable("the scheduling loop has not published its first snapshot".into())
             .into_response()
@@ -53,7 +57,7 @@ pub(crate) async fn metrics(State(state): St, headers: HeaderMap) -> Response {
     {
         return error.into_response();
     }
-    let body = state.live.metrics.render(&state.live.loaded_policies());
+    let body = state.live.render_metrics();
     (
         [(
             header::CONTENT_TYPE,
