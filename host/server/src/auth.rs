@@ -66,6 +66,10 @@ pub enum TokenFileError {
     Malformed { path: String, detail: String },
     #[error("the token file {path}: token of {name} is shorter than 16 characters")]
     Short { path: String, name: String },
+    #[error(
+        "the token file {path}: token of {name} starts with `sha256:` but is not 64 hex digits after it"
+    )]
+    BadDigest { path: String, name: String },
     #[error("the token file {path}: {name} and {other} share a token")]
     Duplicate {
         path: String,
@@ -103,6 +107,18 @@ struct Inner {
 fn digest(token: &str) -> [u8; 32] {
     use sha2::Digest;
     sha2::Sha256::digest(token.as_bytes()).into()
+}
+
+/// The 32 bytes of a SHA-256 digest written as 64 hex digits.
+fn parse_digest(hex: &str) -> Option<[u8; 32]> {
+    if hex.len() != 64 || !hex.bytes().all(|b| b.is_ascii_hexdigit()) {
+        return None;
+    }
+    let mut out = [0u8; 32];
+    for (i, byte) in out.iter_mut().enumerate() {
+        *byte = u8::from_str_radix(&hex[2 * i..2 * i + 2], 16).ok()?;
+    }
+    Some(out)
 }
 
 /// Equal or not, in time that does not depend on where two digests differ.
@@ -172,33 +188,39 @@ impl Tokens {
         if file.tokens.is_empty() {
             return Err(TokenFileError::Empty { path: shown });
         }
-        let mut token_to_caller: HashMap<String, Caller> = HashMap::new();
+        // A token is given as itself, or as `sha256:` and its digest in hex, so a Secret (or
+        // a file anyone may read) need not hold the token: both compare the same way.
+        let mut digest_to_caller: HashMap<[u8; 32], Caller> = HashMap::new();
         for entry in file.tokens {
-            if entry.token.len() < 16 {
-                return Err(TokenFileError::Short {
-                    path: shown,
-                    name: entry.name,
-                });
-            }
-            if let Some(other) = token_to_caller.get(&entry.token) {
+            let digest = match entry.token.strip_prefix("sha256:") {
+                Some(hex) => parse_digest(hex).ok_or_else(|| TokenFileError::BadDigest {
+                    path: shown.clone(),
+                    name: entry.name.clone(),
+                })?,
+                None if entry.token.len() < 16 => {
+                    return Err(TokenFileError::Short {
+                        path: shown,
+                        name: entry.name,
+                    });
+                }
+                None => digest(&entry.token),
+            };
+            if let Some(other) = digest_to_caller.get(&digest) {
                 return Err(TokenFileError::Duplicate {
                     path: shown,
                     name: entry.name,
                     other: other.name.clone(),
                 });
             }
-            token_to_caller.insert(
-                entry.token,
+            digest_to_caller.insert(
+                digest,
                 Caller {
                     name: entry.name,
                     role: entry.role,
                 },
             );
         }
-        Ok(token_to_caller
-            .into_iter()
-            .map(|(token, caller)| (digest(&token), caller))
-            .collect())
+        Ok(digest_to_caller.into_iter().collect())
     }
 
     /// Writes a token file with one fresh admin and one fresh viewer token, readable by the owner
@@ -399,5 +421,53 @@ mod tests {
             .unwrap_err()
             .to_string();
         assert!(err.starts_with("cannot read the token file"), "{err}");
+        std::fs::write(
+            &path,
+            "tokens:\n  - {name: a, role: admin, token: \"sha256:0123\"}\n",
+        )
+        .expect("write");
+        let err = Tokens::load(&path).unwrap_err().to_string();
+        assert!(
+            err.ends_with("token of a starts with `sha256:` but is not 64 hex digits after it"),
+            "{err}"
+        );
+    }
+
+    #[test]
+    fn a_token_given_by_its_digest_signs_in_and_cannot_be_given_twice() {
+        use sha2::Digest;
+        let dir = tempfile::tempdir().expect("tempdir");
+        let path = dir.path().join("t.yaml");
+        let token = "a-secret-token-0123456789";
+        let hex: String = sha2::Sha256::digest(token.as_bytes())
+            .iter()
+            .map(|b| format!("{b:02x}"))
+            .collect();
+        std::fs::write(
+            &path,
+            format!("tokens:\n  - {{name: prom, role: viewer, token: \"sha256:{hex}\"}}\n"),
+        )
+        .expect("write");
+        let tokens = Tokens::load(&path).expect("load");
+        let caller = tokens
+            .caller(&headers(&format!("Bearer {token}")))
+            .expect("the token signs in");
+        assert_eq!((caller.name.as_str(), caller.role), ("prom", Role::Viewer));
+        // The digest itself is no token.
+        assert!(
+            tokens
+                .caller(&headers(&format!("Bearer sha256:{hex}")))
+                .is_err()
+        );
+        // The same token given as itself and by its digest is one token twice.
+        std::fs::write(
+            &path,
+            format!(
+                "tokens:\n  - {{name: prom, role: viewer, token: \"sha256:{hex}\"}}\n  - {{name: again, role: admin, token: {token}}}\n"
+            ),
+        )
+        .expect("write");
+        let err = Tokens::load(&path).unwrap_err().to_string();
+        assert!(err.ends_with("again and prom share a token"), "{err}");
     }
 }

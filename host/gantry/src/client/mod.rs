@@ -31,6 +31,26 @@ pub struct ServerConn {
     data_dir: Option<PathBuf>,
 }
 
+/// Whether `url` names a server on this machine: a loopback address or `localhost`.
+fn is_loopback(url: &str) -> bool {
+    let rest = url
+        .split_once("://")
+        .map_or(url, |(_, rest)| rest)
+        .split(['/', '?', '#'])
+        .next()
+        .unwrap_or_default();
+    // Drop any user info, then the port (an IPv6 host is bracketed).
+    let host_port = rest.rsplit_once('@').map_or(rest, |(_, host)| host);
+    let host = match host_port.strip_prefix('[') {
+        Some(v6) => v6.split_once(']').map_or(v6, |(host, _)| host),
+        None => host_port.split(':').next().unwrap_or_default(),
+    };
+    host.eq_ignore_ascii_case("localhost")
+        || host
+            .parse::<std::net::IpAddr>()
+            .is_ok_and(|ip| ip.is_loopback())
+}
+
 /// Exit code for a request the server refused (4xx): the input was wrong.
 const REFUSED: u8 = 2;
 
@@ -59,7 +79,14 @@ impl ServerConn {
     fn client(&self) -> anyhow::Result<Client> {
         let token = match &self.token {
             Some(token) => token.clone(),
-            None => self.local_admin_token()?,
+            // The local admin token goes only to a server on this machine: a mistyped
+            // --server must not hand it to another host.
+            None if is_loopback(&self.server) => self.local_admin_token()?,
+            None => anyhow::bail!(
+                "no token for {}: the local admin token is sent only to a server on this \
+                 machine (127.0.0.1, ::1 or localhost); pass --token or set GANTRY_TOKEN",
+                self.server
+            ),
         };
         let agent: ureq::Agent = ureq::Agent::config_builder()
             .http_status_as_error(false)
@@ -914,4 +941,31 @@ fn encode(segment: &str) -> String {
             _ => format!("%{b:02X}"),
         })
         .collect()
+}
+
+#[cfg(test)]
+mod tests {
+    use super::is_loopback;
+
+    #[test]
+    fn only_a_server_on_this_machine_gets_the_local_admin_token() {
+        for url in [
+            "http://127.0.0.1:7070",
+            "http://localhost:7070/",
+            "https://[::1]:7443",
+            "http://127.8.9.1",
+            "LOCALHOST:7070",
+        ] {
+            assert!(is_loopback(url), "{url}");
+        }
+        for url in [
+            "http://10.0.0.1:7070",
+            "https://gantry.example.com",
+            "http://127.0.0.1.evil.example:7070",
+            "http://localhost@evil.example:7070",
+            "https://[2001:db8::1]:7443",
+        ] {
+            assert!(!is_loopback(url), "{url}");
+        }
+    }
 }

@@ -136,19 +136,55 @@ pub(crate) async fn decisions_by_node(
 #[utoipa::path(
     get, path = "/api/decisions/stream",
     summary = "server-sent events: one `decision` event per decision, its data a `DecisionEvent`",
-    responses((status = 200, description = "event stream", body = String, content_type = "text/event-stream"))
+    responses(
+        (status = 200, description = "event stream", body = String, content_type = "text/event-stream"),
+        (status = 503, description = "as many clients as the server takes already follow it", body = ErrorBody),
+    )
 )]
 pub(crate) async fn decision_stream(
     State(state): St,
     Extension(_who): Extension<Caller>,
 ) -> Result<Sse<impl tokio_stream::Stream<Item = std::result::Result<Event, Infallible>>>> {
-    let stream = BroadcastStream::new(state.live.subscribe()).filter_map(|event| {
+    // Counted for as long as the stream lives: the guard moves into it.
+    let follower = StreamFollower::join(&state)?;
+    let stream = BroadcastStream::new(state.live.subscribe()).filter_map(move |event| {
+        let _follower = &follower;
         // A lagging subscriber skips what it missed rather than closing.
         let event = event.ok()?;
         let data = serde_json::to_string(&*event).ok()?;
         Some(Ok(Event::default().event("decision").data(data)))
     });
     Ok(Sse::new(stream).keep_alive(KeepAlive::new().interval(Duration::from_secs(15))))
+}
+
+/// Clients following the decision stream at once; more get 503. Each holds a connection and
+/// a broadcast receiver for as long as it stays.
+pub const DECISION_STREAM_CLIENTS: usize = 128;
+
+/// One client of the decision stream, counted in [`AppState`] until it goes.
+struct StreamFollower(Arc<std::sync::atomic::AtomicUsize>);
+
+impl StreamFollower {
+    /// Counts a new follower, or refuses it when [`DECISION_STREAM_CLIENTS`] already follow.
+    fn join(state: &AppState) -> Result<Self> {
+        use std::sync::atomic::Ordering;
+        let count = state.stream_followers.clone();
+        let joined = count.fetch_update(Ordering::AcqRel, Ordering::Acquire, |n| {
+            (n < DECISION_STREAM_CLIENTS).then_some(n + 1)
+        });
+        match joined {
+            Ok(_) => Ok(Self(count)),
+            Err(n) => Err(ApiError::Unavailable(format!(
+                "{n} clients already follow the decision stream, the most it takes: try again later"
+            ))),
+        }
+    }
+}
+
+impl Drop for StreamFollower {
+    fn drop(&mut self) {
+        self.0.fetch_sub(1, std::sync::atomic::Ordering::AcqRel);
+    }
 }
 
 /// `placed on node-1 ×2, node-7 in rack 3`, naming at most four nodes.

@@ -79,6 +79,8 @@ pub struct AppState {
     /// researcher and scraper shares) cannot hold all [`CONCURRENT_REQUESTS`]. Locked briefly
     /// as a request starts and ends.
     token_to_in_flight: Mutex<HashMap<String, usize>>,
+    /// Clients following the decision stream now (see `decisions::DECISION_STREAM_CLIENTS`).
+    stream_followers: Arc<std::sync::atomic::AtomicUsize>,
 }
 
 impl AppState {
@@ -90,6 +92,7 @@ impl AppState {
             options,
             refusals: Mutex::new(RefusalPace::default()),
             token_to_in_flight: Mutex::new(HashMap::new()),
+            stream_followers: Arc::default(),
         })
     }
 

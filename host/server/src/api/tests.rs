@@ -540,3 +540,44 @@ async fn the_probes_answer_while_slow_requests_hold_every_permit() {
         handle.abort();
     }
 }
+
+#[tokio::test]
+async fn the_decision_stream_takes_so_many_clients_and_then_says_so() {
+    let dir = tempfile::tempdir().expect("tempdir");
+    let app = app(dir.path());
+    let token = |i: usize| if i % 2 == 0 { ADMIN } else { VIEWER };
+    let mut followers = Vec::new();
+    for i in 0..DECISION_STREAM_CLIENTS {
+        let response = app
+            .clone()
+            .oneshot(get("/api/decisions/stream", Some(token(i))))
+            .await
+            .expect("response");
+        assert_eq!(response.status(), StatusCode::OK, "client {i}");
+        followers.push(response);
+    }
+    let refused = app
+        .clone()
+        .oneshot(get("/api/decisions/stream", Some(VIEWER)))
+        .await
+        .expect("response");
+    assert_eq!(refused.status(), StatusCode::SERVICE_UNAVAILABLE);
+    let body = axum::body::to_bytes(refused.into_body(), 4096)
+        .await
+        .expect("body");
+    assert!(
+        String::from_utf8_lossy(&body).contains(&format!(
+            "{DECISION_STREAM_CLIENTS} clients already follow the decision stream"
+        )),
+        "{}",
+        String::from_utf8_lossy(&body)
+    );
+    // One leaves: the next is taken.
+    followers.pop();
+    let response = app
+        .clone()
+        .oneshot(get("/api/decisions/stream", Some(VIEWER)))
+        .await
+        .expect("response");
+    assert_eq!(response.status(), StatusCode::OK);
+}
