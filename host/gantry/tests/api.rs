@@ -695,3 +695,81 @@ fn an_admin_composes_activates_and_rolls_back_a_set_from_the_cli() {
     );
     assert_eq!(server.get("/api/sets").1["active"], 1);
 }
+
+/// A damaged store once stopped the scheduler (a garbled history: exit 1, naming no path) or
+/// made routes answer 500 (a garbled main database). Now the history is moved aside and
+/// named, a damaged record is named by its key with 503, and scheduling goes on.
+#[test]
+fn a_damaged_store_is_named_and_scheduling_goes_on() {
+    let first = Server::start(&["--jobs-per-s", "20"]);
+    eventually(60, || {
+        let (_, decisions) = first.get("/api/decisions?limit=1");
+        decisions
+            .as_array()
+            .is_some_and(|d| !d.is_empty())
+            .then_some(())
+    });
+    let data = first.into_data();
+    let store = data.path().join("data/store");
+    let history = store.join("history");
+    std::fs::write(history.join("conf"), b"not a sled config at all\n").expect("garble");
+    std::fs::write(history.join("db"), [0x5au8; 3 * 4096]).expect("garble");
+    let bad_key = "e".repeat(64);
+    {
+        let db = sled::open(&store).expect("the main database");
+        db.open_tree("manifests")
+            .expect("manifests")
+            .insert(bad_key.as_bytes(), &b"\x00garbage"[..])
+            .expect("insert");
+        db.flush().expect("flush");
+    }
+
+    let server = Server::start_on(data, &["--jobs-per-s", "20"], &[]);
+    let (status, ready) = server.get_as("/readyz", None).expect("readyz");
+    assert_eq!(status, 200, "{ready}");
+    assert!(
+        ready.contains(&format!(
+            "the decision history at {} was damaged",
+            history.display()
+        )),
+        "{ready}"
+    );
+    let (_, metrics) = server.get_as("/metrics", None).expect("metrics");
+    let line = metrics
+        .lines()
+        .find(|l| l.starts_with("gantry_store_history_damaged{"))
+        .unwrap_or_else(|| panic!("no damage metric in {metrics}"));
+    assert!(
+        line.contains(&format!("path=\"{}\"", history.display())) && line.ends_with(" 1"),
+        "{line}"
+    );
+    // Scheduling runs, into a new history.
+    eventually(60, || {
+        let (_, decisions) = server.get("/api/decisions?limit=1");
+        decisions
+            .as_array()
+            .is_some_and(|d| !d.is_empty())
+            .then_some(())
+    });
+    // The damaged record is named; no route answers 500.
+    let (status, body) = server.get("/api/policies");
+    assert_eq!(status, 503, "{body}");
+    assert!(
+        body["error"].as_str().is_some_and(|e| e.contains(&format!(
+            "the record under key {bad_key} of tree manifests is damaged"
+        ))),
+        "{body}"
+    );
+    for path in [
+        "/api/sets",
+        "/api/cluster",
+        "/api/queues",
+        "/api/jobs",
+        "/api/decisions?limit=10",
+        "/api/audit",
+    ] {
+        // Nothing these read was damaged.
+        let (status, body) = server.get_admin(path);
+        assert_eq!(status, 200, "{path}: {body}");
+    }
+}

@@ -62,7 +62,12 @@ impl Server {
 
     /// [`Server::start`] with environment variables set for the server (`GANTRY_LOG`, say).
     pub fn start_with_env(extra: &[&str], env: &[(&str, &str)]) -> Server {
-        let data = tempfile::tempdir().expect("tempdir");
+        Self::start_on(tempfile::tempdir().expect("tempdir"), extra, env)
+    }
+
+    /// [`Server::start_with_env`] on `data`, which may hold what an earlier server left there
+    /// (its store in `data/data/store`): see [`Server::into_data`].
+    pub fn start_on(data: tempfile::TempDir, extra: &[&str], env: &[(&str, &str)]) -> Server {
         let tokens = write_tokens(data.path());
         let mut child = Command::new(env!("CARGO_BIN_EXE_gantry"))
             .arg("serve")
@@ -243,6 +248,15 @@ impl Server {
         }
         let _ = self.child.kill();
         false
+    }
+}
+
+impl Server {
+    /// Stops the server (as [`Server::stop`]) and hands back its folder, for a server started
+    /// on it again.
+    pub fn into_data(mut self) -> tempfile::TempDir {
+        assert!(self.stop(), "gantry serve did not exit cleanly");
+        std::mem::replace(&mut self.data, tempfile::tempdir().expect("tempdir"))
     }
 }
 
