@@ -256,7 +256,14 @@ impl Store {
     /// A job's decisions still retained, oldest first. The latest is always last, even once
     /// compaction has dropped it from the history.
     pub fn job_history(&self, job: &str) -> Result<Vec<DecisionRecord>> {
-        let ids = self.index_read().job(job);
+        self.job_history_newest(job, usize::MAX)
+    }
+
+    /// The newest `limit` of [`Store::job_history`], oldest first: only those are read, so a
+    /// long-pending job's thousands of records cost a short read.
+    pub fn job_history_newest(&self, job: &str, limit: usize) -> Result<Vec<DecisionRecord>> {
+        let mut ids = self.index_read().job(job);
+        ids.drain(..ids.len().saturating_sub(limit));
         let mut out = self.records(&ids)?;
         if let Some(latest) = self.latest_for_job(job)? {
             let newer = out
@@ -266,6 +273,7 @@ impl Store {
                 out.push(latest);
             }
         }
+        out.drain(..out.len().saturating_sub(limit));
         Ok(out)
     }
 

@@ -17,11 +17,9 @@ pub(super) fn limit_of(limit: Option<usize>) -> usize {
         (status = 403, description = "a viewer token", body = ErrorBody),
     )
 )]
-pub(crate) async fn audit(
-    State(state): St,
-    Query(q): Query<Limit>,
-) -> Result<Json<Vec<gantry_store::AuditEntry>>> {
-    Ok(Json(state.live.store.audit_recent(limit_of(q.limit))?))
+pub(crate) async fn audit(State(state): St, Query(q): Query<Limit>) -> Result<Response> {
+    let limit = limit_of(q.limit);
+    read_off_loop(&state, move |live| Ok(live.store.audit_recent(limit)?)).await
 }
 
 #[utoipa::path(
@@ -36,18 +34,18 @@ pub(crate) async fn decisions_between(
     State(state): St,
     Extension(_who): Extension<Caller>,
     Query(q): Query<TimeRange>,
-) -> Result<Json<Vec<DecisionRecord>>> {
+) -> Result<Response> {
     let (from_ms, to_ms) = (q.from_ms.unwrap_or(0), q.to_ms.unwrap_or(u64::MAX));
     if from_ms > to_ms {
         return Err(ApiError::BadRequest(format!(
             "from_ms ({from_ms}) is after to_ms ({to_ms})"
         )));
     }
-    Ok(Json(state.live.store.decisions_between(
-        from_ms,
-        to_ms,
-        limit_of(q.limit),
-    )?))
+    let limit = limit_of(q.limit);
+    read_off_loop(&state, move |live| {
+        Ok(live.store.decisions_between(from_ms, to_ms, limit)?)
+    })
+    .await
 }
 
 /// The newest `limit` of a history, oldest first.
@@ -71,13 +69,17 @@ pub(crate) async fn decisions_by_job(
     Extension(_who): Extension<Caller>,
     Path(job): Path<String>,
     Query(q): Query<Limit>,
-) -> Result<Json<Vec<DecisionRecord>>> {
-    let history = state.live.store.job_history(&job)?;
-    // A job pending now that no cycle has attempted yet has an empty history, not none.
-    if history.is_empty() && !state.live.view().job_to_state.contains_key(&job) {
-        return Err(ApiError::NotFound(format!("no decisions about job {job}")));
-    }
-    Ok(Json(newest(history, limit_of(q.limit))))
+) -> Result<Response> {
+    let limit = limit_of(q.limit);
+    read_off_loop(&state, move |live| {
+        let history = live.store.job_history_newest(&job, limit)?;
+        // A job pending now that no cycle has attempted yet has an empty history, not none.
+        if history.is_empty() && !live.view().job_to_state.contains_key(&job) {
+            return Err(ApiError::NotFound(format!("no decisions about job {job}")));
+        }
+        Ok(history)
+    })
+    .await
 }
 
 #[utoipa::path(
@@ -95,20 +97,21 @@ pub(crate) async fn decisions_by_pod(
     Extension(_who): Extension<Caller>,
     Path(pod): Path<String>,
     Query(q): Query<Limit>,
-) -> Result<Json<Vec<DecisionRecord>>> {
-    // A single-pod job's pod carries the job's name; a gang's pods are recorded at submission.
-    let job = state
-        .live
-        .store
-        .job_for_pod(&pod)?
-        .unwrap_or_else(|| pod.clone());
-    let history = state.live.store.job_history(&job)?;
-    if history.is_empty() {
-        return Err(ApiError::NotFound(format!(
-            "no decisions about a pod named {pod}"
-        )));
-    }
-    Ok(Json(newest(history, limit_of(q.limit))))
+) -> Result<Response> {
+    let limit = limit_of(q.limit);
+    read_off_loop(&state, move |live| {
+        // A single-pod job's pod carries the job's name; a gang's pods are recorded at
+        // submission.
+        let job = live.store.job_for_pod(&pod)?.unwrap_or_else(|| pod.clone());
+        let history = live.store.job_history_newest(&job, limit)?;
+        if history.is_empty() {
+            return Err(ApiError::NotFound(format!(
+                "no decisions about a pod named {pod}"
+            )));
+        }
+        Ok(history)
+    })
+    .await
 }
 
 #[utoipa::path(
@@ -124,13 +127,13 @@ pub(crate) async fn decisions_by_node(
     Extension(_who): Extension<Caller>,
     Path(node): Path<String>,
     Query(q): Query<TimeRange>,
-) -> Result<Json<Vec<DecisionRecord>>> {
-    Ok(Json(state.live.store.decisions_on_node(
-        &node,
-        q.from_ms.unwrap_or(0),
-        q.to_ms.unwrap_or(u64::MAX),
-        limit_of(q.limit),
-    )?))
+) -> Result<Response> {
+    let (from_ms, to_ms) = (q.from_ms.unwrap_or(0), q.to_ms.unwrap_or(u64::MAX));
+    let limit = limit_of(q.limit);
+    read_off_loop(&state, move |live| {
+        Ok(live.store.decisions_on_node(&node, from_ms, to_ms, limit)?)
+    })
+    .await
 }
 
 #[utoipa::path(

@@ -79,6 +79,9 @@ pub struct AppState {
     /// researcher and scraper shares) cannot hold all [`CONCURRENT_REQUESTS`]. Locked briefly
     /// as a request starts and ends.
     token_to_in_flight: Mutex<HashMap<String, usize>>,
+    /// Store reads running on the blocking pool now, at most [`READS_AT_ONCE`] (see
+    /// [`read_off_loop`]).
+    reads: tokio::sync::Semaphore,
     /// Clients following the decision stream now (see `decisions::DECISION_STREAM_CLIENTS`).
     stream_followers: Arc<std::sync::atomic::AtomicUsize>,
 }
@@ -93,6 +96,7 @@ impl AppState {
             refusals: Mutex::new(RefusalPace::default()),
             token_to_in_flight: Mutex::new(HashMap::new()),
             stream_followers: Arc::default(),
+            reads: tokio::sync::Semaphore::new(READS_AT_ONCE),
         })
     }
 
@@ -502,6 +506,35 @@ async fn record_refusal(
         tracing::error!(%error, "cannot write the audit entry of a refused request");
     }
     flush(state).await;
+}
+
+/// Store reads (and their answers' JSON) running at once; more wait their turn. A history
+/// read of 10,000 records takes a core for a while: on the async workers, 32 viewers looping
+/// them made probes and every other request wait.
+pub const READS_AT_ONCE: usize = 4;
+
+/// Runs a store read and the encoding of its answer as JSON on the blocking pool, at most
+/// [`READS_AT_ONCE`] at a time, so heavy reads never hold the async workers that answer the
+/// probes and the rest of the API.
+pub(super) async fn read_off_loop<T, F>(state: &Arc<AppState>, read: F) -> Result<Response>
+where
+    T: serde::Serialize,
+    F: FnOnce(&Live) -> Result<T> + Send + 'static,
+{
+    let _permit = state
+        .reads
+        .acquire()
+        .await
+        .map_err(|_| ApiError::Unavailable("the server is shutting down".into()))?;
+    let live = state.live.clone();
+    let body = tokio::task::spawn_blocking(move || {
+        let answer = read(&live)?;
+        serde_json::to_vec(&answer)
+            .map_err(|e| ApiError::Unavailable(format!("cannot encode the answer: {e}")))
+    })
+    .await
+    .map_err(|e| ApiError::Unavailable(format!("the read task failed: {e}")))??;
+    Ok(([(header::CONTENT_TYPE, "application/json")], body).into_response())
 }
 
 /// Forces the store to disk (audit entries included) before a response goes out.
