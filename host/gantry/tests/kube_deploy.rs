@@ -77,6 +77,10 @@ fn the_deploy_manifests_apply_and_their_rbac_is_enough_and_no_more() {
             .clone()
             .unwrap();
         assert!(args.contains(&"--leader-elect".to_string()), "{args:?}");
+        assert!(
+            args.contains(&"--metrics-need-token".to_string()),
+            "{args:?}"
+        );
         accounts.get("gantry").await.unwrap();
         let queues: Api<DynamicObject> =
             Api::all_with(admin_client.clone(), &gantry_kube::queues::resource());

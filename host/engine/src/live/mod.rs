@@ -44,7 +44,6 @@ pub use gantry_contract::{
 };
 use history::*;
 pub use history::{HISTORY_EVERY, HISTORY_KEEP};
-use registry::*;
 use shadow::*;
 pub use view::{ClusterView, lent_gpus};
 

@@ -60,7 +60,7 @@ impl LoadedPolicies {
         if idle.len() <= IDLE_POLICIES_KEPT {
             return Vec::new();
         }
-        idle.sort_unstable_by(|a, b| b.0.cmp(&a.0));
+        idle.sort_unstable_by_key(|(used, _)| std::cmp::Reverse(*used));
         idle.drain(IDLE_POLICIES_KEPT..)
             .filter_map(|(_, key)| self.entry_to_policy.remove(&key))
             .map(|(policy, _)| policy)
@@ -281,7 +281,6 @@ impl Live {
         Ok(stored)
     }
 
-    /// The loaded policies of the active and shadow sets, for per-policy metrics.
     /// The loaded policies, locked (briefly: never across a load or a drop).
     fn loaded(&self) -> std::sync::MutexGuard<'_, LoadedPolicies> {
         self.loaded_policies
@@ -314,6 +313,7 @@ impl Live {
         }
     }
 
+    /// The loaded policies of the active and shadow sets, for per-policy metrics.
     pub fn loaded_policies(&self) -> Vec<Arc<Policy>> {
         let mut out: Vec<Arc<Policy>> = self
             .active

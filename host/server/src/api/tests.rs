@@ -545,7 +545,7 @@ async fn the_probes_answer_while_slow_requests_hold_every_permit() {
 async fn the_decision_stream_takes_so_many_clients_and_then_says_so() {
     let dir = tempfile::tempdir().expect("tempdir");
     let app = app(dir.path());
-    let token = |i: usize| if i % 2 == 0 { ADMIN } else { VIEWER };
+    let token = |i: usize| if i.is_multiple_of(2) { ADMIN } else { VIEWER };
     let mut followers = Vec::new();
     for i in 0..DECISION_STREAM_CLIENTS {
         let response = app
