@@ -120,6 +120,7 @@ pub fn start_live(
         options: gantry_server::DoorOptions {
             trusted_proxies: server.trusted_proxies.clone(),
             metrics_need_token: server.metrics_need_token,
+            ..gantry_server::DoorOptions::default()
         },
     };
     let mut config = gantry_store::StoreConfig::new(server.data_dir.join("store"));

@@ -145,14 +145,32 @@ impl Drop for InFlight {
 }
 
 /// Front-door settings beyond the tokens.
-#[derive(Debug, Clone, Default)]
+#[derive(Debug, Clone)]
 pub struct DoorOptions {
     /// Proxies whose `X-Forwarded-For` is believed; from any other peer it is ignored, so a
     /// client cannot put another address into the audit log.
     pub trusted_proxies: Vec<IpNet>,
     /// `/metrics` needs a bearer token (any role), as it reveals queue names and load.
     pub metrics_need_token: bool,
+    /// How long a request's whole body may take to arrive ([`BODY_READ_TIMEOUT`] by
+    /// default): a body trickled a byte at a time holds a request slot until then, not for
+    /// the whole request timeout.
+    pub body_read_timeout: Duration,
 }
+
+impl Default for DoorOptions {
+    fn default() -> Self {
+        Self {
+            trusted_proxies: Vec::new(),
+            metrics_need_token: false,
+            body_read_timeout: BODY_READ_TIMEOUT,
+        }
+    }
+}
+
+/// How long a request body may take to arrive whole, by default: a 64 MiB upload at 5 MB/s
+/// fits; a body trickled to hold a slot does not hold it for the 60 s request timeout.
+pub const BODY_READ_TIMEOUT: Duration = Duration::from_secs(20);
 
 /// An IP network (`10.0.0.0/8`, `fd00::/8`, or one address), for the trusted proxies.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -377,6 +395,10 @@ pub fn router(state: Arc<AppState>) -> Router {
         .route("/api/openapi.json", get(openapi))
         .merge(authed)
         .fallback(crate::ui::serve)
+        .layer(axum::middleware::from_fn_with_state(
+            state.options.body_read_timeout,
+            body_deadline,
+        ))
         .layer(DefaultBodyLimit::max(SMALL_BODY_BYTES))
         .layer(GlobalConcurrencyLimitLayer::new(CONCURRENT_REQUESTS));
     // The probes sit ahead of the concurrency limit: requests that hold every permit (slow
@@ -402,6 +424,62 @@ pub fn router(state: Arc<AppState>) -> Router {
             HeaderValue::from_static("no-referrer"),
         ))
         .with_state(state)
+}
+
+/// Gives the request's body a deadline: whoever reads it gets an error, naming the
+/// deadline, once it has not arrived whole within `timeout` of the request's start.
+async fn body_deadline(State(timeout): State<Duration>, request: Request, next: Next) -> Response {
+    let (parts, body) = request.into_parts();
+    let body = axum::body::Body::from_stream(BodyDeadline {
+        inner: body.into_data_stream(),
+        deadline: Box::pin(tokio::time::sleep(timeout)),
+        timeout,
+        ended: false,
+    });
+    next.run(Request::from_parts(parts, body)).await
+}
+
+/// A body's data that errors once its deadline passes (see [`body_deadline`]).
+struct BodyDeadline {
+    inner: axum::body::BodyDataStream,
+    deadline: std::pin::Pin<Box<tokio::time::Sleep>>,
+    timeout: Duration,
+    ended: bool,
+}
+
+impl tokio_stream::Stream for BodyDeadline {
+    type Item = std::io::Result<Bytes>;
+
+    fn poll_next(
+        mut self: std::pin::Pin<&mut Self>,
+        cx: &mut std::task::Context<'_>,
+    ) -> std::task::Poll<Option<Self::Item>> {
+        use std::future::Future as _;
+        use std::task::Poll;
+        if self.ended {
+            return Poll::Ready(None);
+        }
+        match std::pin::Pin::new(&mut self.inner).poll_next(cx) {
+            Poll::Ready(Some(Ok(bytes))) => return Poll::Ready(Some(Ok(bytes))),
+            Poll::Ready(Some(Err(error))) => {
+                return Poll::Ready(Some(Err(std::io::Error::other(error))));
+            }
+            Poll::Ready(None) => {
+                self.ended = true;
+                return Poll::Ready(None);
+            }
+            Poll::Pending => {}
+        }
+        if self.deadline.as_mut().poll(cx).is_ready() {
+            self.ended = true;
+            let secs = self.timeout.as_secs_f64();
+            return Poll::Ready(Some(Err(std::io::Error::new(
+                std::io::ErrorKind::TimedOut,
+                format!("the request body did not arrive whole within {secs} s"),
+            ))));
+        }
+        Poll::Pending
+    }
 }
 
 /// The role check of an admin-only route, layered on the route itself (see [`router`]): it

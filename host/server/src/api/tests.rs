@@ -581,3 +581,45 @@ async fn the_decision_stream_takes_so_many_clients_and_then_says_so() {
         .expect("response");
     assert_eq!(response.status(), StatusCode::OK);
 }
+
+#[tokio::test]
+async fn a_body_that_does_not_arrive_in_time_is_refused_naming_the_deadline() {
+    let dir = tempfile::tempdir().expect("tempdir");
+    let options = DoorOptions {
+        body_read_timeout: Duration::from_millis(300),
+        ..DoorOptions::default()
+    };
+    let app = app_of(state(dir.path(), options));
+    let started = std::time::Instant::now();
+    let response = app
+        .clone()
+        .oneshot(post("/api/whatif", Some(VIEWER), stalled()))
+        .await
+        .expect("response");
+    assert_eq!(response.status(), StatusCode::BAD_REQUEST);
+    let body = axum::body::to_bytes(response.into_body(), 4096)
+        .await
+        .expect("body");
+    let text = String::from_utf8_lossy(&body);
+    assert!(
+        text.contains("the request body did not arrive whole within 0.3 s"),
+        "{text}"
+    );
+    println!("a stalled body was refused after {:?}", started.elapsed());
+    // A body that arrives in pieces within the deadline is read whole (and judged as JSON).
+    let pieces = Body::from_stream(tokio_stream::StreamExt::throttle(
+        tokio_stream::iter(["{\"pods\":", " 0}"].map(|s| Ok::<_, std::io::Error>(Bytes::from(s)))),
+        Duration::from_millis(50),
+    ));
+    let response = app
+        .clone()
+        .oneshot(post("/api/whatif", Some(VIEWER), pieces))
+        .await
+        .expect("response");
+    let status = response.status();
+    let body = axum::body::to_bytes(response.into_body(), 4096)
+        .await
+        .expect("body");
+    let text = String::from_utf8_lossy(&body);
+    assert!(!text.contains("did not arrive"), "{status}: {text}");
+}
