@@ -1,6 +1,7 @@
 //! The node table: a health change applied in place, anything else a rebuild of the table and
 //! of every job with it.
 
+use std::collections::HashSet;
 use std::sync::Arc;
 use std::time::Instant;
 
@@ -114,8 +115,23 @@ impl Tracker {
             (&a.metadata.creation_timestamp, &a.metadata.name)
                 .cmp(&(&b.metadata.creation_timestamp, &b.metadata.name))
         });
+        // A pod both caches list is bound: a binding is never undone, so the unbound cache is
+        // behind (its watch broke, say, and it has not relisted yet while the bound one has).
+        // Applied as pending, it would be placed again and its binding refused, naming the
+        // node it is on.
+        let bound_uids: HashSet<(PodKey, &str)> = world
+            .bound
+            .iter()
+            .filter_map(|p| Some((key(p), p.metadata.uid.as_deref()?)))
+            .collect();
         for pod in pending {
-            self.pod_changed(scheduler, key(pod), Some(pod), None);
+            let at = key(pod);
+            if let Some(uid) = pod.metadata.uid.as_deref()
+                && bound_uids.contains(&(at.clone(), uid))
+            {
+                continue;
+            }
+            self.pod_changed(scheduler, at, Some(pod), None);
         }
     }
 

@@ -524,6 +524,43 @@ fn a_rebuild_keeps_pods_this_process_bound_before_the_cache_shows_them() {
     assert_eq!(s.state.nodes.gpu_free, [0]);
 }
 
+/// After an API server restart the bound cache relisted before the unbound one: a rebuild
+/// saw pods this process had bound in both, applied the stale pending copy last, and placed
+/// them again, so their bindings were refused, naming the node they were on.
+#[test]
+fn a_rebuild_trusts_the_bound_cache_over_a_stale_unbound_one() {
+    let nodes = [node("a", 8, &[], true), node("b", 8, &[], true)];
+    let pending = pod("p", 8, &[], None);
+    let bound = pod("p", 8, &[], Some("a"));
+    let (mut tracker, mut s) = build(&nodes, &[], &[], &[], &[]);
+    tracker.rebuild(
+        &mut s,
+        &World {
+            nodes: &nodes,
+            bound: std::slice::from_ref(&bound),
+            pending: std::slice::from_ref(&pending),
+        },
+    );
+    tracker.finish_sync(&mut s, Duration::from_secs(120));
+    assert_eq!(s.pending_count(), 0, "bound on a, not pending again");
+    assert_eq!(s.running().count(), 1);
+    assert_eq!(s.state.nodes.gpu_free, [0, 8]);
+    // Another pod of that name (a new uid) pending while the old one is bound is pending.
+    let mut newer = (*pod("p", 8, &[], None)).clone();
+    newer.metadata.uid = Some("uid-p-2".into());
+    let newer = Arc::new(newer);
+    tracker.rebuild(
+        &mut s,
+        &World {
+            nodes: &nodes,
+            bound: std::slice::from_ref(&bound),
+            pending: std::slice::from_ref(&newer),
+        },
+    );
+    tracker.finish_sync(&mut s, Duration::from_secs(120));
+    assert_eq!(s.pending_count(), 1, "the new pod of that name is pending");
+}
+
 #[test]
 fn a_binding_read_back_unapplied_is_pending_again_at_once() {
     let nodes = [node("a", 8, &[], true)];
