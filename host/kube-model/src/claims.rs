@@ -12,8 +12,8 @@ use k8s_openapi::api::resource::v1::{
     DeviceClass, ResourceClaim, ResourceClaimTemplate, ResourceSlice,
 };
 
+use crate::PodKey;
 use crate::dra::{self, AllocationMode, Claim, DeviceId, Inventory, NodeDevices, SelectorCache};
-use crate::tracker::PodKey;
 
 /// One claim of a pod, resolved: the object the cache holds and its requests.
 #[derive(Debug, Clone)]

@@ -13,6 +13,7 @@
 //!   extended resources), `nodeSelector` and node affinity compiled for the core, and the fields
 //!   Gantry does not honour, refused by name.
 //! - **Queues** ([`queues`]): `Queue` objects (`gantry.dev/v1alpha1`) as the quota tree.
+//! - **Selectors** ([`selector`]): a `Queue`'s `namespaceSelector` over a namespace's labels.
 //! - **Tenancy** ([`tenancy`]): which queue a pod may use, from each Queue's
 //!   `namespaceSelector`, the namespace's labels and Kueue's `LocalQueue`s, never from the pod's
 //!   labels alone. Balloons count only from trusted PriorityClasses or namespaces.
@@ -34,9 +35,14 @@ pub mod mapping;
 pub mod podspec;
 pub mod quantity;
 pub mod queues;
+pub mod selector;
 pub mod tenancy;
 pub mod tracker;
 
 pub use config::{KubeConfig, TopologyLabel};
 pub use mapping::{GroupPolicy, PendingPod};
-pub use tracker::{PodKey, Tracker, World};
+pub use tracker::{Tracker, World};
+
+/// A pod's `(namespace, name)`: how the watch caches key it. At the root, as every rule names
+/// pods by it: the claims and the mapping need it without needing the tracker.
+pub type PodKey = (String, String);

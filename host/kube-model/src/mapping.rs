@@ -289,7 +289,7 @@ pub(crate) fn scheduling_group(pod: &Pod) -> Option<&str> {
 pub(crate) fn gang_of(
     pod: &Pod,
     config: &KubeConfig,
-    workload_groups: &HashMap<crate::tracker::PodKey, GroupPolicy>,
+    workload_groups: &HashMap<crate::PodKey, GroupPolicy>,
 ) -> Gang {
     let namespace = pod.metadata.namespace.clone().unwrap_or_default();
     if let Some(group) = scheduling_group(pod) {

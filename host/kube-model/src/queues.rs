@@ -13,7 +13,7 @@ use std::collections::HashMap;
 use gantry_core::{QueueDef, QueueError};
 use kube_core::{ApiResource, DynamicObject, GroupVersionKind};
 
-use crate::tenancy::NamespaceSelector;
+use crate::selector::NamespaceSelector;
 
 /// The API group of [`resource`].
 pub const GROUP: &str = "gantry.dev";

@@ -46,8 +46,7 @@ mod sync;
 #[cfg(test)]
 mod tests;
 
-/// A pod's `(namespace, name)`: how the watch caches key it.
-pub type PodKey = (String, String);
+pub use crate::PodKey;
 
 /// How long a pod this process bound counts as bound before the bound-pod cache confirms it
 /// (kube-scheduler's assume cache).
