@@ -10,7 +10,8 @@
 //! of every pending job it reached that holds no reservation (a reservation's start is the
 //! plan's own):
 //!
-//! - [`Arrivals`]: the jobs submitted in the last [`ARRIVAL_WINDOW_S`]. A copy of them, one
+//! - `Arrivals` (kept with the plan's state, `plan/forecasts.rs`, with the results below): the
+//!   jobs submitted in the last `ARRIVAL_WINDOW_S`. A copy of them, one
 //!   window later, is what the forecast expects to be submitted next: later jobs of a queue
 //!   below its fair share overtake, and a forecast without them is far too early.
 //! - [`DRAWS`] runs in which each running job ends at a draw from what is left of its
@@ -41,18 +42,14 @@
 //! forecast calls no plugin.
 
 use std::cmp::Reverse;
-use std::collections::{BTreeMap, BTreeSet, BinaryHeap, VecDeque};
+use std::collections::{BTreeMap, BTreeSet, BinaryHeap};
 
 use crate::VirtualClock;
 use crate::model::Seconds;
 
-use super::plan::Rank;
-use super::plan::WhatIf;
+use super::plan::{Forecast, Forecasts, Rank, Reach, WhatIf};
 use super::{JobId, JobSpec, JobState, Scheduler};
-use crate::queues::QueueId;
 
-/// How far back submissions are remembered, and how far ahead one copy of them is expected.
-pub const ARRIVAL_WINDOW_S: f64 = 3600.0;
 /// Most cycles one scenario runs (one per expected end or expected submission).
 const SIMULATED_CYCLES: usize = 256;
 /// Most jobs one scenario tries, over all its cycles. A job no scenario reached has no
@@ -108,65 +105,6 @@ const BOUNDS: [Scenario; 2] = [
 /// median is a run's start; each costs one forward run (`gantry bench schedule` prints the
 /// forecast's cost).
 const DRAWS: u64 = 5;
-
-/// The jobs submitted in the last [`ARRIVAL_WINDOW_S`] (balloons aside), oldest first: what
-/// the forecast expects the next window to bring.
-#[derive(Debug, Clone, Default)]
-pub(super) struct Arrivals {
-    recent: VecDeque<JobSpec>,
-}
-
-impl Arrivals {
-    /// A job was submitted (at its `submit_s`); submissions older than the window go.
-    /// Returns whether it counts as an arrival.
-    pub(super) fn record(&mut self, spec: &JobSpec) -> bool {
-        // A balloon is no demand; a job submitted long ago (a live cluster's relist submits
-        // every pending job again) is no arrival.
-        let stale = self
-            .recent
-            .back()
-            .is_some_and(|newest| spec.submit_s <= newest.submit_s - ARRIVAL_WINDOW_S);
-        if spec.balloon || stale {
-            return false;
-        }
-        while self
-            .recent
-            .front()
-            .is_some_and(|old| old.submit_s <= spec.submit_s - ARRIVAL_WINDOW_S)
-        {
-            self.recent.pop_front();
-        }
-        self.recent.push_back(spec.clone());
-        true
-    }
-
-    /// The submissions expected after `now_s`: each of the last window's, `windows` times,
-    /// one window apart, latest first (so the next is popped from the end).
-    fn expected(&self, now_s: f64, windows: u32) -> Vec<JobSpec> {
-        let mut expected: Vec<JobSpec> = (1..=windows)
-            .flat_map(|k| {
-                self.recent
-                    .iter()
-                    .filter(move |spec| spec.submit_s > now_s - ARRIVAL_WINDOW_S)
-                    .map(move |spec| JobSpec {
-                        submit_s: spec.submit_s + ARRIVAL_WINDOW_S * f64::from(k),
-                        ..spec.clone()
-                    })
-            })
-            .filter(|spec| spec.submit_s > now_s)
-            .collect();
-        expected.sort_by(|a, b| b.submit_s.total_cmp(&a.submit_s));
-        expected
-    }
-}
-
-/// A pending job's forecast start (seconds on the scheduler's clock).
-#[derive(Debug, Clone, Copy, PartialEq)]
-pub(super) struct Forecast {
-    pub(super) p10_s: f64,
-    pub(super) p50_s: f64,
-    pub(super) p90_s: f64,
-}
 
 /// A forecast to run away from the loop (see [`super::plan::PlanConfig::forecast_off_loop`]):
 /// a copy of the scheduler as it stood when the forecast came due. Running it takes the seven
@@ -304,111 +242,6 @@ impl WhatIfRun {
             reservation: None,
         });
         answer
-    }
-}
-
-/// One forecast's starts: each pending job it reached, and when the forecast was of (a job's
-/// estimate says it was planned then).
-#[derive(Debug, Clone, Default)]
-pub struct Forecasts {
-    pub(super) at_s: f64,
-    /// Per pending job it reached, its p10, p50 and p90 start.
-    pub(super) job_to_forecast: BTreeMap<JobId, Forecast>,
-    /// How far it reached: when the next one is worth its cost.
-    pub(super) reach: Reach,
-}
-
-/// How far a forecast reached, which says when the next one is worth its cost. Its runs are
-/// bounded, so with a long backlog they reach only the first jobs of each queue, and a job
-/// submitted behind one they did not reach is reached only if it can pass it, as smaller jobs
-/// reached behind it did: a submission that can do neither changes no estimate the next
-/// forecast can give, so it makes none due. And its estimates go stale as the cluster moves
-/// past them, so with no new submission the next is due once half of how far it looked ahead
-/// has passed, or [`REFRESH_EVERY`] intervals, whichever is later. Without this, a replay of a deep
-/// backlog ran a full forecast for every submission and every ten minutes for as long as the
-/// backlog lasted (`alibaba-openb-128` at `--time-scale 4` did not finish in 25 minutes).
-#[derive(Debug, Clone, Default)]
-pub(super) struct Reach {
-    /// Per queue it did not reach whole: its first pending job (in the order cycles try them)
-    /// the forecast did not reach, and the most GPUs any job it reached behind that one asks.
-    queue_to_frontier: BTreeMap<QueueId, (Rank, Option<u64>)>,
-    /// How far ahead its drawn runs looked: the median of their last steps, from when the
-    /// forecast was of.
-    pub(super) horizon_s: f64,
-    /// The first job id its scheduler had not yet given: every job from it on was submitted
-    /// after the forecast (a submission at the same clock second may be either side).
-    pub(super) first_unseen: JobId,
-}
-
-impl Forecasts {
-    /// How many pending jobs it reached.
-    pub fn len(&self) -> usize {
-        self.job_to_forecast.len()
-    }
-
-    /// Whether it reached none.
-    pub fn is_empty(&self) -> bool {
-        self.job_to_forecast.is_empty()
-    }
-
-    /// How far ahead its drawn runs looked (seconds): the median of their last steps.
-    pub fn horizon_s(&self) -> f64 {
-        self.reach.horizon_s
-    }
-}
-
-impl Reach {
-    /// How far the forecast of `base` that gave `job_to_forecast` and looked `horizon_s`
-    /// ahead reached.
-    fn of(base: &Scheduler, job_to_forecast: &BTreeMap<JobId, Forecast>, horizon_s: f64) -> Self {
-        let pending: Vec<(JobId, &JobSpec)> = base
-            .queue
-            .all()
-            .into_iter()
-            .map(|id| (id, &base.job_to_entry[&id].spec))
-            .filter(|(_, spec)| !spec.balloon)
-            .collect();
-        let mut queue_to_frontier: BTreeMap<QueueId, (Rank, Option<u64>)> = BTreeMap::new();
-        for &(id, spec) in pending
-            .iter()
-            .filter(|(id, _)| !job_to_forecast.contains_key(id))
-        {
-            let rank = Rank::of(id, spec);
-            queue_to_frontier
-                .entry(spec.queue)
-                .and_modify(|(first, _)| {
-                    if rank.ahead_of(first) {
-                        *first = rank;
-                    }
-                })
-                .or_insert((rank, None));
-        }
-        for &(id, spec) in pending
-            .iter()
-            .filter(|(id, _)| job_to_forecast.contains_key(id))
-        {
-            if let Some((first, passed)) = queue_to_frontier.get_mut(&spec.queue)
-                && first.ahead_of(&Rank::of(id, spec))
-            {
-                *passed = (*passed).max(Some(spec.total().gpus));
-            }
-        }
-        Self {
-            queue_to_frontier,
-            horizon_s,
-            first_unseen: base.next_id,
-        }
-    }
-
-    /// Whether a job of `spec` and `rank` may be reached by the next forecast: it is tried
-    /// before the first job of its queue this one did not reach, or it asks no more GPUs than
-    /// a job this one reached behind that one.
-    pub(super) fn may_reach(&self, spec: &JobSpec, rank: &Rank) -> bool {
-        self.queue_to_frontier
-            .get(&spec.queue)
-            .is_none_or(|(first, passed)| {
-                rank.ahead_of(first) || passed.is_some_and(|gpus| spec.total().gpus <= gpus)
-            })
     }
 }
 
@@ -873,6 +706,7 @@ fn draw(seed: u64, id: JobId, started_s: f64) -> f64 {
 
 #[cfg(test)]
 mod tests {
+    use super::super::plan::Arrivals;
     use super::*;
 
     fn spec(submit_s: f64) -> JobSpec {

@@ -39,7 +39,8 @@ use crate::model::{PodShape, Resources};
 use crate::queues::{Admission, QueueId, Queues};
 use crate::symbols::Symbols;
 
-pub use forecast::{ForecastRun, Forecasts, KnownFuture, WhatIfRun};
+pub use forecast::{ForecastRun, KnownFuture, WhatIfRun};
+pub use plan::Forecasts;
 pub use queue::{Blocked, Epochs, JobKey, RoomAsk, SchedulingQueue};
 
 /// A job's key in the scheduler: stable for the job's life and never reused, so a caller may

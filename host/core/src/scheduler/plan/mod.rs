@@ -41,11 +41,14 @@ use crate::queues::QueueId;
 use super::{JobId, JobSpec, JobState, Scheduler};
 
 mod calibration;
+mod forecasts;
 mod rule;
 mod runtimes;
 mod timeline;
 
 use calibration::*;
+pub use forecasts::Forecasts;
+pub(super) use forecasts::{Arrivals, Forecast, Reach};
 use rule::*;
 pub use rule::{AGE_RUNTIMES, BACKLOG_RUNTIMES, ReservationRule};
 use runtimes::*;
@@ -222,14 +225,14 @@ pub(super) struct Plan {
     /// that slipped (planned again later than before), backfilled jobs evicted for overrunning.
     pub(super) stats: PlanStats,
     /// Recent submissions, which the forecast expects again.
-    pub(super) arrivals: super::forecast::Arrivals,
+    pub(super) arrivals: Arrivals,
     /// The last forecast's starts: the estimate of the jobs the timeline does not plan, until
     /// the next one is in.
-    pub(super) forecasts: super::forecast::Forecasts,
+    pub(super) forecasts: Forecasts,
     /// When the last forecast came due (run inline, or handed out off the loop).
     pub(super) forecast_at_s: Option<f64>,
     /// A job was submitted since the last forecast came due that the next one may reach
-    /// (see [`super::forecast::Reach`]): only such a submission makes one due early.
+    /// (see [`Reach`]): only such a submission makes one due early.
     pub(super) reachable_submitted: bool,
     /// A forecast came due off the loop and was not handed out yet.
     pub(super) forecast_wanted: bool,
