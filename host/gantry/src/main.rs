@@ -10,6 +10,7 @@
 
 mod bench;
 mod client;
+mod data_dir;
 mod kube;
 mod policy;
 mod rule_args;

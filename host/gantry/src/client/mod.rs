@@ -104,7 +104,7 @@ impl ServerConn {
         let dir = self
             .data_dir
             .clone()
-            .unwrap_or_else(crate::serve::default_data_dir);
+            .unwrap_or_else(crate::data_dir::default_data_dir);
         let path = dir.join("tokens.yaml");
         let text = std::fs::read_to_string(&path).map_err(|e| {
             anyhow::anyhow!(

@@ -18,7 +18,7 @@ use std::path::PathBuf;
 
 use clap::Args;
 
-pub use server::{API_PATIENCE, ServerArgs, default_data_dir, start_api, start_live};
+pub use server::{API_PATIENCE, ServerArgs, start_api, start_live};
 pub use sim::{Load, SimCluster, run_loop};
 
 /// The flags of `gantry serve`, both modes: those of the simulated cluster, of a live one

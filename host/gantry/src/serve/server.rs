@@ -14,7 +14,7 @@ use gantry_engine::Shutdown;
 #[derive(Args, Debug, Clone)]
 pub struct ServerArgs {
     /// The data directory: the sled store (decisions, policies, sets, audit log).
-    #[arg(long, env = "GANTRY_DATA_DIR", default_value_os_t = default_data_dir())]
+    #[arg(long, env = "GANTRY_DATA_DIR", default_value_os_t = crate::data_dir::default_data_dir())]
     pub data_dir: PathBuf,
     /// Bearer tokens with roles (YAML). Defaults to `tokens.yaml` in the data directory, written
     /// with a fresh admin and viewer token on first start.
@@ -64,17 +64,6 @@ pub struct FrontDoor {
     tokens: gantry_server::Tokens,
     tls: Option<gantry_server::TlsConfig>,
     options: gantry_server::DoorOptions,
-}
-
-/// `$XDG_DATA_HOME/gantry`, else `~/.local/share/gantry`, else `./gantry-data`.
-pub fn default_data_dir() -> PathBuf {
-    if let Some(dir) = std::env::var_os("XDG_DATA_HOME") {
-        return PathBuf::from(dir).join("gantry");
-    }
-    match std::env::var_os("HOME") {
-        Some(home) => PathBuf::from(home).join(".local/share/gantry"),
-        None => PathBuf::from("gantry-data"),
-    }
 }
 
 /// The example policies, the first active set of a new data directory.
