@@ -26,6 +26,9 @@ cargo clippy --release --workspace --all-targets --quiet -- -D warnings
 step "sizes (scripts/sizes.py: files under host/ over 1,500 lines, production functions over 150)"
 python3 scripts/sizes.py
 
+step "import circles (scripts/circles.py: file-level circles inside each crate under host/)"
+python3 scripts/circles.py
+
 step "test control plane (tests/cluster: kube-apiserver, etcd, kwok, kubectl, kube-scheduler + Coscheduling; built once and cached)"
 # The kube e2e tests in the cargo run below start it from these binaries. A failed build stops
 # here with the reason; the e2e tests never skip once this is set.
