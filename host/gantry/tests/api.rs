@@ -696,19 +696,24 @@ fn an_admin_composes_activates_and_rolls_back_a_set_from_the_cli() {
     assert_eq!(server.get("/api/sets").1["active"], 1);
 }
 
+/// Waits until `server` has stored a decision.
+fn a_decision_stored(server: &Server) {
+    eventually(60, || {
+        let (_, decisions) = server.get("/api/decisions?limit=1");
+        decisions
+            .as_array()
+            .is_some_and(|d| !d.is_empty())
+            .then_some(())
+    });
+}
+
 /// A damaged store once stopped the scheduler (a garbled history: exit 1, naming no path) or
 /// made routes answer 500 (a garbled main database). Now the history is moved aside and
 /// named, a damaged record is named by its key with 503, and scheduling goes on.
 #[test]
 fn a_damaged_store_is_named_and_scheduling_goes_on() {
     let first = Server::start(&["--jobs-per-s", "20"]);
-    eventually(60, || {
-        let (_, decisions) = first.get("/api/decisions?limit=1");
-        decisions
-            .as_array()
-            .is_some_and(|d| !d.is_empty())
-            .then_some(())
-    });
+    a_decision_stored(&first);
     let data = first.into_data();
     let store = data.path().join("data/store");
     let history = store.join("history");
@@ -744,13 +749,7 @@ fn a_damaged_store_is_named_and_scheduling_goes_on() {
         "{line}"
     );
     // Scheduling runs, into a new history.
-    eventually(60, || {
-        let (_, decisions) = server.get("/api/decisions?limit=1");
-        decisions
-            .as_array()
-            .is_some_and(|d| !d.is_empty())
-            .then_some(())
-    });
+    a_decision_stored(&server);
     // The damaged record is named; no route answers 500.
     let (status, body) = server.get("/api/policies");
     assert_eq!(status, 503, "{body}");

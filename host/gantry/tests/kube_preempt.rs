@@ -394,9 +394,13 @@ fn a_denied_binding_rolls_the_gang_back_and_backs_off() {
             train_0.metadata.deletion_timestamp.is_some(),
             "the member bound before its peer's binding failed is being deleted"
         );
-        // The stored record says what happened: not placed, the binding failed, and why.
-        let (status, body) = replica.get("/api/decisions/job/default%2Ftrain").unwrap();
-        assert_eq!(status, 200, "{body}");
+        // The stored record says what happened: not placed, the binding failed, and why. It is
+        // written after the binding pass, so it may land a moment after the rollback shows.
+        let body = until("the gang's decisions to be stored", || async {
+            let (status, body) = replica.get("/api/decisions/job/default%2Ftrain")?;
+            (status == 200).then_some(body)
+        })
+        .await;
         assert!(
             body.contains("its binding to be retried (it failed: ")
                 && body.contains("refused by policy deny-bindings"),

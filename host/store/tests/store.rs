@@ -607,6 +607,18 @@ fn a_missing_directory_is_created() {
     assert!(path.join("conf").exists());
 }
 
+/// Stores `bytes` as a filter policy named `name`.
+fn put_filter(store: &gantry_store::Store, bytes: &[u8], name: &str) -> gantry_store::PutPolicy {
+    let actor = gantry_store::Actor::new("root", "test");
+    let policy = gantry_store::NewPolicy {
+        name: name.into(),
+        role: gantry_store::PolicyRole::Filter,
+        version: "1".into(),
+        config: "{}".into(),
+    };
+    store.put_policy(&actor, bytes, policy, 1).unwrap()
+}
+
 /// A damaged history database once stopped the scheduler at start ("exit 1", naming no path).
 /// Now it is moved aside whole, named, and a new history starts; the main database's policies
 /// and sets are untouched.
@@ -619,19 +631,7 @@ fn a_damaged_history_is_moved_aside_and_a_new_one_starts() {
             .append_decisions(&[common::decision("job-a", 1_000, &["node-1"])])
             .unwrap();
         let actor = gantry_store::Actor::new("root", "test");
-        let put = store
-            .put_policy(
-                &actor,
-                b"\0asm-not-really",
-                gantry_store::NewPolicy {
-                    name: "p".into(),
-                    role: gantry_store::PolicyRole::Filter,
-                    version: "1".into(),
-                    config: "{}".into(),
-                },
-                1,
-            )
-            .unwrap();
+        let put = put_filter(&store, b"\0asm-not-really", "p");
         let entry = gantry_store::SetEntry {
             sha256: put.manifest.sha256.clone(),
             weight: 1,
@@ -697,20 +697,7 @@ fn a_damaged_record_is_named_by_its_tree_and_key() {
     let dir = tempfile::tempdir().unwrap();
     let sha = {
         let store = common::open(dir.path());
-        let actor = gantry_store::Actor::new("root", "test");
-        let put = store
-            .put_policy(
-                &actor,
-                b"\0asm-kept",
-                gantry_store::NewPolicy {
-                    name: "kept".into(),
-                    role: gantry_store::PolicyRole::Filter,
-                    version: "1".into(),
-                    config: "{}".into(),
-                },
-                1,
-            )
-            .unwrap();
+        let put = put_filter(&store, b"\0asm-kept", "kept");
         store.flush().unwrap();
         put.manifest.sha256
     };

@@ -347,6 +347,14 @@ fn a_jobs_history_reads_placed_preempted_then_one_pending_step() {
     );
 }
 
+/// A response's body as text (the first 4 KiB).
+async fn text_of(response: Response) -> String {
+    let body = axum::body::to_bytes(response.into_body(), 4096)
+        .await
+        .expect("body");
+    String::from_utf8_lossy(&body).into_owned()
+}
+
 /// A body that notes whether anyone read it.
 fn watched(read: &Arc<std::sync::atomic::AtomicBool>) -> Body {
     let read = read.clone();
@@ -397,10 +405,7 @@ async fn a_viewers_body_is_refused_from_the_headers_before_it_is_read() {
             !read.load(Ordering::SeqCst),
             "{method} {path}: the body was read"
         );
-        let body = axum::body::to_bytes(response.into_body(), 4096)
-            .await
-            .expect("body");
-        let text = String::from_utf8_lossy(&body);
+        let text = text_of(response).await;
         assert!(
             text.contains(&format!(
                 "the viewer token of eve may not {action}: an admin token is needed"
@@ -452,15 +457,12 @@ async fn one_token_cannot_hold_more_than_its_share_of_requests() {
     assert_eq!(held.len(), REQUESTS_IN_FLIGHT_PER_TOKEN);
     for response in refused {
         assert_eq!(response.status(), StatusCode::TOO_MANY_REQUESTS);
-        let body = axum::body::to_bytes(response.into_body(), 4096)
-            .await
-            .expect("body");
+        let text = text_of(response).await;
         assert!(
-            String::from_utf8_lossy(&body).contains(&format!(
+            text.contains(&format!(
                 "the token of eve has {REQUESTS_IN_FLIGHT_PER_TOKEN} requests in flight"
             )),
-            "{}",
-            String::from_utf8_lossy(&body)
+            "{text}"
         );
     }
     // Another token is not counted against this one's share.
@@ -562,15 +564,12 @@ async fn the_decision_stream_takes_so_many_clients_and_then_says_so() {
         .await
         .expect("response");
     assert_eq!(refused.status(), StatusCode::SERVICE_UNAVAILABLE);
-    let body = axum::body::to_bytes(refused.into_body(), 4096)
-        .await
-        .expect("body");
+    let text = text_of(refused).await;
     assert!(
-        String::from_utf8_lossy(&body).contains(&format!(
+        text.contains(&format!(
             "{DECISION_STREAM_CLIENTS} clients already follow the decision stream"
         )),
-        "{}",
-        String::from_utf8_lossy(&body)
+        "{text}"
     );
     // One leaves: the next is taken.
     followers.pop();
@@ -597,10 +596,7 @@ async fn a_body_that_does_not_arrive_in_time_is_refused_naming_the_deadline() {
         .await
         .expect("response");
     assert_eq!(response.status(), StatusCode::BAD_REQUEST);
-    let body = axum::body::to_bytes(response.into_body(), 4096)
-        .await
-        .expect("body");
-    let text = String::from_utf8_lossy(&body);
+    let text = text_of(response).await;
     assert!(
         text.contains("the request body did not arrive whole within 0.3 s"),
         "{text}"
@@ -617,9 +613,6 @@ async fn a_body_that_does_not_arrive_in_time_is_refused_naming_the_deadline() {
         .await
         .expect("response");
     let status = response.status();
-    let body = axum::body::to_bytes(response.into_body(), 4096)
-        .await
-        .expect("body");
-    let text = String::from_utf8_lossy(&body);
+    let text = text_of(response).await;
     assert!(!text.contains("did not arrive"), "{status}: {text}");
 }
