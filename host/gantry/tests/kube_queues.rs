@@ -431,6 +431,30 @@ fn queue_objects_bound_and_lend_gpus() {
         }
         assert_eq!(node_of(&pods.get("second").await.unwrap()), None);
         assert!(node_of(&pods.get("fake-balloon").await.unwrap()).is_some());
+        // A tenant's pod placed by hand (a preset nodeName) naming a queue its namespace may
+        // not use: it holds its GPU, but capped (3 GPUs used) is not charged, and its Event
+        // says so. No default queue is declared, so it is charged to none.
+        let capped_used = || async {
+            queues.get("capped").await.ok()?.data["status"]["usedGpus"].as_u64()
+        };
+        assert_eq!(capped_used().await, Some(3));
+        let mut squatter = pod("squatter", 1, json!({"gantry.dev/queue": "capped"}));
+        squatter.spec.as_mut().unwrap().node_name = Some("gpu-1".into());
+        pods.create(&pp, &squatter).await.unwrap();
+        let charged = "Charged to no queue (its GPUs count against no quota, and it is never \
+                       preempted for one): queue \"capped\" does not admit pods from namespace \
+                       \"team-a\" (its namespaceSelector does not select it).";
+        until("the squatter's Event to say where it is charged", || async {
+            let list = events.list(&ListParams::default()).await.ok()?.items;
+            notes(&list, "squatter", "QueueNotAdmitted")
+                .iter()
+                .any(|n| n == charged)
+                .then_some(())
+        })
+        .await;
+        // Longer than the leader's Queue status interval (5 s): a charge would show by then.
+        tokio::time::sleep(std::time::Duration::from_secs(6)).await;
+        assert_eq!(capped_used().await, Some(3), "the squatter was charged to capped");
         // team-a's namespace gets the label team-b's selector asks for: the intruder is
         // admitted now, and binds in team-b.
         Api::<Namespace>::all(client.clone())

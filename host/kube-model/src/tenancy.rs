@@ -21,9 +21,15 @@
 //! Without Queue objects nothing is enforced: every queue may use the whole cluster, as before,
 //! and a pod's queue is the one it names (through its LocalQueue when that exists).
 //!
-//! The check applies to pending pods only: a pod already bound (by Gantry earlier, or by its
-//! creator setting `spec.nodeName`) is charged to the queue it names, since it holds its GPUs
-//! either way.
+//! A pod already bound (by Gantry earlier, or by its creator setting `spec.nodeName`) holds
+//! its GPUs either way, so it is charged, but only to a queue its namespace may use
+//! ([`Tenancy::charge`]): the one it names if the check admits it, else its namespace's default
+//! queue, else no queue at all. Either way its Event says so, and a name nobody declared never
+//! enters the queue tree.
+//!
+//! Until discovery has answered whether the API server serves the `Queue` kind
+//! ([`Tenancy::set_queues_unknown`]), a pending pod that names a queue waits, saying why: it is
+//! not admitted unchecked.
 //!
 //! Selectors are evaluated when a namespace's labels or the Queues change, into the set of
 //! queues each namespace may use; checking a pod is then a few map lookups.
@@ -71,6 +77,19 @@ pub struct Tenancy {
     local_queues_served: bool,
     /// Each LocalQueue by `(namespace, name)`, and its `spec.clusterQueue` (empty when unset).
     local_to_cluster_queue: HashMap<(String, String), String>,
+    /// Why it is not known yet whether Queues are declared (discovery of the kind failed):
+    /// while set, pending pods that name a queue wait.
+    queues_unknown: Option<String>,
+}
+
+/// Where a bound pod's GPUs are charged ([`Tenancy::charge`]).
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Charge {
+    /// The queue charged; `None`: no queue its namespace may use, so its pods hold their room
+    /// outside every queue, as pods bound by another scheduler do.
+    pub queue: Option<String>,
+    /// Why it is not charged to the queue it names, for the pod's Event; `None` when it is.
+    pub redirected: Option<String>,
 }
 
 impl Tenancy {
@@ -200,9 +219,74 @@ impl Tenancy {
         }
     }
 
+    /// Whether the API server serves the Queue kind is unknown (`Some`: why, such as the
+    /// discovery error) or known (`None`). Every pending gang is looked at again when that
+    /// changes.
+    pub fn set_queues_unknown(&mut self, why: Option<String>) -> Affected {
+        if self.queues_unknown == why {
+            return Affected::Nothing;
+        }
+        self.queues_unknown = why;
+        Affected::All
+    }
+
     /// The queue a pending pod in `namespace` that claims `claim` may use, or why it may not:
-    /// one line a user reads in the pod's FailedScheduling Event.
+    /// one line a user reads in the pod's FailedScheduling Event. While it is not known
+    /// whether Queues are declared, a pod that names a queue waits: fail closed.
     pub fn admit(
+        &self,
+        namespace: &str,
+        claim: &QueueClaim,
+        config: &KubeConfig,
+    ) -> Result<String, String> {
+        if let Some(why) = &self.queues_unknown
+            && *claim != QueueClaim::Default
+        {
+            return Err(format!(
+                "waiting to learn whether Queues are declared, so that its queue's quota and \
+                 namespaceSelector can be checked: {why}"
+            ));
+        }
+        self.check(namespace, claim, config)
+    }
+
+    /// Where a bound pod in `namespace` that claims `claim` is charged: the queue it names if
+    /// [`Tenancy::admit`]'s check admits it; else its namespace's default queue if that one
+    /// admits it; else none. A queue nobody declared is never charged while Queues are, so it
+    /// never enters the queue tree.
+    pub fn charge(&self, namespace: &str, claim: &QueueClaim, config: &KubeConfig) -> Charge {
+        let why = match self.check(namespace, claim, config) {
+            Ok(queue) => {
+                return Charge {
+                    queue: Some(queue),
+                    redirected: None,
+                };
+            }
+            Err(why) => why,
+        };
+        let default = &config.default_queue;
+        if *claim != QueueClaim::Default
+            && self.check(namespace, &QueueClaim::Default, config).is_ok()
+        {
+            return Charge {
+                queue: Some(default.clone()),
+                redirected: Some(format!(
+                    "Charged to its namespace's default queue {default:?}, not the one it \
+                     names: {why}."
+                )),
+            };
+        }
+        Charge {
+            queue: None,
+            redirected: Some(format!(
+                "Charged to no queue (its GPUs count against no quota, and it is never \
+                 preempted for one): {why}."
+            )),
+        }
+    }
+
+    /// [`Tenancy::admit`]'s check, whether or not the Queues are known.
+    fn check(
         &self,
         namespace: &str,
         claim: &QueueClaim,
@@ -295,9 +379,9 @@ impl Tenancy {
         Ok(queue)
     }
 
-    /// The queue a bound pod is charged to: the one it names, through its LocalQueue when that
-    /// exists, checked or not (it holds its GPUs either way).
-    pub fn charged_queue(
+    /// The queue a trusted balloon names, through its LocalQueue when that exists, unchecked:
+    /// a balloon is charged to no queue, so nothing it names is enforced.
+    pub fn balloon_queue(
         &self,
         namespace: &str,
         claim: &QueueClaim,
@@ -507,6 +591,88 @@ mod tests {
     }
 
     #[test]
+    fn a_bound_pod_is_charged_only_to_a_queue_its_namespace_may_use() {
+        let mut t = tenancy();
+        let config = KubeConfig::default();
+        assert_eq!(
+            t.charge("team-a", &queue("team-a"), &config),
+            Charge {
+                queue: Some("team-a".into()),
+                redirected: None
+            }
+        );
+        // No default queue declared: another team's queue, or one nobody declared, is charged
+        // to no queue.
+        let refused = t.charge("team-a", &queue("team-b"), &config);
+        assert_eq!(refused.queue, None);
+        assert_eq!(
+            refused.redirected.as_deref(),
+            Some(
+                "Charged to no queue (its GPUs count against no quota, and it is never preempted \
+                 for one): queue \"team-b\" does not admit pods from namespace \"team-a\" (its \
+                 namespaceSelector does not select it)."
+            )
+        );
+        assert_eq!(t.charge("team-a", &queue("made-up"), &config).queue, None);
+        // With a default queue every namespace may use, that is where it goes.
+        let mut queues: Vec<DeclaredQueue> = ["team-a", "team-b"]
+            .iter()
+            .map(|name| {
+                let team = name.trim_start_matches("team-");
+                declared(name, None, Some(json!({"matchLabels": {"team": team}})))
+            })
+            .collect();
+        queues.push(declared("default", None, Some(json!({}))));
+        t.set_namespace("team-b", Some(labels(&[("team", "b")])));
+        t.set_queues(&queues, &BTreeMap::new());
+        let redirected = t.charge("team-a", &queue("team-b"), &config);
+        assert_eq!(redirected.queue.as_deref(), Some("default"));
+        assert_eq!(
+            redirected.redirected.as_deref(),
+            Some(
+                "Charged to its namespace's default queue \"default\", not the one it names: \
+                 queue \"team-b\" does not admit pods from namespace \"team-a\" (its \
+                 namespaceSelector does not select it)."
+            )
+        );
+    }
+
+    #[test]
+    fn while_queues_are_unknown_a_pod_naming_one_waits() {
+        let mut t = Tenancy::default();
+        let config = KubeConfig::default();
+        let why = "discovery of gantry.dev/v1alpha1 failed: connection refused".to_string();
+        assert_eq!(t.set_queues_unknown(Some(why.clone())), Affected::All);
+        assert_eq!(t.set_queues_unknown(Some(why)), Affected::Nothing);
+        assert_eq!(
+            t.admit("team-a", &queue("team-a"), &config).unwrap_err(),
+            "waiting to learn whether Queues are declared, so that its queue's quota and \
+             namespaceSelector can be checked: discovery of gantry.dev/v1alpha1 failed: \
+             connection refused"
+        );
+        assert!(
+            t.admit("team-a", &QueueClaim::LocalQueue("lq".into()), &config)
+                .is_err()
+        );
+        // A pod naming no queue is not held back, and a bound pod is charged as before.
+        assert_eq!(
+            t.admit("team-a", &QueueClaim::Default, &config),
+            Ok("default".into())
+        );
+        assert_eq!(
+            t.charge("team-a", &queue("team-a"), &config)
+                .queue
+                .as_deref(),
+            Some("team-a")
+        );
+        assert_eq!(t.set_queues_unknown(None), Affected::All);
+        assert_eq!(
+            t.admit("team-a", &queue("team-a"), &config),
+            Ok("team-a".into())
+        );
+    }
+
+    #[test]
     fn namespace_labels_and_queue_changes_decide_again() {
         let mut t = tenancy();
         let config = KubeConfig::default();
@@ -575,9 +741,9 @@ mod tests {
             t.admit("team-a", &local("unset"), &config).unwrap_err(),
             "LocalQueue \"unset\" in namespace \"team-a\" has no spec.clusterQueue"
         );
-        // A bound pod is charged to what it names, through its LocalQueue when that exists.
-        assert_eq!(t.charged_queue("team-a", &local("main"), &config), "team-a");
-        assert_eq!(t.charged_queue("team-b", &local("main"), &config), "main");
+        // A balloon's queue is what it names, through its LocalQueue when that exists.
+        assert_eq!(t.balloon_queue("team-a", &local("main"), &config), "team-a");
+        assert_eq!(t.balloon_queue("team-b", &local("main"), &config), "main");
         // One LocalQueue moves: only its namespace is looked at again.
         let mut moved = local_queues;
         moved.insert(("team-a".into(), "main".into()), "closed".into());

@@ -122,6 +122,10 @@ pub struct Tracker {
     /// the LocalQueues).
     tenancy: Tenancy,
     used_queues: BTreeSet<String>,
+    /// Bound pods charged elsewhere than the queue they name, with why, not yet taken for
+    /// their Events; and the uids of every bound pod noted, so each is noted once.
+    charge_notes: Vec<(PendingPod, String)>,
+    charge_noted: HashSet<String>,
     /// `minMember` of each scheduler-plugins PodGroup.
     group_to_min: HashMap<PodKey, u32>,
     /// The policy of each upstream `scheduling.k8s.io` PodGroup: it decides whether its pods
@@ -176,6 +180,8 @@ impl Tracker {
             declared_queues: Vec::new(),
             tenancy: Tenancy::default(),
             used_queues: BTreeSet::new(),
+            charge_notes: Vec::new(),
+            charge_noted: HashSet::new(),
             group_to_min: HashMap::new(),
             workload_group_to_policy: HashMap::new(),
             key_to_pending: HashMap::new(),

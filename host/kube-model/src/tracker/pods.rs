@@ -154,7 +154,7 @@ impl Tracker {
     pub(super) fn hold(
         &mut self,
         scheduler: &mut Scheduler,
-        pod: &Pod,
+        pod: &Arc<Pod>,
         node: usize,
         ours: bool,
     ) -> Role {
@@ -178,7 +178,11 @@ impl Tracker {
             ..PodShape::default()
         };
         let slot = scheduler.state.reserve(node, &shape);
-        let charged = ours.then(|| (self.charged_queue(pod), u64::from(gpus)));
+        let charged = if ours {
+            self.charge(pod).map(|queue| (queue, u64::from(gpus)))
+        } else {
+            None
+        };
         if let Some((queue, gpus)) = &charged {
             self.ensure_queue(scheduler, queue);
             if let Some(id) = scheduler.queues.id(queue) {

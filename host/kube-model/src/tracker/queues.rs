@@ -1,12 +1,13 @@
 //! The queue tree and tenancy: the Queue objects, namespaces' labels and LocalQueues, and which
 //! queue each pod is charged to.
 
-use std::collections::{BTreeMap, HashMap};
+use std::collections::{BTreeMap, HashMap, HashSet};
+use std::sync::Arc;
 
 use gantry_core::{QueueDef, Resources, Scheduler};
 use k8s_openapi::api::core::v1::Pod;
 
-use crate::mapping::{self, Gang, queue_claim};
+use crate::mapping::{self, Gang, PendingPod, queue_claim};
 use crate::queues::DeclaredQueue;
 use crate::tenancy::{Affected, Labels};
 
@@ -66,11 +67,40 @@ impl Tracker {
         self.dirty_pending.extend(gangs);
     }
 
-    /// The queue a bound pod is charged to (see [`Tenancy::charged_queue`]).
-    pub(super) fn charged_queue(&self, pod: &Pod) -> String {
+    /// Whether the API server serves the Queue kind is unknown (`Some`: why) or known: while
+    /// unknown, pending pods that name a queue wait (see [`Tenancy::set_queues_unknown`]).
+    pub fn queues_unknown(&mut self, why: Option<String>) {
+        let affected = self.tenancy.set_queues_unknown(why);
+        self.mark(affected);
+    }
+
+    /// The queue a bound pod of ours is charged to, if any (see [`Tenancy::charge`]). When it
+    /// is not the one the pod names, why is noted once per pod, for its Event
+    /// ([`Tracker::take_charge_notes`]).
+    pub(super) fn charge(&mut self, pod: &Arc<Pod>) -> Option<String> {
         let namespace = pod.metadata.namespace.as_deref().unwrap_or_default();
-        self.tenancy
-            .charged_queue(namespace, &queue_claim(pod, &self.config), &self.config)
+        let charge = self
+            .tenancy
+            .charge(namespace, &queue_claim(pod, &self.config), &self.config);
+        if let Some(note) = charge.redirected {
+            let uid = pod.metadata.uid.clone().unwrap_or_default();
+            if self.charge_noted.insert(uid) {
+                self.charge_notes.push((PendingPod::of(pod), note));
+            }
+        }
+        charge.queue
+    }
+
+    /// The bound pods charged elsewhere than the queue they name since the last call, each
+    /// with why: the binder posts each as a Warning Event on the pod.
+    pub fn take_charge_notes(&mut self) -> Vec<(PendingPod, String)> {
+        // A pod's uid is forgotten only once it is gone: one that is held and read back as a
+        // member again (a status update) is not told twice.
+        if self.charge_noted.len() > 2 * self.key_to_bound.len() + 64 {
+            let bound: HashSet<&str> = self.key_to_bound.values().map(|b| b.uid.as_str()).collect();
+            self.charge_noted.retain(|uid| bound.contains(uid.as_str()));
+        }
+        std::mem::take(&mut self.charge_notes)
     }
 
     fn replace_queues(&mut self, scheduler: &mut Scheduler) {

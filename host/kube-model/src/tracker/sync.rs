@@ -72,14 +72,16 @@ impl Tracker {
             widen(&mut shape, &self.shape_of(&pod.pod));
             *per_node.entry(*node).or_default() += 1;
         }
-        let queue = self.charged_queue(&first);
-        self.ensure_queue(scheduler, &queue);
+        let queue = self.charge(&first);
+        if let Some(queue) = &queue {
+            self.ensure_queue(scheduler, queue);
+        }
         let fits = per_node
             .iter()
             .all(|(&node, &n)| scheduler.state.capacity_for(node, &shape) >= n);
-        if !fits {
-            // Someone overcommitted a node: the pods only hold what room is left, and are
-            // never preempted.
+        let Some(queue) = queue.filter(|_| fits) else {
+            // Someone overcommitted a node, or no queue its namespace may use is there to
+            // charge: the pods only hold what room is left, and are never preempted.
             let ours = is_ours(&first, &self.config);
             if let Some(group) = self.gang_to_running.remove(gang) {
                 for (key, (pod, node)) in group.pods {
@@ -90,7 +92,7 @@ impl Tracker {
                 }
             }
             return;
-        }
+        };
         let name = gang.job_name();
         shape.name = self.symbols.intern(&name);
         shape.queue = self.symbols.intern(&queue);
@@ -174,7 +176,7 @@ impl Tracker {
             if balloon {
                 Ok(self
                     .tenancy
-                    .charged_queue(gang.namespace(), &claim, &self.config))
+                    .balloon_queue(gang.namespace(), &claim, &self.config))
             } else {
                 self.tenancy.admit(gang.namespace(), &claim, &self.config)
             }

@@ -992,3 +992,78 @@ fn a_declared_runtime_reaches_the_planner_and_a_malformed_one_is_a_warning() {
         )
     );
 }
+
+#[test]
+fn a_bound_pod_naming_a_queue_it_may_not_use_is_charged_to_none_and_told_once() {
+    let nodes = [node("a", 8, &[], true)];
+    let bound = [
+        pod("squatter", 2, &[("gantry.dev/queue", "made-up")], Some("a")),
+        pod("member", 1, &[("gantry.dev/queue", "team-a")], Some("a")),
+    ];
+    let queues = [queue_def("team-a", 4, None)];
+    let (mut tracker, mut s) = build(&nodes, &bound, &[], &[], &queues);
+    assert_eq!(s.queues.id("made-up"), None, "a name nobody declared");
+    assert_eq!(s.queues.used(s.queues.id("team-a").unwrap()).gpus, 1);
+    assert_eq!(
+        s.state.nodes.gpu_free[0], 5,
+        "its GPUs are held all the same"
+    );
+    let notes: Vec<(String, String)> = tracker
+        .take_charge_notes()
+        .into_iter()
+        .map(|(p, note)| (p.key(), note))
+        .collect();
+    assert_eq!(
+        notes,
+        [(
+            "ns/squatter".to_string(),
+            "Charged to no queue (its GPUs count against no quota, and it is never preempted \
+             for one): queue \"made-up\" is not declared: declared queues are team-a."
+                .to_string()
+        )]
+    );
+    // A rebuild reads it again: it is not told twice.
+    tracker.rebuild(
+        &mut s,
+        &World {
+            nodes: &nodes,
+            bound: &bound,
+            pending: &[],
+        },
+    );
+    tracker.finish_sync(&mut s, Duration::from_secs(120));
+    assert!(tracker.take_charge_notes().is_empty());
+    assert_eq!(s.queues.id("made-up"), None);
+}
+
+#[test]
+fn while_queues_are_unknown_a_pod_naming_one_waits_saying_why() {
+    let nodes = [node("a", 8, &[], true)];
+    let pending = [
+        pod("named", 1, &[("gantry.dev/queue", "team-a")], None),
+        pod("plain", 1, &[], None),
+    ];
+    let (mut tracker, mut s) = build(&nodes, &[], &pending, &[], &[]);
+    assert_eq!(s.pending_count(), 2);
+    tracker.queues_unknown(Some("discovery failed: connection refused".into()));
+    let changes = tracker.finish_sync(&mut s, Duration::from_secs(120));
+    assert_eq!((changes.ended, s.pending_count()), (1, 1), "withdrawn");
+    let waiting: Vec<(String, String)> = tracker
+        .waiting()
+        .into_iter()
+        .map(|(p, why)| (p.key(), why))
+        .collect();
+    assert_eq!(
+        waiting,
+        [(
+            "ns/named".to_string(),
+            "waiting to learn whether Queues are declared, so that its queue's quota and \
+             namespaceSelector can be checked: discovery failed: connection refused"
+                .to_string()
+        )]
+    );
+    tracker.queues_unknown(None);
+    let changes = tracker.finish_sync(&mut s, Duration::from_secs(120));
+    assert_eq!((changes.submitted, s.pending_count()), (1, 2));
+    assert!(tracker.waiting().is_empty());
+}

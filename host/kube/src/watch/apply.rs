@@ -80,6 +80,7 @@ impl Watch {
         self.groups_ready |= groups.relisted;
         self.queues_ready |= queues.relisted;
         self.local_queues_ready |= local_queues.relisted;
+        tracker.queues_unknown(self.queues_unknown());
         // Namespaces and LocalQueues before the Queues and pods: which queue a pod may use
         // depends on them.
         if !self.built || namespaces.relisted || !namespaces.keys.is_empty() {

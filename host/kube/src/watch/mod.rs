@@ -41,6 +41,9 @@ const DRA_VERSION: &str = "resource.k8s.io/v1";
 
 /// How often kinds the cluster did not serve are looked for again.
 const DISCOVER_EVERY: Duration = Duration::from_secs(30);
+/// How soon discovery is asked again while it has never answered whether Queues are served:
+/// pods that name a queue wait until it has.
+const DISCOVER_RETRY: Duration = Duration::from_secs(2);
 
 /// The caches of Dynamic Resource Allocation (`resource.k8s.io/v1`), watched once the API
 /// server serves it.
@@ -111,6 +114,12 @@ pub(crate) struct Watch {
     built: bool,
     /// The Queue problems logged last, so each is logged when it appears, not every cycle.
     queue_problems: Vec<String>,
+    /// Whether discovery has answered once whether Queues are served, and while it has not,
+    /// why (its error): the tracker fails closed on pods that name a queue until then.
+    queues_known: bool,
+    queues_unknown: Option<String>,
+    /// When the Queue kind was last looked for.
+    queues_asked: Instant,
 }
 
 impl Watch {
@@ -161,6 +170,9 @@ impl Watch {
             dra_ready: false,
             built: false,
             queue_problems: Vec::new(),
+            queues_known: false,
+            queues_unknown: None,
+            queues_asked: Instant::now(),
         };
         // The optional kinds: a kind the cluster does not serve is not watched (its cache
         // would never sync), and is looked for again every DISCOVER_EVERY, so a CRD installed
@@ -187,6 +199,11 @@ impl Watch {
                 if found {
                     tracing::info!("{what}");
                 }
+            }
+        } else if self.queues_unknown.is_some() && self.queues_asked.elapsed() >= DISCOVER_RETRY {
+            // Only the Queue kind: one bounded call, not one per missing kind.
+            if let (what, true) = self.discover_queues() {
+                tracing::info!("{what}");
             }
         }
     }
@@ -235,19 +252,7 @@ impl Watch {
             ));
         }
         if self.queues.is_none() {
-            let served = self.serves("gantry.dev/v1alpha1", "queues");
-            if served {
-                let resource = crate::queues::resource();
-                self.queues = Some(
-                    self.reflectors
-                        .dynamic("queues", &resource, &self.logs.queues),
-                );
-            }
-            found.push(said(
-                served,
-                "gantry.dev/v1alpha1 Queue found: its quotas apply",
-                "no gantry.dev/v1alpha1 Queue in this cluster (yet): every queue may use the whole cluster",
-            ));
+            found.push(self.discover_queues());
         }
         if self.local_queues.is_none() {
             let resource =
@@ -305,6 +310,40 @@ impl Watch {
         found
     }
 
+    /// Looks for Gantry's Queue kind and starts its cache if the cluster serves it; notes
+    /// whether the API server answered (see [`Watch::queues_unknown`]).
+    fn discover_queues(&mut self) -> (&'static str, bool) {
+        self.queues_asked = Instant::now();
+        // Until the API server has answered once whether it serves Queues, pods that name
+        // a queue wait (the tracker fails closed); a later failure changes nothing known.
+        let answer = self.answers("gantry.dev/v1alpha1", "queues");
+        if let Err(error) = &answer
+            && !self.queues_known
+        {
+            self.queues_unknown = Some(format!(
+                "the API server has not answered whether it serves gantry.dev/v1alpha1 \
+                 Queue ({error}); asked again every {} s",
+                DISCOVER_RETRY.as_secs()
+            ));
+        } else if answer.is_ok() {
+            self.queues_known = true;
+            self.queues_unknown = None;
+        }
+        let served = answer.unwrap_or(false);
+        if served {
+            let resource = crate::queues::resource();
+            self.queues = Some(
+                self.reflectors
+                    .dynamic("queues", &resource, &self.logs.queues),
+            );
+        }
+        said(
+            served,
+            "gantry.dev/v1alpha1 Queue found: its quotas apply",
+            "no gantry.dev/v1alpha1 Queue in this cluster (yet): every queue may use the whole cluster",
+        )
+    }
+
     /// The resource `kind` (`plural`) of `group` at the first of `versions` the cluster
     /// serves (newest first), if it serves one.
     fn served_resource(
@@ -327,18 +366,30 @@ impl Watch {
     /// group is not there (404) or lists it without the resource; an error is logged and
     /// counts as not yet.
     fn serves(&self, group_version: &str, plural: &str) -> bool {
+        self.answers(group_version, plural).unwrap_or(false)
+    }
+
+    /// [`Watch::serves`], telling an answer (served or not) from a failed call (logged, and
+    /// its error returned).
+    fn answers(&self, group_version: &str, plural: &str) -> std::result::Result<bool, String> {
         let answer = self.reflectors.handle().block_on(
             self.discovery_client
                 .list_api_group_resources(group_version),
         );
         match answer {
-            Ok(list) => list.resources.iter().any(|r| r.name == plural),
-            Err(kube::Error::Api(status)) if status.code == 404 => false,
+            Ok(list) => Ok(list.resources.iter().any(|r| r.name == plural)),
+            Err(kube::Error::Api(status)) if status.code == 404 => Ok(false),
             Err(error) => {
                 tracing::warn!(%group_version, %error, "API discovery failed; trying again later");
-                false
+                Err(error.to_string())
             }
         }
+    }
+
+    /// Why it is not known yet whether Queues are declared (discovery has not answered once),
+    /// for the tracker to fail closed on; `None` once it has.
+    pub(crate) fn queues_unknown(&self) -> Option<String> {
+        self.queues_unknown.clone()
     }
 
     /// Waits until every cache holds a full list. Schedule nothing before: a half-filled

@@ -45,6 +45,37 @@ pub(crate) const NOT_LEADER: &str = "this replica is not the leader (its Lease r
 /// The upstream PodGroups' cache and the version read, whose conditions are written.
 type Groups<'a> = Option<&'a (Store<DynamicObject>, ApiResource)>;
 
+/// Why a write attempt under the Lease ([`fenced`]) did not run to its answer.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) enum Fenced {
+    /// This replica does not hold the Lease: nothing was sent.
+    NotLeader,
+    /// The Lease (or the call timeout) would have run out before the answer: the request was
+    /// dropped, and may or may not have been applied.
+    CutOff,
+}
+
+/// One write attempt under the Lease: refused when this replica does not hold it, and cut off
+/// when what is left of the Lease ([`Leadership::time_left`]) or
+/// [`crate::connect::CALL_TIMEOUT`] runs out
+/// first, whichever is sooner. The write clients never retry by themselves (see
+/// [`crate::connect::client_with`]), so no attempt outlives the Lease it was sent under.
+pub(crate) async fn fenced<T>(
+    leadership: Option<&Leadership>,
+    write: impl std::future::Future<Output = T>,
+) -> std::result::Result<T, Fenced> {
+    let left = match leadership {
+        None => crate::connect::CALL_TIMEOUT,
+        Some(leadership) => leadership
+            .time_left()
+            .ok_or(Fenced::NotLeader)?
+            .min(crate::connect::CALL_TIMEOUT),
+    };
+    tokio::time::timeout(left, write)
+        .await
+        .map_err(|_| Fenced::CutOff)
+}
+
 /// What the writer reads of the watch caches: the upstream PodGroups, whose conditions it
 /// writes, and the Queues, whose status it writes (or the problem that left one out).
 #[derive(Default, Clone, Copy)]
@@ -99,6 +130,9 @@ pub(crate) struct Writer {
     pub(crate) gone: Vec<(String, String)>,
     /// Jobs the last cycle evicted: they leave the scheduler on the next sync.
     evicted: Vec<JobId>,
+    /// Bindings answered as applied after this replica had lost the Lease, since it started
+    /// (`gantry_bind_after_lease_loss_total`): the fence keeps it 0.
+    pub(crate) binds_after_lease_loss: u64,
 }
 
 impl Writer {
@@ -123,6 +157,7 @@ impl Writer {
             unanswered: Vec::new(),
             gone: Vec::new(),
             evicted: Vec::new(),
+            binds_after_lease_loss: 0,
         }
     }
 
@@ -162,6 +197,7 @@ impl Writer {
         let victim_nodes = self.preempt(tracker, scheduler, output, &mut pass);
         self.bind_placed(tracker, groups, scheduler, output, &victim_nodes, &mut pass);
         self.report_waiting(tracker, groups, scheduler, output, pass.failed);
+        self.post_charge_events(tracker);
         if self.may_write() {
             self.report_queues(watched.queues, watched.queue_problems, scheduler);
         }

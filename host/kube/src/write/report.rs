@@ -21,20 +21,46 @@ impl Writer {
     /// time, like kube-scheduler's event broadcaster: the next cycle's bindings never wait for
     /// this cycle's Events, and a burst of Events never crowds bindings out of the API server.
     pub(super) fn post_scheduled_events(&self, scheduled: Vec<(PendingPod, String)>) {
-        if scheduled.is_empty() {
+        let notes = scheduled
+            .into_iter()
+            .map(|(pod, node)| {
+                let note = format!("Successfully assigned {} to {node}", pod.key());
+                (pod, note)
+            })
+            .collect();
+        self.post_events(("Normal", "Scheduled", "Binding"), notes);
+    }
+
+    /// Posts a Warning Event on each bound pod charged elsewhere than the queue it names
+    /// (see [`Tracker::take_charge_notes`]), in the background as the Scheduled Events are.
+    /// Taken only while this replica may write: a new leader notes them again as it builds.
+    pub(super) fn post_charge_events(&self, tracker: &mut Tracker) {
+        if !self.may_write() {
+            return;
+        }
+        let notes = tracker.take_charge_notes();
+        self.post_events(("Warning", "QueueNotAdmitted", "Charging"), notes);
+    }
+
+    /// Posts one Event of `(type, reason, action)` per `(pod, note)`, in the background, a
+    /// few at a time.
+    fn post_events(
+        &self,
+        kind: (&'static str, &'static str, &'static str),
+        notes: Vec<(PendingPod, String)>,
+    ) {
+        if notes.is_empty() {
             return;
         }
         let client = self.client.clone();
+        let (type_, reason, action) = kind;
         self.handle.spawn(async move {
-            futures::stream::iter(scheduled)
-                .for_each_concurrent(EVENT_CONCURRENCY, |(pod, node)| {
+            futures::stream::iter(notes)
+                .for_each_concurrent(EVENT_CONCURRENCY, |(pod, note)| {
                     let client = client.clone();
                     async move {
-                        let note = format!("Successfully assigned {} to {node}", pod.key());
-                        if let Err(e) =
-                            event(&client, &pod, "Normal", "Scheduled", "Binding", &note).await
-                        {
-                            tracing::warn!(pod = %pod.key(), error = %e, "cannot post the Scheduled event");
+                        if let Err(e) = event(&client, &pod, type_, reason, action, &note).await {
+                            tracing::warn!(pod = %pod.key(), error = %e, reason, "cannot post the event");
                         }
                     }
                 })
@@ -122,10 +148,16 @@ impl Writer {
             return;
         }
         let client = &self.client;
+        let leadership = self.leadership.as_deref();
         let results: Vec<(String, String, std::result::Result<(), String>)> = self.handle.block_on(
             futures::stream::iter(to_report)
                 .map(|(pod, message, post_event)| async move {
-                    let result = report_unschedulable(client, &pod, &message, post_event).await;
+                    let report = report_unschedulable(client, &pod, &message, post_event);
+                    let result = super::fenced(leadership, report)
+                        .await
+                        .unwrap_or_else(|fenced| {
+                            Err(format!("not reported on pod {}: {fenced:?}", pod.key()))
+                        });
                     (pod.uid, message, result)
                 })
                 .buffer_unordered(CONCURRENCY)
