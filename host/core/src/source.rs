@@ -49,6 +49,19 @@ pub trait ClusterSource {
     fn describe(&self) -> Option<String> {
         None
     }
+
+    /// The replica that leads while this one follows (a live cluster's Lease holder, or "none
+    /// yet"), so the API can refuse writes here and name it; `None` while this one leads or
+    /// nothing is elected.
+    fn leader_elsewhere(&self) -> Option<String> {
+        None
+    }
+
+    /// Bindings answered as applied after this replica had lost its Lease, since it started
+    /// (`gantry_bind_after_lease_loss_total`): a fence that holds keeps it 0.
+    fn binds_after_lease_loss(&self) -> u64 {
+        0
+    }
 }
 
 /// What happened to one placed job when its decision was applied.

@@ -190,6 +190,15 @@ impl Engine {
         if let Some(name) = cluster.describe() {
             self.config.cluster_name = name;
         }
+        self.live.set_leader_elsewhere(cluster.leader_elsewhere());
+        let breaches = cluster.binds_after_lease_loss();
+        let counted = self.live.metrics.bind_after_lease_loss.get();
+        if breaches > counted {
+            self.live
+                .metrics
+                .bind_after_lease_loss
+                .inc_by(breaches - counted);
+        }
         let (live, cache, stats) = (&self.live, &mut self.cache, &mut self.stats);
         let step = gantry_core::step(
             &mut self.scheduler,

@@ -56,6 +56,10 @@ pub struct Metrics {
     /// `gantry_forecast_duration_seconds`: the time of each forecast (the start estimates of
     /// the jobs the plan does not cover), run on a thread of its own beside the loop.
     pub forecast_duration: Histogram,
+    /// `gantry_bind_after_lease_loss_total`: bindings answered as applied after this replica
+    /// had lost its Lease. The fence on every write keeps it 0; anything else is a bug to page
+    /// on, as GPUs may be booked twice.
+    pub bind_after_lease_loss: IntCounter,
 }
 
 impl Default for Metrics {
@@ -162,8 +166,14 @@ impl Metrics {
             .buckets(prometheus::exponential_buckets(0.001, 2.0, 16).expect("buckets")),
         )
         .expect("valid metric");
+        let bind_after_lease_loss = IntCounter::new(
+            "gantry_bind_after_lease_loss_total",
+            "Bindings answered as applied after this replica had lost its Lease.",
+        )
+        .expect("valid metric");
         for collector in [
             Box::new(attempts.clone()) as Box<dyn prometheus::core::Collector>,
+            Box::new(bind_after_lease_loss.clone()),
             Box::new(attempt_duration.clone()),
             Box::new(pending_pods_vec.clone()),
             Box::new(incoming_pods_vec),
@@ -196,6 +206,7 @@ impl Metrics {
             shadow_cycles,
             budget_exhausted,
             forecast_duration,
+            bind_after_lease_loss,
         }
     }
 

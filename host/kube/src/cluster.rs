@@ -43,7 +43,11 @@ impl KubeCluster {
         let runtime = runtime()?;
         let client = client(&runtime, path)?;
         let evict_client = client_with(&runtime, path, false, Some(CALL_TIMEOUT))?;
-        let write_client = client_with(&runtime, path, true, Some(CALL_TIMEOUT))?;
+        // Writes never retry by themselves: kube-rs's retries (15 tries, honouring
+        // Retry-After) would hold a binding past the Lease it was sent under. Each write is
+        // one attempt, fenced by the Lease (`write::fenced`); a failed one is tried again by
+        // the next pass, after the Lease is checked again.
+        let write_client = client_with(&runtime, path, false, Some(CALL_TIMEOUT))?;
         let handle = runtime.handle().clone();
         let watch = Watch::start(handle.clone(), client, write_client.clone(), &config);
         let writer = Writer::new(handle, write_client, evict_client);
@@ -141,6 +145,15 @@ impl ClusterSource for KubeCluster {
             let holder = leadership.holder().unwrap_or_else(|| "none yet".into());
             format!("kube (follower; leader {holder})")
         })
+    }
+
+    fn leader_elsewhere(&self) -> Option<String> {
+        let leadership = self.writer.leadership.as_ref()?;
+        (!leadership.is_leader()).then(|| leadership.holder().unwrap_or_else(|| "none yet".into()))
+    }
+
+    fn binds_after_lease_loss(&self) -> u64 {
+        self.writer.binds_after_lease_loss
     }
 }
 

@@ -35,9 +35,10 @@ pub fn client(runtime: &tokio::runtime::Runtime, path: &Path) -> Result<Client> 
 /// Watches keep the client default, since a watch is a long poll.
 pub const CALL_TIMEOUT: std::time::Duration = std::time::Duration::from_secs(10);
 
-/// [`client`], with kube-rs's retries of 429/503/504 on or off. Evictions turn them off: a 429
-/// there is a PodDisruptionBudget's answer, and retrying it in place (Retry-After 10 s, 15
-/// times) would stall the scheduling loop.
+/// [`client`], with kube-rs's retries of 429/503/504 on or off. Every write turns them off:
+/// a 429 to an eviction is a PodDisruptionBudget's answer, and retrying it in place
+/// (Retry-After 10 s, 15 times) would stall the scheduling loop; and a binding retried in
+/// place could land after the Lease it was sent under ran out.
 ///
 /// With `timeout`, every request (connect, send, read) fails after that long.
 pub(crate) fn client_with(

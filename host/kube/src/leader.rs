@@ -98,6 +98,20 @@ impl Leadership {
                 .is_some_and(|at| at.elapsed() < self.settings.renew_deadline)
     }
 
+    /// How long this replica may still write: what is left of the renew deadline since its
+    /// last renewal, or `None` when it does not lead. Each write attempt is bounded by it,
+    /// so none can land after another replica may have taken the Lease.
+    pub fn time_left(&self) -> Option<Duration> {
+        if !self.holding.load(Ordering::Acquire) {
+            return None;
+        }
+        let renewed = (*self.renewed.lock().unwrap_or_else(|e| e.into_inner()))?;
+        self.settings
+            .renew_deadline
+            .checked_sub(renewed.elapsed())
+            .filter(|left| !left.is_zero())
+    }
+
     /// The Lease's holder as last seen.
     pub fn holder(&self) -> Option<String> {
         self.holder
@@ -134,8 +148,20 @@ impl Leadership {
 impl Leadership {
     /// A Lease held (or not) without an election loop: what the writes it fences see.
     pub(crate) fn held(holding: bool) -> Arc<Self> {
+        Self::held_for(
+            holding,
+            LeaderSettings::new("gantry", "gantry-system").renew_deadline,
+        )
+    }
+
+    /// [`Leadership::held`], renewed just now with `renew_deadline` to run.
+    pub(crate) fn held_for(holding: bool, renew_deadline: Duration) -> Arc<Self> {
+        let settings = LeaderSettings {
+            renew_deadline,
+            ..LeaderSettings::new("gantry", "gantry-system")
+        };
         Arc::new(Self {
-            settings: LeaderSettings::new("gantry", "gantry-system"),
+            settings,
             holding: AtomicBool::new(holding),
             renewed: Mutex::new(Some(Instant::now())),
             holder: Mutex::new(None),

@@ -132,6 +132,10 @@ pub struct Live {
     /// sample per queue every [`HISTORY_EVERY`] (inside `publish`) and the history handler
     /// copies them out; each holds the lock only for that, so neither waits on the other long.
     history: Mutex<QueueHistory>,
+    /// The replica that leads while this one follows, as the loop last saw it (`None` while
+    /// this one leads, or nothing is elected): the API refuses writes here with 409 naming
+    /// it. Written once per pass, read per write request; held only to copy.
+    leader_elsewhere: Mutex<Option<String>>,
 }
 
 impl Live {
@@ -167,7 +171,27 @@ impl Live {
             heartbeat_ms: AtomicU64::new(0),
             job_to_last_stored: Mutex::new(HashMap::new()),
             history: Mutex::new(QueueHistory::default()),
+            leader_elsewhere: Mutex::new(None),
         })
+    }
+
+    /// Which replica leads while this one follows (see [`ClusterSource::leader_elsewhere`]);
+    /// set by the loop each pass.
+    ///
+    /// [`ClusterSource::leader_elsewhere`]: gantry_core::ClusterSource::leader_elsewhere
+    pub fn set_leader_elsewhere(&self, leader: Option<String>) {
+        *self
+            .leader_elsewhere
+            .lock()
+            .unwrap_or_else(|e| e.into_inner()) = leader;
+    }
+
+    /// The replica that leads while this one follows, if it follows: writes belong there.
+    pub fn leader_elsewhere(&self) -> Option<String> {
+        self.leader_elsewhere
+            .lock()
+            .unwrap_or_else(|e| e.into_inner())
+            .clone()
     }
 
     /// The engine's interned names, to resolve the node table's names for the API.

@@ -65,9 +65,12 @@ impl Writer {
                 .map(|(p, _)| (p.namespace.clone(), p.name.clone()))
                 .collect();
             let victims: Vec<PendingPod> = victims.into_iter().map(|(p, _)| p).collect();
-            let preemption =
-                self.handle
-                    .block_on(crate::evict::start(&self.evict_client, victims, nominated));
+            let preemption = self.handle.block_on(crate::evict::start(
+                &self.evict_client,
+                self.leadership.as_deref(),
+                victims,
+                nominated,
+            ));
             tracker.nominate(decision.job, victim_keys);
             pass.outcomes.push(BindOutcome::Nominated {
                 job: decision.job,
@@ -89,6 +92,7 @@ impl Writer {
         if self.may_write() {
             self.handle.block_on(crate::evict::retry_blocked(
                 &self.evict_client,
+                self.leadership.as_deref(),
                 &mut self.job_to_preemption,
             ));
         }
@@ -166,16 +170,21 @@ impl Writer {
         let client = &self.client;
         let names = tracker.node_names();
         let leadership = self.leadership.as_deref();
-        let results: Vec<(JobId, PendingPod, usize, Result<Bound>)> = self.handle.block_on(
+        let results: Vec<(JobId, PendingPod, usize, Result<Bound>, bool)> = self.handle.block_on(
             futures::stream::iter(binds)
                 .map(|(job, pod, node)| async move {
-                    // The Lease is checked before each binding, not once per cycle.
-                    let result = if leadership.is_some_and(|l| !l.is_leader()) {
-                        Err(Error::NotLeader)
-                    } else {
-                        bind(client, &pod, &names[node]).await
-                    };
-                    (job, pod, node, result)
+                    // Each binding is fenced, not once per cycle: sent only under the
+                    // Lease, and dropped if the Lease would run out before its answer.
+                    let result =
+                        match super::fenced(leadership, bind(client, &pod, &names[node])).await {
+                            Ok(result) => result,
+                            Err(super::Fenced::NotLeader) => Err(Error::NotLeader),
+                            // It may have been applied: read back, as an unanswered one is.
+                            Err(super::Fenced::CutOff) => Ok(Bound::Unanswered),
+                        };
+                    let after_loss = matches!(result, Ok(Bound::Now))
+                        && leadership.is_some_and(|l| !l.is_leader());
+                    (job, pod, node, result, after_loss)
                 })
                 .buffer_unordered(CONCURRENCY)
                 .collect(),
@@ -183,7 +192,11 @@ impl Writer {
         // Per job: its pods bound (and how), and its first failure.
         type JobResult = (Vec<(PendingPod, usize, Bound)>, Option<String>);
         let mut job_to_result: BTreeMap<JobId, JobResult> = BTreeMap::new();
-        for (job, pod, node, result) in results {
+        for (job, pod, node, result, after_loss) in results {
+            if after_loss {
+                self.binds_after_lease_loss += 1;
+                tracing::error!(pod = %pod.key(), "binder: a binding was answered after the Lease was lost");
+            }
             let entry = job_to_result.entry(job).or_default();
             match result {
                 Ok(how) => {

@@ -120,19 +120,25 @@ pub(super) async fn patch_claim(
     key: &PodKey,
     patch: &serde_json::Value,
 ) -> std::result::Result<ResourceClaim, String> {
-    // The Lease is checked before each write, not once per pass.
-    if leadership.is_some_and(|l| !l.is_leader()) {
-        return Err(NOT_LEADER.to_string());
+    // Each write is fenced by the Lease, not once per pass.
+    let written = super::fenced(
+        leadership,
+        Api::<ResourceClaim>::namespaced(client.clone(), &key.0).patch_status(
+            &key.1,
+            &PatchParams::default(),
+            &Patch::Merge(patch),
+        ),
+    )
+    .await;
+    let claim = format!("ResourceClaim {}/{}", key.0, key.1);
+    match written {
+        Ok(written) => written.map_err(|e| format!("cannot write the status of {claim}: {e}")),
+        Err(super::Fenced::NotLeader) => Err(NOT_LEADER.to_string()),
+        Err(super::Fenced::CutOff) => Err(format!(
+            "cannot write the status of {claim}: no answer before the Lease or the call \
+             timeout ran out"
+        )),
     }
-    Api::<ResourceClaim>::namespaced(client.clone(), &key.0)
-        .patch_status(&key.1, &PatchParams::default(), &Patch::Merge(patch))
-        .await
-        .map_err(|e| {
-            format!(
-                "cannot write the status of ResourceClaim {}/{}: {e}",
-                key.0, key.1
-            )
-        })
 }
 
 impl Writer {

@@ -19,6 +19,7 @@ use k8s_openapi::apimachinery::pkg::apis::meta::v1::{DeleteOptions, ObjectMeta, 
 use kube::api::{Patch, PatchParams, PostParams};
 use kube::{Api, Client};
 
+use crate::leader::Leadership;
 use crate::mapping::PendingPod;
 
 /// A blocked eviction is tried again this often.
@@ -94,6 +95,7 @@ impl Preemption {
 /// Starts a preemption: evicts `victims` and nominates the preemptor's `pods` to their nodes.
 pub async fn start(
     client: &Client,
+    leadership: Option<&Leadership>,
     victims: Vec<PendingPod>,
     pods: Vec<(PendingPod, String)>,
 ) -> Preemption {
@@ -101,13 +103,19 @@ pub async fn start(
         Some((pod, node)) => format!("Preempted by pod {} on node {node}", pod.key()),
         None => "Preempted".to_string(),
     };
-    let results = futures::future::join_all(victims.iter().map(|v| evict(client, v, &note))).await;
+    let results =
+        futures::future::join_all(victims.iter().map(|v| evict(client, leadership, v, &note)))
+            .await;
     let victims = victims
         .into_iter()
         .zip(results)
         .map(|(pod, blocked)| Victim { pod, blocked })
         .collect();
-    futures::future::join_all(pods.iter().map(|(p, node)| nominate(client, p, node))).await;
+    futures::future::join_all(
+        pods.iter()
+            .map(|(p, node)| nominate(client, leadership, p, node)),
+    )
+    .await;
     Preemption {
         pods,
         victims,
@@ -119,6 +127,7 @@ pub async fn start(
 /// [`RETRY_BLOCKED`].
 pub async fn retry_blocked<K: std::fmt::Debug>(
     client: &Client,
+    leadership: Option<&Leadership>,
     preemptions: &mut std::collections::BTreeMap<K, Preemption>,
 ) {
     for (job, preemption) in preemptions.iter_mut() {
@@ -137,7 +146,7 @@ pub async fn retry_blocked<K: std::fmt::Debug>(
             .iter_mut()
             .filter(|v| v.blocked.is_some())
         {
-            victim.blocked = evict(client, &victim.pod, &note).await;
+            victim.blocked = evict(client, leadership, &victim.pod, &note).await;
             if victim.blocked.is_none() {
                 tracing::info!(preemptor = ?job, victim = %victim.pod.key(), "blocked eviction went through");
             }
@@ -170,9 +179,18 @@ pub(super) async fn post_eviction(
         .await
 }
 
-/// Evicts `victim`; `None` when it is evicted (or gone), else why not.
-async fn evict(client: &Client, victim: &PendingPod, note: &str) -> Option<String> {
-    let result = post_eviction(client, victim).await;
+/// Evicts `victim`, fenced by the Lease (see [`super::fenced`]); `None` when it is evicted
+/// (or gone), else why not.
+async fn evict(
+    client: &Client,
+    leadership: Option<&Leadership>,
+    victim: &PendingPod,
+    note: &str,
+) -> Option<String> {
+    let result = match super::fenced(leadership, post_eviction(client, victim)).await {
+        Ok(result) => result,
+        Err(fenced) => return Some(format!("eviction not sent or not answered: {fenced:?}")),
+    };
     match result {
         Ok(_) => {
             if let Err(error) =
@@ -197,13 +215,14 @@ async fn evict(client: &Client, victim: &PendingPod, note: &str) -> Option<Strin
 }
 
 /// Sets `status.nominatedNodeName`, as kube-scheduler does for a preemptor.
-async fn nominate(client: &Client, pod: &PendingPod, node: &str) {
+async fn nominate(client: &Client, leadership: Option<&Leadership>, pod: &PendingPod, node: &str) {
     let api: Api<Pod> = Api::namespaced(client.clone(), &pod.namespace);
     let patch = serde_json::json!({"status": {"nominatedNodeName": node}});
-    if let Err(error) = api
-        .patch_status(&pod.name, &PatchParams::default(), &Patch::Merge(patch))
-        .await
-    {
-        tracing::warn!(pod = %pod.key(), %error, "cannot set nominatedNodeName");
+    let (params, patch) = (PatchParams::default(), Patch::Merge(patch));
+    let write = api.patch_status(&pod.name, &params, &patch);
+    match super::fenced(leadership, write).await {
+        Ok(Ok(_)) => {}
+        Ok(Err(error)) => tracing::warn!(pod = %pod.key(), %error, "cannot set nominatedNodeName"),
+        Err(fenced) => tracing::warn!(pod = %pod.key(), ?fenced, "nominatedNodeName not set"),
     }
 }

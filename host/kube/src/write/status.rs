@@ -97,16 +97,19 @@ impl Writer {
             .block_on(futures::stream::iter(patches).for_each_concurrent(
                 CONCURRENCY,
                 |(namespace, name, conditions)| async move {
-                    if leadership.is_some_and(|l| !l.is_leader()) {
-                        return;
-                    }
                     let api: Api<DynamicObject> =
                         Api::namespaced_with(client.clone(), &namespace, resource);
                     let patch = serde_json::json!({"status": {"conditions": conditions}});
-                    match api
-                        .patch_status(&name, &PatchParams::default(), &Patch::Merge(patch))
-                        .await
-                    {
+                    let written = super::fenced(
+                        leadership,
+                        api.patch_status(&name, &PatchParams::default(), &Patch::Merge(patch)),
+                    )
+                    .await;
+                    let Ok(written) = written else {
+                        // Not the leader, or no answer in time: the next pass writes it.
+                        return;
+                    };
+                    match written {
                         Ok(_) => {}
                         // Deleted meanwhile: nothing left to report on.
                         Err(kube::Error::Api(status)) if status.code == 404 => {}
@@ -166,6 +169,7 @@ impl Writer {
         }
         let api: Api<DynamicObject> =
             Api::all_with(self.client.clone(), &crate::queues::resource());
+        let leadership = self.leadership.as_deref();
         let results = self
             .handle
             .block_on(futures::future::join_all(changed.iter().map(
@@ -173,19 +177,22 @@ impl Writer {
                     let patch = serde_json::json!({ "status": status });
                     let api = api.clone();
                     async move {
-                        api.patch_status(name, &PatchParams::default(), &Patch::Merge(patch))
-                            .await
+                        let (params, patch) = (PatchParams::default(), Patch::Merge(patch));
+                        let write = api.patch_status(name, &params, &patch);
+                        super::fenced(leadership, write).await
                     }
                 },
             )));
         for ((name, status), result) in changed.into_iter().zip(results) {
             match result {
-                Ok(_) => {
+                Ok(Ok(_)) => {
                     self.queue_status.insert(name, status);
                 }
-                Err(error) => {
+                Ok(Err(error)) => {
                     tracing::warn!(queue = %name, %error, "cannot write the Queue status")
                 }
+                // Not the leader, or no answer in time: written again when it changes.
+                Err(fenced) => tracing::debug!(queue = %name, ?fenced, "Queue status not written"),
             }
         }
     }

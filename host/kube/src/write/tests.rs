@@ -36,6 +36,16 @@ fn mock_api(
     runtime: &tokio::runtime::Runtime,
     answer: impl Fn(&Call) -> (u16, Value) + Send + 'static,
 ) -> (Client, Calls) {
+    mock_api_slow(runtime, |_| std::time::Duration::ZERO, answer)
+}
+
+/// [`mock_api`], answering each request `delay` of it late (each on a task of its own, so a
+/// slow answer holds up no other).
+fn mock_api_slow(
+    runtime: &tokio::runtime::Runtime,
+    delay: impl Fn(&Call) -> std::time::Duration + Send + 'static,
+    answer: impl Fn(&Call) -> (u16, Value) + Send + 'static,
+) -> (Client, Calls) {
     let (service, mut handle) = tower_test::mock::pair::<Request<Body>, Response<Body>>();
     let calls = Calls::default();
     let seen = calls.clone();
@@ -58,14 +68,17 @@ fn mock_api(
                 body: serde_json::from_slice(&bytes).unwrap_or(Value::Null),
             };
             let (status, body) = answer(&call);
+            let late = delay(&call);
             seen.lock().unwrap().push(call);
-            send.send_response(
-                Response::builder()
-                    .status(status)
-                    .header(http::header::CONTENT_TYPE, "application/json")
-                    .body(Body::from(serde_json::to_vec(&body).unwrap()))
-                    .unwrap(),
-            );
+            let response = Response::builder()
+                .status(status)
+                .header(http::header::CONTENT_TYPE, "application/json")
+                .body(Body::from(serde_json::to_vec(&body).unwrap()))
+                .unwrap();
+            tokio::spawn(async move {
+                tokio::time::sleep(late).await;
+                send.send_response(response);
+            });
         }
     });
     // The client's buffer task starts on the runtime it is made in.
@@ -237,6 +250,7 @@ fn an_eviction_a_disruption_budget_refuses_keeps_the_victim_and_nominates_the_pr
 
     let preemption = runtime.block_on(super::evict::start(
         &client,
+        None,
         vec![victim],
         vec![(preemptor, "n0".into())],
     ));
@@ -338,4 +352,54 @@ fn a_replica_that_lost_its_lease_writes_nothing() {
     assert!(!writer.may_write());
     let sent = calls.lock().unwrap().clone();
     assert!(sent.is_empty(), "a follower sent {sent:?}");
+}
+
+#[test]
+fn a_binding_not_answered_before_the_lease_runs_out_is_cut_off_not_counted_as_landed() {
+    let runtime = runtime();
+    // Bindings are answered 5 s late; the Lease has 300 ms left.
+    let (client, calls) = mock_api_slow(
+        &runtime,
+        |call| {
+            if call.path.ends_with("/binding?") {
+                std::time::Duration::from_secs(5)
+            } else {
+                std::time::Duration::ZERO
+            }
+        },
+        accepted,
+    );
+    let mut writer = Writer::new(runtime.handle().clone(), client.clone(), client);
+    let leadership = Leadership::held_for(true, std::time::Duration::from_millis(300));
+    writer.leadership = Some(leadership.clone());
+    let (mut tracker, scheduler, output) =
+        cycled(&[node("n0", 8, &[], true)], &[pod("p", 8, &[], None)]);
+
+    let started = std::time::Instant::now();
+    let outcomes = writer.pass(&mut tracker, Watched::default(), &scheduler, &output);
+    eprintln!("the pass returned after {:?}", started.elapsed());
+
+    // Sent once, never retried, and cut off: it may have been applied, so it is read back
+    // (counted as bound until then), and nothing landed after the Lease ran out.
+    assert_eq!(to(&calls, "POST", "/binding").len(), 1);
+    assert!(
+        matches!(&outcomes[..], [BindOutcome::Bound { .. }]),
+        "{outcomes:?}"
+    );
+    assert_eq!(writer.unanswered.len(), 1, "read back at the next sync");
+    assert_eq!(writer.binds_after_lease_loss, 0);
+    assert!(
+        leadership.time_left().is_none(),
+        "the Lease ran out meanwhile"
+    );
+    // The next pass, without the Lease, sends no write at all.
+    let before = calls.lock().unwrap().len();
+    let (mut tracker, scheduler, output) =
+        cycled(&[node("n0", 8, &[], true)], &[pod("q", 8, &[], None)]);
+    let outcomes = writer.pass(&mut tracker, Watched::default(), &scheduler, &output);
+    let [BindOutcome::Failed { reason, .. }] = &outcomes[..] else {
+        panic!("the job fails to bind: {outcomes:?}");
+    };
+    assert_eq!(reason, NOT_LEADER);
+    assert_eq!(calls.lock().unwrap().len(), before);
 }
