@@ -43,6 +43,9 @@ pub enum ApiError {
         "the token of {who} has {cap} requests in flight, its most at once: wait for one to end"
     )]
     TooManyInFlight { who: String, cap: usize },
+    /// A change sent to a replica that does not hold the Lease: the leader takes changes.
+    #[error("this replica is a follower and takes no changes: send them to the leader ({leader})")]
+    Follower { leader: String },
     #[error("not ready: {0}")]
     Unavailable(String),
     #[error("{0}")]
@@ -77,7 +80,7 @@ impl ApiError {
                 StatusCode::PAYLOAD_TOO_LARGE
             }
             Self::Policy(_) | Self::SelfTest(_) => StatusCode::UNPROCESSABLE_ENTITY,
-            Self::Conflict(_) => StatusCode::CONFLICT,
+            Self::Conflict(_) | Self::Follower { .. } => StatusCode::CONFLICT,
             Self::TooManyInFlight { .. } => StatusCode::TOO_MANY_REQUESTS,
             Self::Unavailable(_) => StatusCode::SERVICE_UNAVAILABLE,
             Self::Store(e) => match e {

@@ -14,11 +14,11 @@
 mod api;
 mod auth;
 mod error;
+mod listen;
 mod openapi;
 mod tls;
 mod ui;
 
-use std::net::SocketAddr;
 use std::sync::Arc;
 
 pub use api::{AppState, DoorOptions, IpNet, Peer, router};
@@ -26,27 +26,21 @@ pub use auth::{Caller, RequireAdmin, Role, TokenFileError, Tokens};
 pub use error::{ApiError, Result};
 pub use tls::{TlsConfig, TlsError, TlsListener};
 
-/// Serves the API on `listener` (over TLS when `tls` is given) until `shutdown` resolves.
+/// Serves the API on `listener` (over TLS when `tls` is given) until `shutdown` resolves,
+/// within the connection cap and header-read deadline of the state's [`DoorOptions`].
 pub async fn serve(
     listener: tokio::net::TcpListener,
     state: Arc<AppState>,
     tls: Option<TlsConfig>,
     shutdown: impl std::future::Future<Output = ()> + Send + 'static,
 ) -> std::io::Result<()> {
-    use axum::serve::ListenerExt;
-    let app = router(state).into_make_service_with_connect_info::<SocketAddr>();
+    let options = state.options.clone();
+    let app = router(state);
     match tls {
-        None => {
-            axum::serve(listener, app)
-                .with_graceful_shutdown(shutdown)
-                .await
-        }
+        None => listen::serve_connections(listener, app, &options, shutdown).await,
         Some(tls) => {
-            // `tap_io` only so axum's connect-info impl for any listener's address applies.
-            let listener = TlsListener::new(listener, &tls)?.tap_io(|_| {});
-            axum::serve(listener, app)
-                .with_graceful_shutdown(shutdown)
-                .await
+            let listener = TlsListener::new(listener, &tls)?;
+            listen::serve_connections(listener, app, &options, shutdown).await
         }
     }
 }

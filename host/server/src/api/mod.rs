@@ -17,7 +17,7 @@ mod decisions;
 mod policies;
 mod probes;
 #[cfg(test)]
-mod tests;
+pub(crate) mod tests;
 
 // The handlers (and the `#[utoipa::path]` items beside them) where the router and the
 // OpenAPI document name them.
@@ -156,6 +156,13 @@ pub struct DoorOptions {
     /// default): a body trickled a byte at a time holds a request slot until then, not for
     /// the whole request timeout.
     pub body_read_timeout: Duration,
+    /// How long a client may take to send a request's headers ([`HEADER_READ_TIMEOUT`] by
+    /// default): a half-sent request is closed then, not kept open for good.
+    pub header_read_timeout: Duration,
+    /// Most connections open at once ([`MAX_CONNECTIONS`] by default): past it, a new one
+    /// waits in the kernel's backlog until one closes, so idle sockets cannot exhaust the
+    /// process's file descriptors.
+    pub max_connections: usize,
 }
 
 impl Default for DoorOptions {
@@ -164,6 +171,8 @@ impl Default for DoorOptions {
             trusted_proxies: Vec::new(),
             metrics_need_token: false,
             body_read_timeout: BODY_READ_TIMEOUT,
+            header_read_timeout: HEADER_READ_TIMEOUT,
+            max_connections: MAX_CONNECTIONS,
         }
     }
 }
@@ -171,6 +180,14 @@ impl Default for DoorOptions {
 /// How long a request body may take to arrive whole, by default: a 64 MiB upload at 5 MB/s
 /// fits; a body trickled to hold a slot does not hold it for the 60 s request timeout.
 pub const BODY_READ_TIMEOUT: Duration = Duration::from_secs(20);
+
+/// How long a client may take to send a request's headers, by default.
+pub const HEADER_READ_TIMEOUT: Duration = Duration::from_secs(10);
+
+/// Most connections open at once, by default: above the API's concurrency limit and the
+/// decision stream's cap together, and within the 1,024 file descriptors a process is
+/// usually allowed.
+pub const MAX_CONNECTIONS: usize = 512;
 
 /// An IP network (`10.0.0.0/8`, `fd00::/8`, or one address), for the trusted proxies.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -328,13 +345,28 @@ pub fn router(state: Arc<AppState>) -> Router {
     let upload_limit = state.live.config.max_upload_bytes * 2 + 64 * 1024;
     // The role a route needs is checked here, from the headers, before its handler's
     // extractors run: a viewer's upload is refused before one byte of its body is read.
-    let admin = |action: &'static str| axum::middleware::from_fn_with_state(action, admin_only);
+    // A write is refused on a follower too: its changes belong with the leader, which
+    // schedules.
+    let admin = |action: &'static str| {
+        let route = AdminRoute {
+            action,
+            follower_refuses: None,
+        };
+        axum::middleware::from_fn_with_state(route, admin_only)
+    };
+    let admin_write = |action: &'static str| {
+        let route = AdminRoute {
+            action,
+            follower_refuses: Some(state.live.clone()),
+        };
+        axum::middleware::from_fn_with_state(route, admin_only)
+    };
     let authed = Router::new()
         .route("/api/whoami", get(whoami))
         .route(
             "/api/policies",
             get(list_policies)
-                .merge(post(upload_policy).route_layer(admin("upload a policy")))
+                .merge(post(upload_policy).route_layer(admin_write("upload a policy")))
                 .layer(DefaultBodyLimit::max(upload_limit)),
         )
         .route(
@@ -346,22 +378,22 @@ pub fn router(state: Arc<AppState>) -> Router {
         .route("/api/policies/{sha256}", get(get_policy))
         .route(
             "/api/sets",
-            get(list_sets).merge(post(create_set).route_layer(admin("create a policy set"))),
+            get(list_sets).merge(post(create_set).route_layer(admin_write("create a policy set"))),
         )
         .route("/api/sets/{version}", get(get_set))
         .route(
             "/api/sets/{version}/activate",
-            post(activate_set).route_layer(admin("activate a policy set")),
+            post(activate_set).route_layer(admin_write("activate a policy set")),
         )
         .route(
             "/api/sets/{version}/rollback",
-            post(rollback_set).route_layer(admin("roll back the policy set")),
+            post(rollback_set).route_layer(admin_write("roll back the policy set")),
         )
         .route(
             "/api/shadow",
             get(shadow_report)
-                .merge(post(shadow_start).route_layer(admin("start shadow mode")))
-                .merge(delete(shadow_stop).route_layer(admin("stop shadow mode"))),
+                .merge(post(shadow_start).route_layer(admin_write("start shadow mode")))
+                .merge(delete(shadow_stop).route_layer(admin_write("stop shadow mode"))),
         )
         // Who did what from where is the admins' business.
         .route(
@@ -486,15 +518,30 @@ impl tokio_stream::Stream for BodyDeadline {
 /// runs after [`authenticate`] put the caller in the request's extensions and before the
 /// handler's extractors, so a viewer's body is never read. `action` names what was refused.
 async fn admin_only(
-    State(action): State<&'static str>,
+    State(route): State<AdminRoute>,
     Extension(who): Extension<Caller>,
     request: Request,
     next: Next,
 ) -> Response {
-    match who.require_admin(action) {
-        Ok(()) => next.run(request).await,
-        Err(error) => error.into_response(),
+    if let Err(error) = who.require_admin(route.action) {
+        return error.into_response();
     }
+    if let Some(leader) = route
+        .follower_refuses
+        .as_ref()
+        .and_then(|live| live.leader_elsewhere())
+    {
+        return ApiError::Follower { leader }.into_response();
+    }
+    next.run(request).await
+}
+
+/// What an admin-only route's layer checks: the admin role for `action`, and, for a route
+/// that changes something, that this replica leads (`follower_refuses` reads who does).
+#[derive(Clone)]
+struct AdminRoute {
+    action: &'static str,
+    follower_refuses: Option<Arc<Live>>,
 }
 
 /// The front door of the authenticated routes: the bearer token is checked from the headers

@@ -22,7 +22,7 @@ fn app_of(state: Arc<AppState>) -> Router {
 }
 
 /// The shared state on an empty store, with one admin and one viewer token.
-fn state(dir: &std::path::Path, options: DoorOptions) -> Arc<AppState> {
+pub(crate) fn state(dir: &std::path::Path, options: DoorOptions) -> Arc<AppState> {
     let tokens_path = dir.join("tokens.yaml");
     std::fs::write(
         &tokens_path,
@@ -159,7 +159,7 @@ async fn every_refusal_is_in_the_audit_log_with_the_token_and_the_client() {
         ),
         (get("/api/audit", Some(VIEWER)), StatusCode::FORBIDDEN),
         (
-            post("/api/sets/1/activate", Some(VIEWER), Body::empty()),
+            post("/api/sets/999/activate", Some(VIEWER), Body::empty()),
             StatusCode::FORBIDDEN,
         ),
     ];
@@ -204,7 +204,7 @@ async fn every_refusal_is_in_the_audit_log_with_the_token_and_the_client() {
                 "401 GET /api/cluster"
             ),
             refused("eve (viewer)", "403 GET /api/audit"),
-            refused("eve (viewer)", "403 POST /api/sets/1/activate"),
+            refused("eve (viewer)", "403 POST /api/sets/999/activate"),
         ]
     );
     assert_eq!(wrong.len(), 12);
@@ -380,7 +380,7 @@ async fn a_viewers_body_is_refused_from_the_headers_before_it_is_read() {
         (Method::POST, "/api/sets", "create a policy set"),
         (
             Method::POST,
-            "/api/sets/1/activate",
+            "/api/sets/999/activate",
             "activate a policy set",
         ),
         (
@@ -615,4 +615,45 @@ async fn a_body_that_does_not_arrive_in_time_is_refused_naming_the_deadline() {
     let status = response.status();
     let text = text_of(response).await;
     assert!(!text.contains("did not arrive"), "{status}: {text}");
+}
+
+#[tokio::test]
+async fn a_follower_refuses_changes_naming_the_leader_and_still_serves_reads() {
+    let dir = tempfile::tempdir().expect("tempdir");
+    let state = state(dir.path(), DoorOptions::default());
+    state
+        .live
+        .set_leader_elsewhere(Some("gantry-0_1a2b3c4d".into()));
+    let app = app_of(state.clone());
+    let response = app
+        .clone()
+        .oneshot(post("/api/sets/999/activate", Some(ADMIN), Body::empty()))
+        .await
+        .expect("response");
+    assert_eq!(response.status(), StatusCode::CONFLICT);
+    assert!(
+        text_of(response).await.contains(
+            "this replica is a follower and takes no changes: send them to the leader (gantry-0_1a2b3c4d)"
+        )
+    );
+    // A viewer is told it needs an admin first, and reads are served.
+    let viewer = app
+        .clone()
+        .oneshot(post("/api/sets/999/activate", Some(VIEWER), Body::empty()))
+        .await
+        .expect("response");
+    assert_eq!(viewer.status(), StatusCode::FORBIDDEN);
+    let read = app
+        .clone()
+        .oneshot(get("/api/sets", Some(ADMIN)))
+        .await
+        .expect("response");
+    assert_eq!(read.status(), StatusCode::OK);
+    // Leading again, the same change reaches its handler (there is no set 999: 404).
+    state.live.set_leader_elsewhere(None);
+    let leading = app
+        .oneshot(post("/api/sets/999/activate", Some(ADMIN), Body::empty()))
+        .await
+        .expect("response");
+    assert_ne!(leading.status(), StatusCode::CONFLICT);
 }
