@@ -13,9 +13,10 @@ use common::kube::*;
 use k8s_openapi::api::apps::v1::Deployment;
 use k8s_openapi::api::batch::v1::Job;
 use k8s_openapi::api::coordination::v1::Lease;
-use k8s_openapi::api::core::v1::{Node, ServiceAccount};
+use k8s_openapi::api::core::v1::{Namespace, Node, Pod, ServiceAccount};
 use kube::Api;
-use kube::api::{DeleteParams, DynamicObject};
+use kube::api::{DeleteParams, DynamicObject, PostParams};
+use serde_json::json;
 
 #[test]
 #[ignore = "needs tests/cluster: scripts/test.sh runs it with --include-ignored"]
@@ -37,6 +38,9 @@ fn the_deploy_manifests_apply_and_their_rbac_is_enough_and_no_more() {
         "persistentvolumeclaim/gantry-data created",
         "service/gantry created",
         "networkpolicy.networking.k8s.io/gantry created",
+        "priorityclass.scheduling.k8s.io/gantry-balloon created",
+        "validatingadmissionpolicy.admissionregistration.k8s.io/gantry-balloon-priority-class created",
+        "validatingadmissionpolicybinding.admissionregistration.k8s.io/gantry-balloon-priority-class created",
     ] {
         assert!(
             applied.contains(object),
@@ -92,6 +96,7 @@ fn the_deploy_manifests_apply_and_their_rbac_is_enough_and_no_more() {
             .get("train-example")
             .await
             .unwrap();
+        balloon_class_only_where_allowed(&admin_client).await;
     });
 
     // Gantry with the ServiceAccount's token only, as the Deployment would run it.
@@ -173,4 +178,57 @@ fn the_deploy_manifests_apply_and_their_rbac_is_enough_and_no_more() {
         "kube deploy e2e: passed in {:.1} s",
         started.elapsed().as_secs_f64()
     );
+}
+
+/// `balloons.yaml`'s admission policy: a tenant's pod naming the balloon PriorityClass is
+/// refused with the policy's message; in a namespace labelled `gantry.dev/balloons=allowed`
+/// it is created.
+async fn balloon_class_only_where_allowed(admin: &kube::Client) {
+    let pp = PostParams::default();
+    let namespaces: Api<Namespace> = Api::all(admin.clone());
+    for (name, labels) in [
+        ("tenant", json!({})),
+        ("balloons", json!({"gantry.dev/balloons": "allowed"})),
+    ] {
+        let namespace: Namespace =
+            serde_json::from_value(json!({"metadata": {"name": name, "labels": labels}})).unwrap();
+        namespaces.create(&pp, &namespace).await.unwrap();
+    }
+    let balloon = |name: &str| -> Pod {
+        let mut pod = pod(name, 1, json!({"gantry.dev/balloon": "true"}));
+        pod.spec.as_mut().unwrap().priority_class_name = Some("gantry-balloon".into());
+        pod
+    };
+    let tenant: Api<Pod> = Api::namespaced(admin.clone(), "tenant");
+    // A new policy takes a moment to be enforced: a pod admitted before then is deleted and
+    // the create tried again.
+    let refusal = until("the balloon policy to refuse a tenant's pod", || async {
+        match tenant.create(&pp, &balloon("fake-balloon")).await {
+            Err(kube::Error::Api(status)) if status.code != 409 => Some(status),
+            Ok(_) => {
+                let _ = tenant
+                    .delete("fake-balloon", &DeleteParams::default())
+                    .await;
+                None
+            }
+            Err(_) => None,
+        }
+    })
+    .await;
+    assert_eq!(refusal.code, 403, "{refusal:?}");
+    assert!(
+        refusal.message.contains(
+            "PriorityClass gantry-balloon is for Gantry's balloons only: label the namespace \
+             gantry.dev/balloons=allowed to run them here"
+        ),
+        "{}",
+        refusal.message
+    );
+    let allowed: Api<Pod> = Api::namespaced(admin.clone(), "balloons");
+    allowed.create(&pp, &balloon("balloon-0")).await.unwrap();
+    // Gone before gantry starts: the example gang needs every GPU.
+    allowed
+        .delete("balloon-0", &DeleteParams::default())
+        .await
+        .unwrap();
 }
