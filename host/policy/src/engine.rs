@@ -81,6 +81,11 @@ pub struct Limits {
     /// are refused (a [`PolicyFault::ProcessMemory`](crate::PolicyFault::ProcessMemory)), so
     /// many policies times their instances cannot exhaust the host.
     pub process_memory_bytes: usize,
+    /// Bytes of `process_memory_bytes` only policies in a set may take: a policy loaded to
+    /// validate an upload ([`crate::PolicyOptions::upload`]) stops short of them until it joins
+    /// a set ([`crate::Policy::join_set`]), so uploads can never leave the active set's
+    /// refills without memory. A quarter of the budget by default.
+    pub set_reserve_bytes: usize,
     /// Elements of one table.
     pub table_elements: usize,
     /// Core instances a component may create in its store. Measured by the unit test
@@ -129,6 +134,7 @@ impl Default for Limits {
             init_deadline: Duration::from_millis(1000),
             memory_bytes: 64 << 20,
             process_memory_bytes: 1 << 30,
+            set_reserve_bytes: 1 << 28,
             table_elements: 100_000,
             instances: 48,
             tables: 4,
@@ -291,7 +297,10 @@ impl PolicyEngine {
         let shared = Arc::new(EngineShared {
             engine,
             linker,
-            budget: Arc::new(ProcessBudget::new(limits.process_memory_bytes)),
+            budget: Arc::new(ProcessBudget::new(
+                limits.process_memory_bytes,
+                limits.set_reserve_bytes,
+            )),
             limits,
             symbols,
             digest_to_compiled: Mutex::new(HashMap::new()),

@@ -157,6 +157,19 @@ pub enum PolicyFault {
         /// `Limits::process_memory_bytes`, in MiB.
         budget_mib: u64,
     },
+    /// A policy outside every set (loaded to validate an upload) reached the part of the
+    /// budget uploads may use: the rest is kept for the sets' policies, so uploads can never
+    /// starve the active set of instances.
+    #[error(
+        "the Wasm memory uploads may use ({left_mib} MiB; {reserve_mib} MiB of the budget are \
+         kept for the active and shadow sets) is spent; try again once other uploads are done"
+    )]
+    UploadBudget {
+        /// `Limits::process_memory_bytes` less `Limits::set_reserve_bytes`, in MiB.
+        left_mib: u64,
+        /// `Limits::set_reserve_bytes`, in MiB.
+        reserve_mib: u64,
+    },
     /// No warm instance was ready within the call deadline: instantiate + init run on the
     /// policy's refill thread, never on the caller's, so a slow or failing init costs a caller
     /// at most the deadline.
@@ -213,7 +226,7 @@ impl PolicyFault {
             Self::Trap { .. } => FaultKind::Trap,
             Self::BadOutput { .. } => FaultKind::BadOutput,
             Self::BadConfig { .. } => FaultKind::BadConfig,
-            Self::ProcessMemory { .. } => FaultKind::ProcessMemory,
+            Self::ProcessMemory { .. } | Self::UploadBudget { .. } => FaultKind::ProcessMemory,
             Self::NotReady { .. } => FaultKind::NotReady,
             Self::Quarantined { .. } => FaultKind::Quarantined,
         }

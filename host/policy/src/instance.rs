@@ -94,6 +94,9 @@ fn on_deadline(
 pub(crate) struct InstanceHost {
     pub(crate) policy_name: Arc<str>,
     pub(crate) log: Arc<LogBucket>,
+    /// Whether the policy is in a set, so its stores may take the budget's set reserve (see
+    /// `Limits::set_reserve_bytes`); flipped once, when an upload joins a set.
+    pub(crate) in_set: Arc<std::sync::atomic::AtomicBool>,
 }
 
 /// A token bucket for one policy's `log` calls: `rate` lines a second, bursts up to `burst`.
@@ -194,6 +197,8 @@ pub(crate) enum Refusal {
     Instance,
     /// The process-wide Wasm budget (`Limits::process_memory_bytes`) is spent.
     Process,
+    /// A policy outside every set reached the budget less the sets' reserve.
+    Reserve,
 }
 
 /// Bytes a table element is charged: a funcref or externref slot is one pointer in wasmtime.
@@ -216,6 +221,8 @@ pub(crate) struct Limiter {
     /// The last approved growth, undone if wasmtime then fails to grow.
     last_grow: usize,
     budget: Arc<ProcessBudget>,
+    /// Whether its policy is in a set (see [`InstanceHost::in_set`]).
+    in_set: Arc<std::sync::atomic::AtomicBool>,
     /// The first limit that refused a grow since the last `arm`.
     pub(crate) refused: Option<Refusal>,
     /// Memories and tables created (initial grows), for measuring what policies need.
@@ -224,7 +231,11 @@ pub(crate) struct Limiter {
 }
 
 impl Limiter {
-    pub(crate) fn new(limits: &crate::engine::Limits, budget: Arc<ProcessBudget>) -> Self {
+    pub(crate) fn new(
+        limits: &crate::engine::Limits,
+        budget: Arc<ProcessBudget>,
+        in_set: Arc<std::sync::atomic::AtomicBool>,
+    ) -> Self {
         Self {
             cap: limits.memory_bytes,
             table_elements: limits.table_elements,
@@ -234,6 +245,7 @@ impl Limiter {
             used: 0,
             last_grow: 0,
             budget,
+            in_set,
             refused: None,
             memories_seen: 0,
             tables_seen: 0,
@@ -251,8 +263,9 @@ impl Limiter {
             self.refused.get_or_insert(Refusal::Instance);
             return false;
         }
-        if !self.budget.reserve(delta) {
-            self.refused.get_or_insert(Refusal::Process);
+        let in_set = self.in_set.load(std::sync::atomic::Ordering::Acquire);
+        if let Err(refusal) = self.budget.reserve(delta, in_set) {
+            self.refused.get_or_insert(refusal);
             return false;
         }
         self.used += delta;
@@ -334,13 +347,16 @@ impl ResourceLimiter for Limiter {
 #[derive(Debug)]
 pub(crate) struct ProcessBudget {
     cap: usize,
+    /// What only stores of policies in a set may take (`Limits::set_reserve_bytes`).
+    set_reserve: usize,
     used: std::sync::atomic::AtomicUsize,
 }
 
 impl ProcessBudget {
-    pub(crate) fn new(cap: usize) -> Self {
+    pub(crate) fn new(cap: usize, set_reserve: usize) -> Self {
         Self {
             cap,
+            set_reserve: set_reserve.min(cap),
             used: std::sync::atomic::AtomicUsize::new(0),
         }
     }
@@ -349,14 +365,21 @@ impl ProcessBudget {
         self.used.load(std::sync::atomic::Ordering::Relaxed)
     }
 
-    /// Take `bytes` if they fit; all or nothing.
-    fn reserve(&self, bytes: usize) -> bool {
+    /// Take `bytes` if they fit, all or nothing: within the whole budget for a policy
+    /// `in_set`, else within the budget less the sets' reserve. Says which limit refused.
+    fn reserve(&self, bytes: usize, in_set: bool) -> Result<(), Refusal> {
         use std::sync::atomic::Ordering;
+        let (limit, refusal) = if in_set {
+            (self.cap, Refusal::Process)
+        } else {
+            (self.cap - self.set_reserve, Refusal::Reserve)
+        };
         self.used
             .fetch_update(Ordering::AcqRel, Ordering::Acquire, |used| {
-                used.checked_add(bytes).filter(|&total| total <= self.cap)
+                used.checked_add(bytes).filter(|&total| total <= limit)
             })
-            .is_ok()
+            .map(|_| ())
+            .map_err(|_| refusal)
     }
 
     fn release(&self, bytes: usize) {
@@ -559,7 +582,7 @@ pub(crate) fn new_store(
     let state = HostState {
         wasi: wasi.build(),
         table: ResourceTable::new(),
-        limiter: Limiter::new(&shared.limits, shared.budget.clone()),
+        limiter: Limiter::new(&shared.limits, shared.budget.clone(), host.in_set.clone()),
         symbols: shared.symbols.clone(),
         policy_name: host.policy_name,
         log: host.log,
@@ -604,6 +627,7 @@ mod tests {
         InstanceHost {
             policy_name: Arc::from("test"),
             log: Arc::new(LogBucket::new(20, 100, Default::default())),
+            in_set: Arc::new(std::sync::atomic::AtomicBool::new(true)),
         }
     }
 

@@ -68,6 +68,9 @@ pub struct PolicyOptions {
     /// and an admin grants it per set entry rather than slowing every policy. At most
     /// [`MAX_CALL_DEADLINE`].
     pub deadline: Option<Duration>,
+    /// Loaded only to validate an upload: until it joins a set ([`Policy::join_set`]), its
+    /// instances may not take the budget's set reserve (`Limits::set_reserve_bytes`).
+    pub upload: bool,
 }
 
 /// The longest call deadline a policy may be given: a policy call holds up the scheduling
@@ -81,6 +84,7 @@ impl Default for PolicyOptions {
             failure: FailurePolicy::Default,
             capabilities: Capabilities::default(),
             deadline: None,
+            upload: false,
         }
     }
 }
@@ -275,6 +279,7 @@ impl Policy {
             host: InstanceHost {
                 policy_name: Arc::from(compiled.sha256.get(..12).unwrap_or_default()),
                 log,
+                in_set: Arc::new(std::sync::atomic::AtomicBool::new(!options.upload)),
             },
             compiled,
             options,
@@ -390,6 +395,16 @@ impl Policy {
                 .unwrap_or_else(|e| e.into_inner())
                 .0;
         }
+    }
+
+    /// The policy joined a set (active or shadow): from now on its instances may take the
+    /// budget's set reserve, as the policies the scheduler calls must always get instances.
+    /// A policy loaded with [`PolicyOptions::upload`] stops short of the reserve until then.
+    pub fn join_set(&self) {
+        self.inner
+            .host
+            .in_set
+            .store(true, std::sync::atomic::Ordering::Release);
     }
 
     /// What the policy said about itself at load.
@@ -1147,6 +1162,13 @@ pub(crate) fn classify(
         Some(Refusal::Process) => {
             return PolicyFault::ProcessMemory {
                 budget_mib: (limits.process_memory_bytes >> 20) as u64,
+            };
+        }
+        Some(Refusal::Reserve) => {
+            let reserve = limits.set_reserve_bytes.min(limits.process_memory_bytes);
+            return PolicyFault::UploadBudget {
+                left_mib: ((limits.process_memory_bytes - reserve) >> 20) as u64,
+                reserve_mib: (reserve >> 20) as u64,
             };
         }
         Some(Refusal::Instance) => {

@@ -317,6 +317,51 @@ fn policies_past_the_process_budget_are_refused_and_dropping_gives_it_back() {
 }
 
 #[test]
+fn uploads_stop_short_of_the_sets_reserve_which_a_set_policy_still_gets() {
+    let (cap, reserve) = (8 << 20, 4 << 20);
+    let engine = engine_with(Limits {
+        process_memory_bytes: cap,
+        set_reserve_bytes: reserve,
+        ..Limits::default()
+    });
+    let upload = || PolicyOptions {
+        upload: true,
+        ..PolicyOptions::default()
+    };
+    let first = engine
+        .load(&plugin("gpu-fit"), upload())
+        .expect("one upload fits");
+    let each = engine.process_memory_used();
+    assert!(each <= reserve / 2, "{each} bytes per instance");
+    let mut uploads = vec![first];
+    let error = loop {
+        match engine.load(&plugin("gpu-fit"), upload()) {
+            Ok(policy) => uploads.push(policy),
+            Err(error) => break error,
+        }
+        assert!(
+            uploads.len() <= cap / each,
+            "more uploads than the budget holds"
+        );
+    };
+    assert_eq!(uploads.len(), (cap - reserve) / each);
+    assert_eq!(
+        error.to_string(),
+        "the policy faulted during init: the Wasm memory uploads may use (4 MiB; 4 MiB of the \
+         budget are kept for the active and shadow sets) is spent; try again once other uploads \
+         are done"
+    );
+    // A set's policy takes the reserve.
+    let _in_set = engine
+        .load(&plugin("gpu-fit"), PolicyOptions::default())
+        .expect("a set's policy loads past the uploads' share");
+    assert!(engine.process_memory_used() > cap - reserve);
+    // With the uploads gone, an upload fits again.
+    drop(uploads);
+    assert!(engine.load(&plugin("gpu-fit"), upload()).is_ok());
+}
+
+#[test]
 fn a_spare_nobody_waits_for_pauses_while_the_loop_cycles_and_one_a_caller_waits_for_does_not() {
     let engine = engine_with(Limits {
         init_deadline: Duration::from_secs(10),

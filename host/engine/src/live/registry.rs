@@ -93,8 +93,11 @@ impl Live {
                 limit: self.config.max_upload_bytes,
             });
         }
+        // An upload's instances stop short of the budget's set reserve until it joins a set:
+        // uploads never leave the active set's policies without instances.
         let options = PolicyOptions {
             deadline: deadline_ms.map(Duration::from_millis),
+            upload: true,
             ..PolicyOptions::with_config(config)
         };
         let policy = Arc::new(self.engine.load(bytes, options)?);
@@ -246,6 +249,9 @@ impl Live {
                     policy
                 }
             };
+            // In a set now (even an upload loaded first to validate it): its instances may
+            // take the set reserve.
+            policy.join_set();
             entries.push(SetEntry {
                 policy,
                 weight: entry.weight,

@@ -161,6 +161,7 @@ fn faulty(
         },
         failure,
         deadline: None,
+        upload: false,
     };
     Ok(Arc::new(engine.load(&bytes, options)?))
 }

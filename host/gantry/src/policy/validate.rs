@@ -64,6 +64,7 @@ pub fn run(args: ValidateArgs) -> anyhow::Result<ExitCode> {
             network: args.allow_network.clone(),
         },
         deadline: None,
+        upload: false,
     };
     let policy = match engine.load_file(&args.file, options) {
         Ok(policy) => policy,
