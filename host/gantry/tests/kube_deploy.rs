@@ -38,13 +38,21 @@ fn the_deploy_manifests_apply_and_their_rbac_is_enough_and_no_more() {
         "persistentvolumeclaim/gantry-data created",
         "service/gantry created",
         "networkpolicy.networking.k8s.io/gantry created",
+    ] {
+        assert!(
+            applied.contains(object),
+            "kubectl apply -k deploy/ said:\n{applied}"
+        );
+    }
+    let balloons = kubectl(&bin, &admin, &["apply", "-f", "deploy/balloons.yaml"]);
+    for object in [
         "priorityclass.scheduling.k8s.io/gantry-balloon created",
         "validatingadmissionpolicy.admissionregistration.k8s.io/gantry-balloon-priority-class created",
         "validatingadmissionpolicybinding.admissionregistration.k8s.io/gantry-balloon-priority-class created",
     ] {
         assert!(
-            applied.contains(object),
-            "kubectl apply -k deploy/ said:\n{applied}"
+            balloons.contains(object),
+            "kubectl apply -f deploy/balloons.yaml said:\n{balloons}"
         );
     }
     let token = kubectl(
@@ -215,6 +223,7 @@ async fn balloon_class_only_where_allowed(admin: &kube::Client) {
         }
     })
     .await;
+    // The policy's reason is Forbidden (403); the message is what a tenant reads.
     assert_eq!(refusal.code, 403, "{refusal:?}");
     assert!(
         refusal.message.contains(

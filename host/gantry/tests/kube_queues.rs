@@ -437,7 +437,10 @@ fn queue_objects_bound_and_lend_gpus() {
         let capped_used = || async {
             queues.get("capped").await.ok()?.data["status"]["usedGpus"].as_u64()
         };
-        assert_eq!(capped_used().await, Some(3));
+        until("capped's status to count its 3 pods", || async {
+            (capped_used().await? == 3).then_some(())
+        })
+        .await;
         let mut squatter = pod("squatter", 1, json!({"gantry.dev/queue": "capped"}));
         squatter.spec.as_mut().unwrap().node_name = Some("gpu-1".into());
         pods.create(&pp, &squatter).await.unwrap();

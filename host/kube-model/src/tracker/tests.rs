@@ -37,6 +37,15 @@ fn bind_on_first_node(tracker: &mut Tracker, job: JobId) {
     tracker.bound(job, &pods);
 }
 
+/// Each waiting pod's key and why it waits.
+fn waiting_by_key(tracker: &Tracker) -> Vec<(String, String)> {
+    tracker
+        .waiting()
+        .into_iter()
+        .map(|(p, why)| (p.key(), why))
+        .collect()
+}
+
 fn cycle(s: &mut Scheduler) -> gantry_core::CycleOutput {
     s.cycle(0.0, &mut BuiltinOnly)
 }
@@ -821,11 +830,7 @@ fn a_pod_asking_what_gantry_does_not_honour_waits_naming_the_field() {
     ]);
     let (tracker, s) = build(&nodes, &[], &[Arc::new(spread)], &[], &[]);
     assert_eq!(s.pending_count(), 0, "never a job");
-    let waiting: Vec<(String, String)> = tracker
-        .waiting()
-        .into_iter()
-        .map(|(p, why)| (p.key(), why))
-        .collect();
+    let waiting = waiting_by_key(&tracker);
     assert_eq!(
         waiting,
         [(
@@ -868,11 +873,7 @@ fn dra_gpus_fill_the_node_table_and_claims_join_the_pod_request() {
         .map(|id| (s.job(id).name.clone(), s.job(id).shape.gpus))
         .collect();
     assert_eq!(asked, [("default/p".to_string(), 4)]);
-    let waiting: Vec<(String, String)> = tracker
-        .waiting()
-        .into_iter()
-        .map(|(p, why)| (p.key(), why))
-        .collect();
+    let waiting = waiting_by_key(&tracker);
     assert_eq!(
         waiting,
         [(
@@ -911,11 +912,7 @@ fn a_refused_pod_waits_with_why_until_its_namespace_is_admitted() {
     tracker.queues_changed(&mut s, vec![team_a], &BTreeMap::new());
     let changes = tracker.finish_sync(&mut s, Duration::from_secs(120));
     assert_eq!((changes.ended, s.pending_count()), (1, 0), "withdrawn");
-    let waiting: Vec<(String, String)> = tracker
-        .waiting()
-        .into_iter()
-        .map(|(p, why)| (p.key(), why))
-        .collect();
+    let waiting = waiting_by_key(&tracker);
     assert_eq!(
         waiting,
         [(
@@ -1048,11 +1045,7 @@ fn while_queues_are_unknown_a_pod_naming_one_waits_saying_why() {
     tracker.queues_unknown(Some("discovery failed: connection refused".into()));
     let changes = tracker.finish_sync(&mut s, Duration::from_secs(120));
     assert_eq!((changes.ended, s.pending_count()), (1, 1), "withdrawn");
-    let waiting: Vec<(String, String)> = tracker
-        .waiting()
-        .into_iter()
-        .map(|(p, why)| (p.key(), why))
-        .collect();
+    let waiting = waiting_by_key(&tracker);
     assert_eq!(
         waiting,
         [(
