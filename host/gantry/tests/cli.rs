@@ -579,16 +579,18 @@ fn below_saturation_aged_reservations_end_the_big_gangs_starvation() {
             p99(&shut)
         );
         // The planner issue's lines: p99 ≤ 18,000 s on both specs; on the spec as given,
-        // every 128-GPU gang ≤ 21,600 s and the mean ≤ 3,600 s. (The flat spec's mean line,
-        // ≤ 3,100 s, is not met: the README has its figure.)
+        // every 128-GPU gang ≤ 21,600 s and the mean ≤ 3,600 s; on the flat spec the mean
+        // ≤ 3,100 s.
         assert!(p99(&aged) <= 18_000.0, "{name}: p99 {} s", p99(&aged));
+        let mean = aged["wait"]["mean_s"].as_f64().unwrap();
         if name == "gang-burst" {
-            let mean = aged["wait"]["mean_s"].as_f64().unwrap();
             assert!(
                 worst(&aged) <= 21_600.0 && mean <= 3_600.0,
                 "{name}: worst 128-GPU gang {} s, mean {mean} s",
                 worst(&aged)
             );
+        } else {
+            assert!(mean <= 3_100.0, "{name}: mean {mean} s");
         }
     }
 }

@@ -213,6 +213,11 @@ pub(super) struct Plan {
     /// that changed nothing does not replan; and when it ran.
     pub(super) planned_for: Option<(u64, u64, usize)>,
     pub(super) planned_at_s: f64,
+    /// Set only in the copy of the forecast's late run, which plans on drawn ends (see
+    /// `super::forecast`): only its interval makes a replan due, not a new pending job too
+    /// (the copy submits the last windows' jobs again, and replanning at each of them made a
+    /// replay five times slower), and it learns no runtime, as its ends are guesses.
+    pub(super) drawn_copy: bool,
     /// Which pending jobs got their first estimate, for the cycle's output to list once.
     pub(super) first_estimates: FirstEstimates,
     /// How many reservations went with their owner before it started (withdrawn): a job
@@ -467,6 +472,18 @@ impl Scheduler {
             else {
                 continue;
             };
+            if reserve && self.plan_config.reservations {
+                let before = previous.get(&id).map(|r| r.nodes.as_slice());
+                planned = self.kept_in_place(
+                    &spec,
+                    &timeline,
+                    &shapes[view],
+                    &planned_claims,
+                    before,
+                    planned,
+                    now_s,
+                );
+            }
             // The nodes free at its room's start stay free (the timeline only frees), so it
             // starts on them once its quota admits it too.
             planned.start = (
@@ -534,6 +551,28 @@ impl Scheduler {
         self.estimate_from_forecast(now_s);
     }
 
+    /// Where an aged job's reservation goes: where it already is (`before`), while those nodes
+    /// start it no later than `planned`, the best of all nodes. What they drained for it stays
+    /// drained: moved to nodes that tie, as placement's scores pick, a reservation left the
+    /// drained nodes to fill up while others drained again (the README's planner section has
+    /// the figures).
+    #[allow(clippy::too_many_arguments)]
+    fn kept_in_place(
+        &self,
+        spec: &JobSpec,
+        timeline: &Timeline,
+        view: &ShapeView,
+        claims: &[Claim],
+        before: Option<&[usize]>,
+        planned: Planned,
+        now_s: f64,
+    ) -> Planned {
+        before
+            .and_then(|nodes| self.earliest_start(spec, timeline, &view.only(nodes), claims, now_s))
+            .filter(|kept| kept.start.1 <= planned.start.1)
+            .unwrap_or(planned)
+    }
+
     /// Whether the plan is due at `now_s`: something it plans from changed (a release of
     /// resources, the running GPUs, more pending jobs) and the last replan is older than
     /// [`PlanConfig::replan_every_s`], or a reservation came due. Notes what it is planned
@@ -550,6 +589,8 @@ impl Scheduler {
             .planned_for
             .is_none_or(|(_, _, pending)| pending < seen.2);
         let recent = now_s - self.plan.planned_at_s < self.plan_config.replan_every_s;
+        // A forecast's planning copy replans on its interval alone (see `drawn_copy`).
+        let unplanned = unplanned && !self.plan.drawn_copy;
         if (self.plan.planned_for == Some(seen) || (recent && !unplanned)) && !due {
             return false;
         }

@@ -145,6 +145,27 @@ pub(super) fn pod_needs(shape: &crate::PodShape) -> [u32; 3] {
     [gpus, shape.cpu_milli, shape.memory_mib]
 }
 
+impl ShapeView {
+    /// The same shape on `nodes` alone (those of them it may run on): where a reservation
+    /// already is, to keep it there when no other nodes start it sooner.
+    pub(super) fn only(&self, nodes: &[usize]) -> ShapeView {
+        let mut eligible = vec![false; self.eligible.len()];
+        for &node in nodes {
+            if let Some(e) = eligible.get_mut(node) {
+                *e = self.eligible[node];
+            }
+        }
+        ShapeView {
+            key: self.key.clone(),
+            eligible,
+            // The scores are the shape's, wherever it may run; the capacities are counted
+            // over the eligible nodes, so again.
+            scores: self.scores.clone(),
+            capacity_now: std::cell::OnceCell::new(),
+        }
+    }
+}
+
 /// What a shape's eligibility, scores and capacities depend on: GPU type, tolerations, GPUs,
 /// milli-GPUs, CPU and memory, node affinity and other resources.
 pub(super) type ShapeKey = (
