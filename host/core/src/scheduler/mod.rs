@@ -537,6 +537,7 @@ impl Scheduler {
         if let Some(entry) = self.job_to_entry.get(&id)
             && let JobState::Running { started_s, .. } = entry.state
             && self.plan_config.enabled
+            && !self.plan.drawn_copy
         {
             self.plan
                 .runtimes
