@@ -417,10 +417,10 @@ impl Scheduler {
     /// scheduler, with the built-in policies and the reservations as they stand, steps the
     /// loop ([`crate::step`]) on a virtual clock, with a [`ForwardWorld`] for its cluster. A
     /// drawn scenario steps at each expected end and submission, at most [`SIMULATED_CYCLES`]
-    /// times and within its attempt budget, and its copy plans only in the late bound's run; a known future and the
-    /// baseline step by `clock` as the replay does, with the copy planning as the scheduler
-    /// does, until every job pending now (or every one of `only`) has started. A job a run did
-    /// not reach is absent.
+    /// times and within its attempt budget, and its copy plans only in the late bound's run; a
+    /// known future and the baseline step by `clock` as the replay does, with the copy
+    /// planning as the scheduler does, until every job pending now (or every one of `only`)
+    /// has started. A job a run did not reach is absent.
     fn forward_starts(
         &self,
         now_s: f64,

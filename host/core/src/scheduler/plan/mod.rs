@@ -215,8 +215,8 @@ pub(super) struct Plan {
     pub(super) planned_at_s: f64,
     /// Set only in the copy of the forecast's late run, which plans on drawn ends (see
     /// `super::forecast`): only its interval makes a replan due, not a new pending job too
-    /// (the copy submits the last windows' jobs again, and replanning at each of them made a
-    /// replay five times slower), and it learns no runtime, as its ends are guesses.
+    /// (the copy submits the last windows' jobs again, and replanning at each of them is what
+    /// made such a copy costly), and it learns no runtime, as its ends are guesses.
     pub(super) drawn_copy: bool,
     /// Which pending jobs got their first estimate, for the cycle's output to list once.
     pub(super) first_estimates: FirstEstimates,
