@@ -68,11 +68,21 @@ pub struct SimulateArgs {
     /// Make no forecast: only the jobs the plan covers get a start estimate.
     #[arg(long, conflicts_with = "forecast_every_s")]
     no_forecast: bool,
-    /// Diagnostic: hand the forecast the trace's true future (its submissions to come and
-    /// every job's true runtime) when a job is submitted, so each first estimate should be the
-    /// replay's own start. It proves the forecast faithful; no live scheduler knows this.
-    #[arg(long, conflicts_with_all = ["no_forecast", "forecast_every_s"])]
-    known_future: bool,
+    /// Diagnostic: hand the forecast the trace's true future when a job is submitted. `exact`
+    /// (the default): its submissions to come and every job's true runtime, so each first
+    /// estimate should be the replay's own start; it proves the forecast faithful.
+    /// `arrivals`: its submissions to come, with runtimes drawn from the trace's durations;
+    /// `process`: submissions drawn from the trace's rate and jobs, runtimes too. Those two
+    /// estimate each job by its median start over nine draws, about the least error an
+    /// estimate can have without knowing the runtimes. No live scheduler knows any of this.
+    #[arg(
+        long,
+        value_name = "WHAT",
+        num_args = 0..=1,
+        default_missing_value = "exact",
+        conflicts_with_all = ["no_forecast", "forecast_every_s"]
+    )]
+    known_future: Option<gantry_sim::KnownFutureMode>,
     /// Skip the Slurm `squeue --start`-style baseline: by default each first estimate is
     /// planned a second time as that baseline (the jobs known then, learned mean runtimes,
     /// nothing new submitted), and the report's `estimates.baseline` judges the estimates
@@ -160,7 +170,7 @@ pub fn run(args: SimulateArgs) -> anyhow::Result<()> {
     options.known_future = args.known_future;
     options.estimate_baseline = !args.no_estimate_baseline;
     anyhow::ensure!(
-        !args.known_future || (args.baseline.is_none() && args.policies.is_empty()),
+        args.known_future.is_none() || (args.baseline.is_none() && args.policies.is_empty()),
         "--known-future checks Gantry's forecast, which runs the built-in policies only; \
          drop --baseline and --policy"
     );

@@ -9,16 +9,19 @@
 //! - [`alibaba`]: importers for the Alibaba GPU 2023 (`openb_*`) pod and node lists.
 //! - [`replay`]: trace replay through the core scheduler in virtual time, and its report.
 //! - [`synthetic`]: the demo's synthetic load, a cluster source and binder for the engine.
+//! - [`oracle`]: the futures `--known-future` hands the forecast, to measure it.
 //! - [`fair`]: the max-min fair targets the report measures each queue's share against.
 
 pub mod alibaba;
 pub mod fair;
+pub mod oracle;
 pub mod replay;
 pub mod spec;
 pub mod synthetic;
 pub mod trace;
 
 pub use alibaba::{PodListImport, SkippedPod, import_node_list, import_pod_list};
+pub use oracle::KnownFutureMode;
 pub use replay::{
     FirstEstimate, Replay, ReplayError, ReplayOptions, Report, write_first_estimates,
 };

@@ -8,6 +8,8 @@ use std::sync::Arc;
 use std::time::Instant;
 
 use gantry_core::scheduler::KnownFuture;
+
+use crate::oracle::{KnownFutureMode, Oracle};
 use gantry_core::{
     ClusterState, JobId, JobSpec, Mode, PodShape, PolicyHooks, QueueId, Scheduler, SchedulerConfig,
     Seconds, Symbols, TopologyPref, VirtualClock,
@@ -46,10 +48,11 @@ pub struct ReplayOptions {
     pub scheduler: SchedulerConfig,
     /// The planner's knobs (Gantry's cycle only).
     pub plan: gantry_core::scheduler::plan::PlanConfig,
-    /// The diagnostic mode: each job's first estimate is the forecast handed the trace's true
-    /// future (its submissions to come and every job's true runtime), which a faithful
-    /// forecast turns into the replay's own starts. Never what a live scheduler can know.
-    pub known_future: bool,
+    /// The diagnostic modes: each job's first estimate is the forecast handed the trace's
+    /// true future (its submissions to come and every job's true runtime), which a faithful
+    /// forecast turns into the replay's own starts, or draws of it ([`KnownFutureMode`]).
+    /// Never what a live scheduler can know.
+    pub known_future: Option<KnownFutureMode>,
     /// Plan a Slurm `squeue --start`-style estimate for each job when it gets its first one
     /// (the jobs known then, learned mean runtimes, no future submissions): the baseline the
     /// report judges the estimates against.
@@ -67,7 +70,7 @@ impl Default for ReplayOptions {
                 enabled: true,
                 ..Default::default()
             },
-            known_future: false,
+            known_future: None,
             estimate_baseline: false,
         }
     }
@@ -169,7 +172,7 @@ pub struct BaselineReport {
     pub error_ratio: f64,
 }
 
-fn estimate_report(all: &[FirstEstimate], known_future: bool) -> EstimateReport {
+fn estimate_report(all: &[FirstEstimate], known_future: Option<KnownFutureMode>) -> EstimateReport {
     let median = |mut v: Vec<f64>| {
         v.sort_by(f64::total_cmp);
         round6(gantry_core::percentile(&v, 50.0))
@@ -196,7 +199,7 @@ fn estimate_report(all: &[FirstEstimate], known_future: bool) -> EstimateReport 
         }
     });
     EstimateReport {
-        future: if known_future { "known" } else { "drawn" },
+        future: known_future.map_or("drawn", KnownFutureMode::name),
         jobs: outcomes.len(),
         estimated_after_a_minute: all.len() - outcomes.len(),
         median_wait_s: median(outcomes.iter().map(|o| o.wait_s()).collect()),
@@ -490,7 +493,7 @@ impl Replay {
             options.scheduler.clone(),
         );
         let mut plan = options.plan.clone();
-        if options.known_future {
+        if options.known_future.is_some() {
             // Every first estimate comes from the known future (see `known_future`): the
             // scheduler runs no drawn forecast of its own.
             plan.forecast_every_s = f64::INFINITY;
@@ -543,7 +546,13 @@ impl Replay {
         let queue_count = self.scheduler.queues.len();
         let binds_pods = matches!(self.scheduler.config.mode, Mode::K8sDefault | Mode::Kueue);
         let jobs = std::mem::take(&mut self.jobs);
+        let oracle = self
+            .options
+            .known_future
+            .filter(|&mode| mode != KnownFutureMode::Exact)
+            .map(|mode| Oracle::new(mode, &jobs, self.options.seed));
         let mut world = World::new(jobs, binds_pods, queue_count, progress, on_decision);
+        world.oracle = oracle;
         let mut cycles = 0u64;
         let mut peak_pending = 0usize;
         let window = (first_submit, last_submit);
@@ -817,6 +826,8 @@ struct World<'a, 'b> {
     binds_pods: bool,
     /// The trace in submit order, consumed as jobs arrive.
     arrivals: std::iter::Peekable<std::vec::IntoIter<TraceJob>>,
+    /// The futures a drawn `--known-future` mode hands the forecast.
+    oracle: Option<Oracle>,
     live: BTreeMap<JobId, Live>,
     /// Completions: (end time, job, generation); an eviction bumps the job's generation so
     /// its completion goes stale, and stale ones are swept once they outnumber the others.
@@ -858,6 +869,7 @@ impl<'a, 'b> World<'a, 'b> {
             // permit.)
             binds_pods,
             arrivals: jobs.into_iter().peekable(),
+            oracle: None,
             live: BTreeMap::new(),
             completions: BinaryHeap::new(),
             stale: 0,
@@ -898,10 +910,29 @@ impl World<'_, '_> {
     ) {
         let unestimated = |job: &Live| job.started_s.is_none() && job.first_estimate.is_none();
         let mut newly = step.output.newly_estimated.clone();
-        if options.known_future && step.changes.submitted > 0 && self.live.values().any(unestimated)
+        if let Some(mode) = options.known_future
+            && step.changes.submitted > 0
+            && self.live.values().any(unestimated)
         {
             let future = self.known_future(scheduler);
-            let forecasts = scheduler.forecast_run_now().run_known(&future, clock);
+            let run = scheduler.forecast_run_now();
+            let forecasts = match self.oracle.as_mut() {
+                Some(oracle) if mode != KnownFutureMode::Exact => {
+                    let id_to_elapsed_s = self
+                        .live
+                        .iter()
+                        .map(|(&id, job)| {
+                            let running = job.started_s.filter(|_| job.evicted_s.is_none());
+                            (id, running.map(|s| clock.now_s - s))
+                        })
+                        .collect();
+                    let futures = oracle.futures(&future, &id_to_elapsed_s, clock.now_s, |job| {
+                        spec_of(scheduler, job)
+                    });
+                    run.run_known_draws(&futures, clock)
+                }
+                _ => run.run_known(&future, clock),
+            };
             scheduler.install_forecast(forecasts);
             newly.extend(scheduler.take_newly_estimated());
         }
@@ -1213,7 +1244,7 @@ mod tests {
                 outcome(100.0, 50.0, 25.0, 50.0),
                 outcome(1000.0, 900.0, 0.0, 0.0),
             ],
-            false,
+            None,
         );
         assert_eq!(report.jobs, 3);
         assert_eq!(report.estimated_after_a_minute, 1);

@@ -158,6 +158,50 @@ impl ForecastRun {
         }
     }
 
+    /// The oracle diagnostics: one run per draw of a future (`futures`, each with its own
+    /// submissions and runtimes), stepping by the replay's `clock`; a job's p50 is its median
+    /// start over them and its p10 and p90 their 10th and 90th percentiles. Fed draws from
+    /// what the trace alone could know (its realised submissions, or its arrival process, with
+    /// runtimes drawn from its own distribution), its error is about the least an estimate
+    /// that does not know the realised runtimes can have. Only a simulator can call this.
+    pub fn run_known_draws(self, futures: &[KnownFuture], clock: VirtualClock) -> Forecasts {
+        let at_s = self.base.clock_s;
+        let mut id_to_starts: BTreeMap<JobId, Vec<f64>> = BTreeMap::new();
+        for future in futures {
+            let run = self
+                .base
+                .forward_starts(at_s, Future::Known(future), clock, None);
+            for (id, start_s) in run.starts {
+                id_to_starts.entry(id).or_default().push(start_s);
+            }
+        }
+        let job_to_forecast: BTreeMap<JobId, Forecast> = id_to_starts
+            .into_iter()
+            .filter(|(_, starts)| 2 * starts.len() > futures.len())
+            .map(|(id, mut starts)| {
+                // A run that did not reach the job started it later than any that did.
+                starts.resize(futures.len(), f64::INFINITY);
+                starts.sort_by(f64::total_cmp);
+                let at =
+                    |share: f64| starts[((share * (starts.len() - 1) as f64).round()) as usize];
+                let p50_s = starts[starts.len() / 2];
+                let forecast = Forecast {
+                    p10_s: at(0.1),
+                    p50_s,
+                    p90_s: Some(at(0.9))
+                        .filter(|s| s.is_finite())
+                        .unwrap_or(p50_s + 2.0 * (p50_s - at_s)),
+                };
+                (id, forecast)
+            })
+            .collect();
+        Forecasts {
+            at_s,
+            reach: Reach::of(&self.base, &job_to_forecast, 0.0),
+            job_to_forecast,
+        }
+    }
+
     /// The baseline the estimates are judged against, as Slurm's `squeue --start` gives it:
     /// when each pending job starts if the jobs known now run for their learned means and
     /// nothing more is submitted. Steps by `clock`, as the replay does, until every job of

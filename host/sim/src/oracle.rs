@@ -1,0 +1,216 @@
+//! The oracle diagnostics of `gantry simulate --known-future`: what the forecast is handed in
+//! place of what a live scheduler knows, to measure the forecast and the estimate lines.
+//!
+//! - [`KnownFutureMode`]: the exact future (every estimate must be the replay's own start),
+//!   the realised submissions with drawn runtimes, or the trace's arrival process with drawn
+//!   runtimes.
+//! - [`Oracle`]: draws those futures from the trace itself, [`ORACLE_DRAWS`] per forecast,
+//!   seeded so that a replay is reproducible.
+//!
+//! A forecast fed the realised submissions, or the process that made them, and runtimes from
+//! the trace's own durations knows more than any live scheduler can: only the runtimes each
+//! job will really have are hidden. Its median over the draws is the start that minimises a
+//! job's expected absolute error given that knowledge, so its error is about the least any
+//! estimate that does not know the runtimes can have.
+
+use std::collections::BTreeMap;
+
+use gantry_core::scheduler::{JobId, JobSpec, KnownFuture};
+
+use crate::trace::TraceJob;
+
+/// What the diagnostic forecast is told of the future (`--known-future MODE`).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum KnownFutureMode {
+    /// The trace's submissions to come and every job's true runtime: a faithful forecast
+    /// starts every job when the replay does.
+    Exact,
+    /// The trace's submissions to come, with runtimes drawn from the trace's durations
+    /// (a running job's given how long it has run).
+    Arrivals,
+    /// As many submissions as the trace has left, at its mean rate, each a job of the trace
+    /// picked at random, with runtimes drawn as for `Arrivals`: the process that made the
+    /// trace, not its realisation.
+    Process,
+}
+
+impl std::str::FromStr for KnownFutureMode {
+    type Err = String;
+
+    /// `exact`, `arrivals` or `process`, as `--known-future` takes them.
+    fn from_str(name: &str) -> Result<Self, String> {
+        match name {
+            "exact" => Ok(Self::Exact),
+            "arrivals" => Ok(Self::Arrivals),
+            "process" => Ok(Self::Process),
+            other => Err(format!(
+                "unknown future {other:?}: exact, arrivals or process"
+            )),
+        }
+    }
+}
+
+impl KnownFutureMode {
+    /// How the report names it (`estimates.future`).
+    pub fn name(self) -> &'static str {
+        match self {
+            Self::Exact => "known",
+            Self::Arrivals => "known-arrivals",
+            Self::Process => "trace-process",
+        }
+    }
+}
+
+/// Futures drawn per forecast in the `Arrivals` and `Process` modes: each costs one forward
+/// run to the last pending job's start, so the mode is a diagnostic, not a default.
+pub const ORACLE_DRAWS: usize = 9;
+
+/// Draws futures from the trace: its durations, its jobs and its arrival rate.
+pub(crate) struct Oracle {
+    mode: KnownFutureMode,
+    /// Every job of the trace, to pick submissions from (`Process`).
+    jobs: Vec<TraceJob>,
+    /// Every duration of the trace, ascending, to draw runtimes from.
+    durations_s: Vec<f64>,
+    /// Submissions per second over the trace.
+    rate: f64,
+    /// The generator's state (splitmix64).
+    state: u64,
+}
+
+impl Oracle {
+    /// The oracle of `jobs` (the whole trace, in submit order) for `mode` (not `Exact`, which
+    /// needs none), seeded with `seed`.
+    pub(crate) fn new(mode: KnownFutureMode, jobs: &[TraceJob], seed: u64) -> Self {
+        let mut durations_s: Vec<f64> = jobs.iter().map(|j| j.duration_s).collect();
+        durations_s.sort_by(f64::total_cmp);
+        let span_s = match (jobs.first(), jobs.last()) {
+            (Some(first), Some(last)) => last.submit_s - first.submit_s,
+            _ => 0.0,
+        };
+        Self {
+            mode,
+            jobs: jobs.to_vec(),
+            durations_s,
+            rate: jobs.len() as f64 / span_s.max(1.0),
+            state: seed ^ 0x6A09_E667_F3BC_C908,
+        }
+    }
+
+    /// A number in (0, 1).
+    fn uniform(&mut self) -> f64 {
+        self.state = self.state.wrapping_add(0x9E37_79B9_7F4A_7C15);
+        let mut x = self.state;
+        x = (x ^ (x >> 30)).wrapping_mul(0xBF58_476D_1CE4_E5B9);
+        x = (x ^ (x >> 27)).wrapping_mul(0x94D0_49BB_1331_11EB);
+        x ^= x >> 31;
+        ((x >> 11) as f64 + 0.5) / (1u64 << 53) as f64
+    }
+
+    /// A runtime for a run that has lasted `elapsed_s`: one of the trace's durations longer
+    /// than that, at random (the longest, if none is).
+    fn runtime_s(&mut self, elapsed_s: f64) -> f64 {
+        let Some(last) = self.durations_s.len().checked_sub(1) else {
+            return elapsed_s.max(1.0);
+        };
+        let from = self
+            .durations_s
+            .partition_point(|&d| d <= elapsed_s)
+            .min(last);
+        let u = self.uniform();
+        let pick = from + ((u * (last + 1 - from) as f64) as usize).min(last - from);
+        self.durations_s[pick].max(elapsed_s)
+    }
+
+    /// [`ORACLE_DRAWS`] futures in place of `exact` (the true one) at `now_s`: `elapsed_s`
+    /// says how long each live job's current run has lasted (`None`: pending), and `spec_of`
+    /// turns a trace job into the scheduler's spec.
+    pub(crate) fn futures(
+        &mut self,
+        exact: &KnownFuture,
+        id_to_elapsed_s: &BTreeMap<JobId, Option<f64>>,
+        now_s: f64,
+        spec_of: impl Fn(&TraceJob) -> JobSpec,
+    ) -> Vec<KnownFuture> {
+        (0..ORACLE_DRAWS)
+            .map(|_| {
+                let job_to_runtime_s = exact
+                    .job_to_runtime_s
+                    .keys()
+                    .map(|&id| {
+                        let elapsed_s = id_to_elapsed_s.get(&id).copied().flatten();
+                        (id, self.runtime_s(elapsed_s.unwrap_or(0.0)))
+                    })
+                    .collect();
+                let submissions = match self.mode {
+                    KnownFutureMode::Exact => exact.submissions.clone(),
+                    KnownFutureMode::Arrivals => exact
+                        .submissions
+                        .iter()
+                        .map(|(spec, _)| (spec.clone(), self.runtime_s(0.0)))
+                        .collect(),
+                    KnownFutureMode::Process => {
+                        let mut at_s = now_s;
+                        (0..exact.submissions.len())
+                            .map(|_| {
+                                at_s += -self.uniform().ln() / self.rate;
+                                let pick = ((self.uniform() * self.jobs.len() as f64) as usize)
+                                    .min(self.jobs.len() - 1);
+                                let job = TraceJob {
+                                    submit_s: at_s,
+                                    ..self.jobs[pick].clone()
+                                };
+                                (spec_of(&job), self.runtime_s(0.0))
+                            })
+                            .collect()
+                    }
+                };
+                KnownFuture {
+                    submissions,
+                    job_to_runtime_s,
+                    evicted_ends_s: exact.evicted_ends_s.clone(),
+                }
+            })
+            .collect()
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn job(submit_s: f64, duration_s: f64) -> TraceJob {
+        TraceJob {
+            job_id: format!("j{submit_s}"),
+            submit_s,
+            duration_s,
+            pods: 1,
+            gpus_per_pod: 1,
+            queue: "q".into(),
+            priority: 0,
+            gpu_milli: None,
+            gpu_type: None,
+            cpu_milli: None,
+            memory_mib: None,
+            expected_runtime_s: None,
+            line: 0,
+        }
+    }
+
+    #[test]
+    fn a_running_job_is_drawn_a_runtime_longer_than_it_has_run() {
+        let jobs: Vec<TraceJob> = (0..10)
+            .map(|i| job(f64::from(i), 100.0 * f64::from(i + 1)))
+            .collect();
+        let mut oracle = Oracle::new(KnownFutureMode::Arrivals, &jobs, 1);
+        for _ in 0..200 {
+            let r = oracle.runtime_s(450.0);
+            assert!((500.0..=1000.0).contains(&r), "{r}");
+        }
+        // Run past the longest: it ends no earlier than now.
+        assert_eq!(oracle.runtime_s(5000.0), 5000.0);
+        let drawn: std::collections::BTreeSet<u64> =
+            (0..200).map(|_| oracle.runtime_s(0.0) as u64).collect();
+        assert_eq!(drawn.len(), 10, "every duration is drawn: {drawn:?}");
+    }
+}
