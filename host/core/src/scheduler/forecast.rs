@@ -135,27 +135,8 @@ impl ForecastRun {
     /// `clock`, whose starts are every reached job's p10, p50 and p90. A faithful forecast
     /// starts each job when the replay does; only a simulator can call this.
     pub fn run_known(self, future: &KnownFuture, clock: VirtualClock) -> Forecasts {
-        let at_s = self.base.clock_s;
-        let starts = self
-            .base
-            .forward_starts(at_s, Future::Known(future), clock, None)
-            .starts;
-        let job_to_forecast = starts
-            .into_iter()
-            .map(|(id, start_s)| {
-                let forecast = Forecast {
-                    p10_s: start_s,
-                    p50_s: start_s,
-                    p90_s: start_s,
-                };
-                (id, forecast)
-            })
-            .collect();
-        Forecasts {
-            at_s,
-            reach: Reach::of(&self.base, &job_to_forecast, 0.0),
-            job_to_forecast,
-        }
+        // One draw: each job's p10, p50 and p90 are its one start.
+        self.run_known_draws(std::slice::from_ref(future), clock)
     }
 
     /// The oracle diagnostics: one run per draw of a future (`futures`, each with its own
