@@ -8,8 +8,6 @@ use std::sync::Arc;
 use std::time::Instant;
 
 use gantry_core::scheduler::KnownFuture;
-
-use crate::oracle::{KnownFutureMode, Oracle};
 use gantry_core::{
     ClusterState, JobId, JobSpec, Mode, PodShape, PolicyHooks, QueueId, Scheduler, SchedulerConfig,
     Seconds, Symbols, TopologyPref, VirtualClock,
@@ -17,6 +15,7 @@ use gantry_core::{
 use serde::Serialize;
 
 use crate::fair;
+use crate::oracle::{KnownFutureMode, Oracle};
 use crate::spec::Cluster;
 use crate::trace::TraceJob;
 
@@ -910,14 +909,14 @@ impl World<'_, '_> {
     ) {
         let unestimated = |job: &Live| job.started_s.is_none() && job.first_estimate.is_none();
         let mut newly = step.output.newly_estimated.clone();
-        if let Some(mode) = options.known_future
+        if options.known_future.is_some()
             && step.changes.submitted > 0
             && self.live.values().any(unestimated)
         {
             let future = self.known_future(scheduler);
             let run = scheduler.forecast_run_now();
             let forecasts = match self.oracle.as_mut() {
-                Some(oracle) if mode != KnownFutureMode::Exact => {
+                Some(oracle) => {
                     let id_to_elapsed_s = self
                         .live
                         .iter()
@@ -931,7 +930,7 @@ impl World<'_, '_> {
                     });
                     run.run_known_draws(&futures, clock)
                 }
-                _ => run.run_known(&future, clock),
+                None => run.run_known(&future, clock),
             };
             scheduler.install_forecast(forecasts);
             newly.extend(scheduler.take_newly_estimated());
