@@ -118,7 +118,7 @@ pub fn create_nodes(args: CreateNodesArgs) -> anyhow::Result<()> {
         .collect();
     let total = nodes.len();
     let created = gantry_kube::nodes::create_nodes(&args.kubeconfig, nodes)?;
-    println!(
+    outln!(
         "{}: {total} nodes ({created} created, {} existed already)",
         spec.name,
         total - created

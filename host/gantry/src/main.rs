@@ -8,6 +8,15 @@
 //! `bench/` (every benchmark), `kube` (a live cluster's objects) and `sample` (the sample
 //! cluster, pods and quota case that `validate` and the benches use).
 
+/// `println!` for everything the CLI prints on stdout: a reader that closes the pipe early
+/// (`gantry explain X | head -1`) ends the command quietly and successfully, as `cat` or `git`
+/// do, where `println!` panics with a backtrace. Defined before the modules so they all see it.
+macro_rules! outln {
+    ($($arg:tt)*) => {
+        $crate::print_line(format_args!($($arg)*))
+    };
+}
+
 mod bench;
 mod client;
 mod data_dir;
@@ -76,6 +85,20 @@ fn main() -> ExitCode {
             eprintln!("error: {error:#}");
             ExitCode::FAILURE
         }
+    }
+}
+
+/// Writes one line to stdout ([`outln!`]): a closed pipe exits 0 at once, as the reader has
+/// all it wanted; any other write error is said on stderr and exits 1.
+fn print_line(line: std::fmt::Arguments<'_>) {
+    use std::io::Write;
+    let mut out = std::io::stdout().lock();
+    if let Err(error) = writeln!(out, "{line}").and_then(|()| out.flush()) {
+        if error.kind() == std::io::ErrorKind::BrokenPipe {
+            std::process::exit(0);
+        }
+        eprintln!("error: writing to stdout: {error}");
+        std::process::exit(1);
     }
 }
 

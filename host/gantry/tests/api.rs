@@ -296,6 +296,24 @@ fn shadow_activate_rollback_explain_and_lookups() {
     assert!(stdout.contains("position in its queue: "), "{stdout}");
     assert!(stdout.contains("\n  start: "), "{stdout}");
     assert!(stdout.contains("decided by policy set v"), "{stdout}");
+    // `gantry explain X | head -1`: the reader closes the pipe before the output is written,
+    // and the command ends quietly, exit 0, no panic.
+    let mut piped = std::process::Command::new(env!("CARGO_BIN_EXE_gantry"))
+        .args(["explain", pending["job"].as_str().expect("job")])
+        .env("GANTRY_SERVER", &server.base)
+        .env("GANTRY_TOKEN", ADMIN)
+        .stdout(std::process::Stdio::piped())
+        .stderr(std::process::Stdio::piped())
+        .spawn()
+        .expect("run gantry explain");
+    drop(piped.stdout.take());
+    let closed = piped.wait_with_output().expect("gantry explain ends");
+    assert!(
+        closed.status.success() && closed.stderr.is_empty(),
+        "{:?}: {}",
+        closed.status,
+        text(&closed.stderr)
+    );
 
     // What if: the pending job's shape, and its variations, each answered by a forecast (those
     // past the time a what-if has say so).

@@ -46,9 +46,9 @@ pub fn run(args: ActivateBenchArgs) -> anyhow::Result<()> {
     anyhow::ensure!(args.activations > 0, "--activations must be at least 1");
     let result = super::in_temp_dir("activate", |dir| measure(&args, dir))?;
     if args.json {
-        println!("{}", serde_json::to_string(&result)?);
+        outln!("{}", serde_json::to_string(&result)?);
     } else {
-        println!(
+        outln!(
             "{} activations on {} nodes: the call took p50 {} ms, p99 {} ms; the new set ran from p50 {} ms, p99 {} ms (max {} ms) after the call returned",
             result["activations"],
             result["nodes"],

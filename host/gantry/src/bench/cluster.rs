@@ -101,7 +101,7 @@ pub fn pods(args: BenchPodsArgs) -> anyhow::Result<()> {
         "bench-pods: {created} pods for scheduler {}",
         args.scheduler_name
     );
-    println!("{created}");
+    outln!("{created}");
     Ok(())
 }
 
@@ -236,7 +236,7 @@ pub fn watch(args: BenchWatchArgs) -> anyhow::Result<()> {
         Some(Err(e)) => json["cycles"] = json!({ "error": e }),
         None => {}
     }
-    println!("{json}");
+    outln!("{json}");
     Ok(())
 }
 

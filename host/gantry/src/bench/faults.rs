@@ -408,9 +408,9 @@ pub fn run(args: FaultsBenchArgs) -> anyhow::Result<()> {
         "deadline": deadline,
     });
     if args.json {
-        println!("{report}");
+        outln!("{report}");
     } else {
-        println!("{}", serde_json::to_string_pretty(&report)?);
+        outln!("{}", serde_json::to_string_pretty(&report)?);
     }
     Ok(())
 }

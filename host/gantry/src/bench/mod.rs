@@ -220,15 +220,21 @@ pub fn run_policy(args: PolicyBenchArgs) -> anyhow::Result<()> {
         "gpu_binpack": entry(&binpack_result),
     });
     if args.json {
-        println!("{report}");
+        outln!("{report}");
     } else {
-        println!("{} nodes, one core, median of repeated calls", args.nodes);
-        println!(
+        outln!("{} nodes, one core, median of repeated calls", args.nodes);
+        outln!(
             "{:<12} {:>10} {:>10} {:>8} {:>12} {:>14} {:>11}",
-            "policy", "wasm ns/n", "native", "ratio", "overhead ns", "instantiate µs", "compile ms"
+            "policy",
+            "wasm ns/n",
+            "native",
+            "ratio",
+            "overhead ns",
+            "instantiate µs",
+            "compile ms"
         );
         for (name, m) in [("gpu-fit", &fit_result), ("gpu-binpack", &binpack_result)] {
-            println!(
+            outln!(
                 "{:<12} {:>10.2} {:>10.2} {:>7.2}x {:>12.0} {:>14.0} {:>11.1}",
                 name,
                 m.wasm_ns_per_node,
@@ -445,16 +451,17 @@ fn print_files(args: &PolicyBenchArgs, measured: &[FileMeasured]) {
         })
         .collect();
     if args.json {
-        println!(
+        outln!(
             "{}",
             json!({"nodes": args.nodes, "first": base.file, "policies": entries})
         );
     } else {
-        println!(
+        outln!(
             "{} nodes, one core, median of repeated calls; ratios against {}",
-            args.nodes, base.file
+            args.nodes,
+            base.file
         );
-        println!(
+        outln!(
             "{:<24} {:>12} {:>8} {:>12} {:>15} {:>8} {:>11} {:>12} {:>8}",
             "policy",
             "ns/node",
@@ -467,7 +474,7 @@ fn print_files(args: &PolicyBenchArgs, measured: &[FileMeasured]) {
             "ratio"
         );
         for m in measured {
-            println!(
+            outln!(
                 "{:<24} {:>12.2} {:>7.2}x {:>12.0} {:>15.0} {:>7.1}x {:>11.1} {:>12} {:>7.1}x",
                 m.file,
                 m.ns_per_unit,
@@ -481,11 +488,11 @@ fn print_files(args: &PolicyBenchArgs, measured: &[FileMeasured]) {
             );
         }
         if measured.iter().any(|m| m.role == PolicyRole::Quota) {
-            println!("(quota policies: ns per admit call, not per node)");
+            outln!("(quota policies: ns per admit call, not per node)");
         }
         for m in measured {
             if let Some((first, share)) = &m.same_answers {
-                println!(
+                outln!(
                     "{} answers as {first} does for {:.1}% of the sample pods' nodes",
                     m.file,
                     share * 100.0
@@ -647,9 +654,9 @@ pub fn run_schedule(args: ScheduleBenchArgs) -> anyhow::Result<()> {
         "pod_spec": pod_spec,
     });
     if args.json {
-        println!("{report}");
+        outln!("{report}");
     } else {
-        println!("{}", serde_json::to_string_pretty(&report)?);
+        outln!("{}", serde_json::to_string_pretty(&report)?);
     }
     Ok(())
 }
@@ -1172,9 +1179,9 @@ pub fn run_store(args: StoreBenchArgs) -> anyhow::Result<()> {
         store::bench_append(dir, args.records, args.batch)
     })?;
     if args.json {
-        println!("{}", serde_json::to_string(&result)?);
+        outln!("{}", serde_json::to_string(&result)?);
     } else {
-        println!(
+        outln!(
             "{} decision records in batches of {}: {:.0} records/s ({:.2} s), {} bytes of history, {} bytes on disk",
             result.records,
             result.batch,

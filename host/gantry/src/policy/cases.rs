@@ -376,7 +376,7 @@ pub fn run(args: TestArgs) -> anyhow::Result<ExitCode> {
         || args.file.display().to_string(),
         |n| n.to_string_lossy().into(),
     );
-    println!(
+    outln!(
         "{label}: {} cases from {}",
         files.len(),
         args.cases.display()
@@ -389,25 +389,25 @@ pub fn run(args: TestArgs) -> anyhow::Result<ExitCode> {
         match run_case(&engine, &symbols, &bytes, file) {
             Ok(CaseOutcome { description, diff }) if diff.is_empty() => {
                 passed += 1;
-                println!("  ok    {name}{}", described(&description));
+                outln!("  ok    {name}{}", described(&description));
             }
             Ok(CaseOutcome { description, diff }) => {
                 failed += 1;
-                println!("  FAIL  {name}{}", described(&description));
+                outln!("  FAIL  {name}{}", described(&description));
                 for line in diff {
-                    println!("        {line}");
+                    outln!("        {line}");
                 }
             }
             Err(error) => {
                 broken += 1;
-                println!("  ERROR {name}: {error}");
+                outln!("  ERROR {name}: {error}");
             }
         }
     }
     if broken > 0 {
-        println!("{passed} passed, {failed} failed, {broken} could not run");
+        outln!("{passed} passed, {failed} failed, {broken} could not run");
     } else {
-        println!("{passed} passed, {failed} failed");
+        outln!("{passed} passed, {failed} failed");
     }
     Ok(ExitCode::from(if broken > 0 {
         BAD_INPUT

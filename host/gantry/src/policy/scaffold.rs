@@ -292,7 +292,7 @@ fn readme(name: &str, lang: Lang, role: PolicyRole) -> String {
 pub fn run(args: NewArgs) -> anyhow::Result<ExitCode> {
     match write(&args) {
         Ok(dir) => {
-            println!(
+            outln!(
                 "wrote a {} {} policy into {}:",
                 match args.lang {
                     Lang::Rust => "Rust",
@@ -302,7 +302,7 @@ pub fn run(args: NewArgs) -> anyhow::Result<ExitCode> {
                 args.role.as_str(),
                 dir.display()
             );
-            println!(
+            outln!(
                 "  cd {}\n  ./build.sh\n  gantry policy test {}.wasm --cases cases{}",
                 dir.display(),
                 args.name,

@@ -74,7 +74,7 @@ pub fn run(args: ValidateArgs) -> anyhow::Result<ExitCode> {
         }
     };
     let info = policy.info();
-    println!(
+    outln!(
         "{} {} — {} policy, {} bytes, sha256 {}",
         info.name,
         info.version,
@@ -83,11 +83,11 @@ pub fn run(args: ValidateArgs) -> anyhow::Result<ExitCode> {
         info.sha256
     );
     if info.reasons.is_empty() {
-        println!("reasons: none declared");
+        outln!("reasons: none declared");
     } else {
-        println!("reasons:");
+        outln!("reasons:");
         for (code, text) in &info.reasons {
-            println!("  {code:>5}  {text}");
+            outln!("  {code:>5}  {text}");
         }
     }
     let outcome = match info.role {
@@ -130,8 +130,8 @@ pub fn run(args: ValidateArgs) -> anyhow::Result<ExitCode> {
     };
     match outcome {
         Ok(text) => {
-            println!("sample: {text}");
-            println!("ok");
+            outln!("sample: {text}");
+            outln!("ok");
             Ok(ExitCode::SUCCESS)
         }
         Err(fault) => {

@@ -87,11 +87,11 @@ pub(super) fn serve(kubeconfig: PathBuf, opts: ServeArgs) -> anyhow::Result<()> 
         list(&config.balloon_namespaces)
     );
     let mut cluster = KubeCluster::connect(&kubeconfig, config)?.with_symbols(symbols.clone());
-    println!(
+    outln!(
         "gantry serve: scheduling pods with schedulerName {scheduler_name} in the cluster of {}; Ctrl-C stops",
         kubeconfig.display()
     );
-    println!("{trusted}");
+    outln!("{trusted}");
     let (live, tokens) = start_live(
         &opts.server,
         symbols.clone(),
@@ -101,22 +101,24 @@ pub(super) fn serve(kubeconfig: PathBuf, opts: ServeArgs) -> anyhow::Result<()> 
     )?;
     let stop = Shutdown::new();
     let (bound, api) = start_api(live.clone(), tokens, opts.listen, stop.clone())?;
-    println!(
+    outln!(
         "  API on http://{bound}/api (OpenAPI at /api/openapi.json), data in {}",
         opts.server.data_dir.display()
     );
     // The API and /healthz are up while the caches sync; /readyz says ready once the loop
     // has published its first view, after the sync.
     cluster.wait_synced(SYNC_TIMEOUT)?;
-    println!("  watch caches synced: {} nodes", cluster.node_count());
+    outln!("  watch caches synced: {} nodes", cluster.node_count());
     let leadership = kube.leader.leader_elect.then(|| {
         let settings = LeaderSettings::new(
             &kube.leader.leader_elect_lease_name,
             &kube.leader.leader_elect_namespace,
         );
-        println!(
+        outln!(
             "  leader election: lease {}/{} as {}",
-            settings.namespace, settings.name, settings.identity
+            settings.namespace,
+            settings.name,
+            settings.identity
         );
         cluster.leader_elect(settings)
     });
@@ -164,7 +166,7 @@ pub(super) fn serve(kubeconfig: PathBuf, opts: ServeArgs) -> anyhow::Result<()> 
                 let now_leading = leadership.is_leader();
                 if leading != Some(now_leading) {
                     leading = Some(now_leading);
-                    println!(
+                    outln!(
                         "  {} ({})",
                         if now_leading { "leading" } else { "following" },
                         leadership.holder().unwrap_or_default()
@@ -177,6 +179,6 @@ pub(super) fn serve(kubeconfig: PathBuf, opts: ServeArgs) -> anyhow::Result<()> 
     cluster.resign();
     live.store.flush()?;
     Shutdown::join_by(api, API_PATIENCE);
-    println!("gantry serve: stopped after {passes} passes; {bound_pods} pods bound");
+    outln!("gantry serve: stopped after {passes} passes; {bound_pods} pods bound");
     Ok(())
 }

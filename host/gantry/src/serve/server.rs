@@ -87,12 +87,12 @@ pub fn start_live(
         // never into a log a container runtime or CI keeps.
         use std::io::IsTerminal;
         if print_tokens && std::io::stdout().is_terminal() {
-            println!(
+            outln!(
                 "  wrote {} with a new admin token ({admin}) and viewer token ({viewer})",
                 tokens_path.display()
             );
         } else {
-            println!(
+            outln!(
                 "  wrote {} with a new admin token and viewer token (read them there)",
                 tokens_path.display()
             );
