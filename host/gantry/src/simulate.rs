@@ -32,7 +32,8 @@ pub struct SimulateArgs {
     /// Divide every submit time by this, to turn a light trace into a saturated one.
     #[arg(long, default_value_t = 1.0)]
     time_scale: f64,
-    /// Recorded in the report. The replay is deterministic.
+    /// Recorded in the report. The replay is deterministic; only the `--known-future` draws
+    /// (arrivals, process, history) are seeded by it.
     #[arg(long, default_value_t = 0)]
     seed: u64,
     /// Where to write the JSON report.
@@ -75,6 +76,9 @@ pub struct SimulateArgs {
     /// `process`: submissions drawn from the trace's rate and jobs, runtimes too. Those two
     /// estimate each job by its median start over nine draws, about the least error an
     /// estimate can have without knowing the runtimes. No live scheduler knows any of this.
+    /// `history`: the same draws from only what a live scheduler knows (the submissions so
+    /// far, for a day ahead, and the runtimes of the jobs that ended), each run the engine
+    /// exactly as the replay runs it: what the forecast could reach at many times its cost.
     #[arg(
         long,
         value_name = "WHAT",
@@ -83,6 +87,11 @@ pub struct SimulateArgs {
         conflicts_with_all = ["no_forecast", "forecast_every_s"]
     )]
     known_future: Option<gantry_sim::KnownFutureMode>,
+    /// With `--known-future arrivals|process|history`: the futures drawn per forecast (9 unless
+    /// given). Each job's estimate is its median start over them, so more draws bring it
+    /// closer to the least error that knowledge allows, at one forward run each.
+    #[arg(long, value_name = "N", requires = "known_future", value_parser = clap::value_parser!(u32).range(1..=1000))]
+    oracle_draws: Option<u32>,
     /// Skip the Slurm `squeue --start`-style baseline: by default each first estimate is
     /// planned a second time as that baseline (the jobs known then, learned mean runtimes,
     /// nothing new submitted), and the report's `estimates.baseline` judges the estimates
@@ -168,6 +177,9 @@ pub fn run(args: SimulateArgs) -> anyhow::Result<()> {
         args.forecast_every_s
     };
     options.known_future = args.known_future;
+    if let Some(draws) = args.oracle_draws {
+        options.oracle_draws = draws as usize;
+    }
     options.estimate_baseline = !args.no_estimate_baseline;
     anyhow::ensure!(
         args.known_future.is_none() || (args.baseline.is_none() && args.policies.is_empty()),
@@ -243,15 +255,23 @@ pub fn run(args: SimulateArgs) -> anyhow::Result<()> {
 }
 
 fn print_summary(r: &Report) {
-    println!(
+    outln!(
         "{} on {} ({} nodes, {} GPUs), scheduler {}",
-        r.trace, r.cluster, r.nodes, r.gpus, r.scheduler
+        r.trace,
+        r.cluster,
+        r.nodes,
+        r.gpus,
+        r.scheduler
     );
-    println!(
+    outln!(
         "  jobs: {} submitted, {} started, {} finished, {} never started, at most {} pending",
-        r.jobs_submitted, r.jobs_started, r.jobs_finished, r.jobs_never_started, r.peak_pending
+        r.jobs_submitted,
+        r.jobs_started,
+        r.jobs_finished,
+        r.jobs_never_started,
+        r.peak_pending
     );
-    println!(
+    outln!(
         "  wait: mean {:.0}s, p50 {:.0}s, p95 {:.0}s, p99 {:.0}s; back in the queue after a preemption: {} jobs, mean {:.0}s",
         r.wait.mean_s,
         r.wait.p50_s,
@@ -260,19 +280,21 @@ fn print_summary(r: &Report) {
         r.requeue_wait.jobs,
         r.requeue_wait.mean_s
     );
-    println!(
+    outln!(
         "  GPU allocation: {:.1}% over the common window, {:.1}% while work was queued   fragmentation: {:.1}%",
         r.gpu_allocation_common_window * 100.0,
         r.gpu_allocation_while_queued * 100.0,
         r.fragmentation * 100.0
     );
-    println!(
+    outln!(
         "  partial gangs: {}   preemptions: {}   makespan: {:.0}s",
-        r.partial_gangs, r.preemptions, r.makespan_s
+        r.partial_gangs,
+        r.preemptions,
+        r.makespan_s
     );
     let e = &r.estimates;
     if e.jobs > 0 {
-        println!(
+        outln!(
             "  first estimates ({} future): {} jobs judged ({} more came after a minute), median wait {:.0}s, median error {:.0}s ({:.1}% of the wait), {:.1}% within p10-p90 (median width {:.0}s)",
             e.future,
             e.jobs,
@@ -285,13 +307,15 @@ fn print_summary(r: &Report) {
         );
     }
     if let Some(b) = &e.baseline {
-        println!(
+        outln!(
             "  squeue --start-style baseline on the same {} jobs: median error {:.0}s; the estimates' is {:.2}x it",
-            b.jobs, b.median_abs_error_s, b.error_ratio
+            b.jobs,
+            b.median_abs_error_s,
+            b.error_ratio
         );
     }
     for (name, q) in &r.queues {
-        println!(
+        outln!(
             "  queue {name:<12} {:>5} jobs, wait p50 {:>8.0}s p99 {:>8.0}s, GPU share {:>5.1}% (max-min fair target {:>5.1}%, deviation {:>+5.1}%)",
             q.wait.jobs,
             q.wait.p50_s,
@@ -301,7 +325,7 @@ fn print_summary(r: &Report) {
             q.deviation_from_target * 100.0
         );
     }
-    println!(
+    outln!(
         "  {} decisions ({} first attempts) in {} cycles, {:.2}s wall clock ({:.0} decisions/s, {:.0} first attempts/s)",
         r.decisions,
         r.first_attempt_decisions,

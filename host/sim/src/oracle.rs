@@ -2,16 +2,18 @@
 //! place of what a live scheduler knows, to measure the forecast and the estimate lines.
 //!
 //! - [`KnownFutureMode`]: the exact future (every estimate must be the replay's own start),
-//!   the realised submissions with drawn runtimes, or the trace's arrival process with drawn
-//!   runtimes.
-//! - [`Oracle`]: draws those futures from the trace itself, [`ORACLE_DRAWS`] per forecast,
-//!   seeded so that a replay is reproducible.
+//!   the realised submissions with drawn runtimes, the trace's arrival process with drawn
+//!   runtimes, or that process as the history so far shows it.
+//! - [`Oracle`]: draws those futures from the trace itself, [`ORACLE_DRAWS`] per forecast
+//!   unless told otherwise, seeded so that a replay is reproducible.
 //!
 //! A forecast fed the realised submissions, or the process that made them, and runtimes from
 //! the trace's own durations knows more than any live scheduler can: only the runtimes each
 //! job will really have are hidden. Its median over the draws is the start that minimises a
 //! job's expected absolute error given that knowledge, so its error is about the least any
-//! estimate that does not know the runtimes can have.
+//! estimate that does not know the runtimes can have. The `history` mode knows only what a
+//! live scheduler does (the submissions and the ends so far), but runs the engine exactly as
+//! the replay does, with no budget: what the forecast could reach at many times its cost.
 
 use std::collections::BTreeMap;
 
@@ -32,7 +34,20 @@ pub enum KnownFutureMode {
     /// picked at random, with runtimes drawn as for `Arrivals`: the process that made the
     /// trace, not its realisation.
     Process,
+    /// What a live scheduler knows, drawn as `Process` draws the trace's: submissions at the
+    /// rate seen so far, each a job already submitted picked at random, for
+    /// [`HISTORY_HORIZON_S`] (how many more come is unknown); every runtime drawn from the jobs
+    /// that have ended.
+    History,
 }
+
+/// How far ahead the `history` mode draws submissions: a day, as no live scheduler knows when
+/// its users stop submitting.
+pub const HISTORY_HORIZON_S: f64 = 86_400.0;
+
+/// A runtime drawn in the `history` mode before any job has ended (an hour, the runtime
+/// model's own prior).
+const NO_HISTORY_RUNTIME_S: f64 = 3_600.0;
 
 impl std::str::FromStr for KnownFutureMode {
     type Err = String;
@@ -43,8 +58,9 @@ impl std::str::FromStr for KnownFutureMode {
             "exact" => Ok(Self::Exact),
             "arrivals" => Ok(Self::Arrivals),
             "process" => Ok(Self::Process),
+            "history" => Ok(Self::History),
             other => Err(format!(
-                "unknown future {other:?}: exact, arrivals or process"
+                "unknown future {other:?}: exact, arrivals, process or history"
             )),
         }
     }
@@ -57,12 +73,14 @@ impl KnownFutureMode {
             Self::Exact => "known",
             Self::Arrivals => "known-arrivals",
             Self::Process => "trace-process",
+            Self::History => "history-process",
         }
     }
 }
 
-/// Futures drawn per forecast in the `Arrivals` and `Process` modes: each costs one forward
-/// run to the last pending job's start, so the mode is a diagnostic, not a default.
+/// Futures drawn per forecast in the `Arrivals`, `Process` and `History` modes unless
+/// `ReplayOptions::oracle_draws` says otherwise: each costs one forward run to the last
+/// pending job's start, so the mode is a diagnostic, not a default.
 pub const ORACLE_DRAWS: usize = 9;
 
 /// Draws futures from the trace: its durations, its jobs and its arrival rate.
@@ -70,19 +88,26 @@ pub(crate) struct Oracle {
     mode: KnownFutureMode,
     /// Every job of the trace, to pick submissions from (`Process`).
     jobs: Vec<TraceJob>,
-    /// Every duration of the trace, ascending, to draw runtimes from.
+    /// The durations runtimes are drawn from, ascending: every one of the trace's, or in the
+    /// `History` mode only those of the jobs that have ended ([`Oracle::ended`]).
     durations_s: Vec<f64>,
     /// Submissions per second over the trace.
     rate: f64,
+    /// Futures per forecast: more draws make each median start closer to the one that
+    /// minimises the job's expected error, at one forward run each.
+    draws: usize,
     /// The generator's state (splitmix64).
     state: u64,
 }
 
 impl Oracle {
     /// The oracle of `jobs` (the whole trace, in submit order) for `mode` (not `Exact`, which
-    /// needs none), seeded with `seed`.
-    pub(crate) fn new(mode: KnownFutureMode, jobs: &[TraceJob], seed: u64) -> Self {
-        let mut durations_s: Vec<f64> = jobs.iter().map(|j| j.duration_s).collect();
+    /// needs none), drawing `draws` futures per forecast (at least one), seeded with `seed`.
+    pub(crate) fn new(mode: KnownFutureMode, jobs: &[TraceJob], draws: usize, seed: u64) -> Self {
+        let mut durations_s: Vec<f64> = match mode {
+            KnownFutureMode::History => Vec::new(),
+            _ => jobs.iter().map(|j| j.duration_s).collect(),
+        };
         durations_s.sort_by(f64::total_cmp);
         let span_s = match (jobs.first(), jobs.last()) {
             (Some(first), Some(last)) => last.submit_s - first.submit_s,
@@ -93,7 +118,17 @@ impl Oracle {
             jobs: jobs.to_vec(),
             durations_s,
             rate: jobs.len() as f64 / span_s.max(1.0),
+            draws: draws.max(1),
             state: seed ^ 0x6A09_E667_F3BC_C908,
+        }
+    }
+
+    /// Learns that a job that ran for `duration_s` has ended: the `History` mode draws
+    /// runtimes from those.
+    pub(crate) fn ended(&mut self, duration_s: f64) {
+        if self.mode == KnownFutureMode::History {
+            let at = self.durations_s.partition_point(|&d| d < duration_s);
+            self.durations_s.insert(at, duration_s);
         }
     }
 
@@ -111,7 +146,7 @@ impl Oracle {
     /// than that, at random (the longest, if none is).
     fn runtime_s(&mut self, elapsed_s: f64) -> f64 {
         let Some(last) = self.durations_s.len().checked_sub(1) else {
-            return elapsed_s.max(1.0);
+            return elapsed_s.max(NO_HISTORY_RUNTIME_S);
         };
         let from = self
             .durations_s
@@ -122,7 +157,7 @@ impl Oracle {
         self.durations_s[pick].max(elapsed_s)
     }
 
-    /// [`ORACLE_DRAWS`] futures in place of `exact` (the true one) at `now_s`: `elapsed_s`
+    /// `draws` futures in place of `exact` (the true one) at `now_s`: `elapsed_s`
     /// says how long each live job's current run has lasted (`None`: pending), and `spec_of`
     /// turns a trace job into the scheduler's spec.
     pub(crate) fn futures(
@@ -132,7 +167,7 @@ impl Oracle {
         now_s: f64,
         spec_of: impl Fn(&TraceJob) -> JobSpec,
     ) -> Vec<KnownFuture> {
-        (0..ORACLE_DRAWS)
+        (0..self.draws)
             .map(|_| {
                 let job_to_runtime_s = exact
                     .job_to_runtime_s
@@ -149,6 +184,7 @@ impl Oracle {
                         .iter()
                         .map(|(spec, _)| (spec.clone(), self.runtime_s(0.0)))
                         .collect(),
+                    KnownFutureMode::History => self.history_submissions(now_s, &spec_of),
                     KnownFutureMode::Process => {
                         let mut at_s = now_s;
                         (0..exact.submissions.len())
@@ -172,6 +208,34 @@ impl Oracle {
                 }
             })
             .collect()
+    }
+}
+
+impl Oracle {
+    /// The `History` mode's submissions from `now_s`: at the rate of the submissions so far,
+    /// each one of them at random, for [`HISTORY_HORIZON_S`].
+    fn history_submissions(
+        &mut self,
+        now_s: f64,
+        spec_of: &impl Fn(&TraceJob) -> JobSpec,
+    ) -> Vec<(JobSpec, f64)> {
+        let seen = self.jobs.partition_point(|j| j.submit_s <= now_s);
+        let Some(first) = self.jobs.first().filter(|_| seen > 0) else {
+            return Vec::new();
+        };
+        let rate = seen as f64 / (now_s - first.submit_s).max(1.0);
+        let mut submissions = Vec::new();
+        let mut at_s = now_s - self.uniform().ln() / rate;
+        while at_s <= now_s + HISTORY_HORIZON_S {
+            let pick = ((self.uniform() * seen as f64) as usize).min(seen - 1);
+            let job = TraceJob {
+                submit_s: at_s,
+                ..self.jobs[pick].clone()
+            };
+            submissions.push((spec_of(&job), self.runtime_s(0.0)));
+            at_s -= self.uniform().ln() / rate;
+        }
+        submissions
     }
 }
 
@@ -202,7 +266,7 @@ mod tests {
         let jobs: Vec<TraceJob> = (0..10)
             .map(|i| job(f64::from(i), 100.0 * f64::from(i + 1)))
             .collect();
-        let mut oracle = Oracle::new(KnownFutureMode::Arrivals, &jobs, 1);
+        let mut oracle = Oracle::new(KnownFutureMode::Arrivals, &jobs, ORACLE_DRAWS, 1);
         for _ in 0..200 {
             let r = oracle.runtime_s(450.0);
             assert!((500.0..=1000.0).contains(&r), "{r}");

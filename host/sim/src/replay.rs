@@ -52,6 +52,10 @@ pub struct ReplayOptions {
     /// forecast turns into the replay's own starts, or draws of it ([`KnownFutureMode`]).
     /// Never what a live scheduler can know.
     pub known_future: Option<KnownFutureMode>,
+    /// Futures the `arrivals` and `process` modes draw per forecast (each job's estimate is
+    /// its median start over them): more draws bound the error more tightly, at one forward
+    /// run each.
+    pub oracle_draws: usize,
     /// Plan a Slurm `squeue --start`-style estimate for each job when it gets its first one
     /// (the jobs known then, learned mean runtimes, no future submissions): the baseline the
     /// report judges the estimates against.
@@ -70,6 +74,7 @@ impl Default for ReplayOptions {
                 ..Default::default()
             },
             known_future: None,
+            oracle_draws: crate::oracle::ORACLE_DRAWS,
             estimate_baseline: false,
         }
     }
@@ -549,7 +554,7 @@ impl Replay {
             .options
             .known_future
             .filter(|&mode| mode != KnownFutureMode::Exact)
-            .map(|mode| Oracle::new(mode, &jobs, self.options.seed));
+            .map(|mode| Oracle::new(mode, &jobs, self.options.oracle_draws, self.options.seed));
         let mut world = World::new(jobs, binds_pods, queue_count, progress, on_decision);
         world.oracle = oracle;
         let mut cycles = 0u64;
@@ -1035,6 +1040,9 @@ impl gantry_core::ClusterSource for World<'_, '_> {
             if scheduler.is_running(id) {
                 scheduler.finish(id);
                 let job = self.live.remove(&id).expect("a live job");
+                if let Some(oracle) = self.oracle.as_mut() {
+                    oracle.ended(job.duration_s);
+                }
                 self.own_demand[job.queue] -= job.gpus;
                 self.own_running[job.queue] -= job.gpus;
                 self.waits.record(&job, now_s);
