@@ -3,7 +3,7 @@
 //! ([`WhatIfJob`], [`WhatIfAnswer`]). The engine answers them from its plan.
 
 use gantry_core::StartEstimate;
-pub use gantry_core::explain::duration_text;
+pub use gantry_core::explain::{count_text, duration_text};
 use serde::{Deserialize, Serialize};
 
 /// A job shape to ask about, as `POST /api/whatif` takes it. Either `like` (a pending job whose

@@ -45,7 +45,8 @@ pub use policies::{ConfigQuery, NewSet, RunningPolicy, SetList, ShadowStart, Was
 pub use query::{HistoryQuery, JobQuery, JobSort, JobState, Limit, TimeRange};
 
 pub use estimates::{
-    EstimateView, WhatIfAnswer, WhatIfJob, WhatIfOutcome, WhatIfShape, duration_text, estimate_text,
+    EstimateView, WhatIfAnswer, WhatIfJob, WhatIfOutcome, WhatIfShape, count_text, duration_text,
+    estimate_text,
 };
 pub use gantry_core::{Admission, Explanation, Outcome, PolicyRef};
 pub use gantry_store::{

@@ -99,6 +99,40 @@ pub struct QuotaExplain {
     pub position: u32,
 }
 
+impl QuotaExplain {
+    /// The quota's one verdict in words, for `gantry explain` and the UI: a quota policy that
+    /// denied (or faulted, which refuses too) decides it, with what the built-in limits alone
+    /// would have said beside it, so "borrowing 772 GPUs" never reads as an admission the
+    /// policy refused.
+    pub fn verdict_text(&self) -> String {
+        let builtin = match &self.builtin {
+            Admission::Within => "within its quota".to_string(),
+            Admission::Borrowing { gpus } => format!("borrowing {}", count_text(*gpus, "GPU")),
+            Admission::Denied { reason } => return format!("denied: {reason}"),
+        };
+        let refusing = self
+            .policies
+            .iter()
+            .find(|(_, verdict)| verdict.starts_with("deny") || verdict.starts_with("faulted"));
+        if let Some((policy, verdict)) = refusing {
+            return format!(
+                "denied by quota policy {policy} ({verdict}); the built-in limits alone would \
+                 admit it, {builtin}"
+            );
+        }
+        let agreeing: Vec<String> = self
+            .policies
+            .iter()
+            .map(|(policy, verdict)| format!("{policy}: {verdict}"))
+            .collect();
+        if agreeing.is_empty() {
+            format!("admitted, {builtin}")
+        } else {
+            format!("admitted, {builtin} ({})", agreeing.join("; "))
+        }
+    }
+}
+
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
 #[cfg_attr(feature = "schema", derive(utoipa::ToSchema))]
 /// One filter's rejections, by reason.
@@ -153,7 +187,11 @@ impl Explanation {
                     .as_ref()
                     .map(|d| format!(" in {d}"))
                     .unwrap_or_default();
-                format!("placed {pods} pods on {} nodes{domain}", nodes.len())
+                format!(
+                    "placed {} on {}{domain}",
+                    count_text(pods, "pod"),
+                    count_text(nodes.len() as u64, "node")
+                )
             }
             Outcome::Pending { waiting_for } => {
                 let mut parts: Vec<String> = Vec::new();
@@ -197,8 +235,59 @@ pub fn duration_text(s: f64) -> String {
             m => format!("{} h {m} min", s / 3600),
         },
         _ => match (s % 86_400) / 3600 {
-            0 => format!("{} days", s / 86_400),
-            h => format!("{} days {h} h", s / 86_400),
+            0 => count_text(s / 86_400, "day"),
+            h => format!("{} {h} h", count_text(s / 86_400, "day")),
         },
+    }
+}
+
+/// `n` and its noun, the plural agreeing: "1 pod", "16 pods", "0 GPUs". The one rendering of a
+/// count in words, so no text says "1 pods"; `noun` is singular and takes an "s".
+pub fn count_text(n: impl Into<u64>, noun: &str) -> String {
+    match n.into() {
+        1 => format!("1 {noun}"),
+        n => format!("{n} {noun}s"),
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn durations_read_as_words_and_plurals_agree() {
+        assert_eq!(duration_text(45.4), "45 s");
+        assert_eq!(duration_text(125.951_446_533_203_13), "2 min");
+        assert_eq!(duration_text(7_800.0), "2 h 10 min");
+        assert_eq!(duration_text(7_200.0), "2 h");
+        assert_eq!(duration_text(86_400.0 + 4.0 * 3600.0), "1 day 4 h");
+        assert_eq!(duration_text(3.0 * 86_400.0), "3 days");
+        assert_eq!(count_text(1u32, "pod"), "1 pod");
+        assert_eq!(count_text(16u32, "pod"), "16 pods");
+        assert_eq!(count_text(0u64, "GPU"), "0 GPUs");
+    }
+
+    #[test]
+    fn a_denying_quota_policy_is_the_verdict_with_the_builtin_beside_it() {
+        let mut quota = QuotaExplain {
+            builtin: Admission::Borrowing { gpus: 772 },
+            policies: vec![("team-quota".into(), "deny: rl is at its cap".into())],
+            fair_share_key: 0.0,
+            position: 1,
+        };
+        assert_eq!(
+            quota.verdict_text(),
+            "denied by quota policy team-quota (deny: rl is at its cap); the built-in limits \
+             alone would admit it, borrowing 772 GPUs"
+        );
+        quota.policies = vec![("team-quota".into(), "admit".into())];
+        assert_eq!(
+            quota.verdict_text(),
+            "admitted, borrowing 772 GPUs (team-quota: admit)"
+        );
+        quota.builtin = Admission::Denied {
+            reason: "rl is at its borrowing limit".into(),
+        };
+        assert_eq!(quota.verdict_text(), "denied: rl is at its borrowing limit");
     }
 }

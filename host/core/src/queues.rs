@@ -419,7 +419,8 @@ impl Queues {
         let (extra, available) = match refusal {
             Refusal::OverBorrowingLimit { borrow, limit } => {
                 return format!(
-                    "queue {name} would borrow {borrow} GPUs, over its borrowing limit of {limit}"
+                    "queue {name} would borrow {}, over its borrowing limit of {limit}",
+                    crate::explain::count_text(borrow, "GPU")
                 );
             }
             Refusal::NoLender { extra, available } => (extra, available),

@@ -318,7 +318,14 @@ fn variants(scheduler: &Scheduler, spec: &JobSpec) -> Vec<(String, JobSpec)> {
         let mut v = spec.clone();
         v.pods = pods;
         v.shape.gang_size = pods;
-        out.push((format!("{pods} pods instead of {}", spec.pods), v));
+        out.push((
+            format!(
+                "{} instead of {}",
+                gantry_core::explain::count_text(pods, "pod"),
+                spec.pods
+            ),
+            v,
+        ));
     }
     let queues = &scheduler.queues;
     for id in (0..queues.len()).filter(|&id| queues.children(id).is_empty()) {

@@ -256,7 +256,7 @@ fn queue_objects_bound_and_lend_gpus() {
             pods.create(&pp, &p).await.unwrap();
         }
         let expected =
-            "Waiting for quota: queue capped would borrow 1 GPUs, over its borrowing limit of 0.";
+            "Waiting for quota: queue capped would borrow 1 GPU, over its borrowing limit of 0.";
         let events: Api<Event> = Api::namespaced(client.clone(), "default");
         let (bound, held) = until(
             "two capped pods to bind and the third to report its quota",
@@ -411,7 +411,7 @@ fn queue_objects_bound_and_lend_gpus() {
             .await
             .unwrap();
         let quota =
-            "Waiting for quota: queue team-a would borrow 1 GPUs, over its borrowing limit of 0.";
+            "Waiting for quota: queue team-a would borrow 1 GPU, over its borrowing limit of 0.";
         until("the second team-a pod to report its quota", || async {
             let condition = scheduled_condition(&pods.get("second").await.ok()?)?;
             (condition.2 == quota).then_some(())

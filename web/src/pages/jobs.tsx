@@ -192,18 +192,24 @@ function Timeline({ e }: { e: Estimate }) {
   );
 }
 
-function verdict(b: Explanation["quota"]["builtin"]) {
-  if (b.verdict === "within") return "admitted within the queue's quota";
-  if (b.verdict === "borrowing") return `admitted, borrowing ${b.gpus} GPUs of idle capacity`;
-  return `denied: ${b.reason}`;
+// The quota's one verdict, as `QuotaExplain::verdict_text` (host/core/src/explain.rs) words it
+// for `gantry explain`: a quota policy that denied or faulted decides it, with what the built-in
+// limits alone would have said beside it.
+function verdict(q: Explanation["quota"]) {
+  const b = q.builtin;
+  if (b.verdict === "denied") return `denied: ${b.reason}`;
+  const builtin = b.verdict === "within" ? "within its quota" : `borrowing ${b.gpus} GPU${b.gpus === 1 ? "" : "s"}`;
+  const refusing = q.policies.find(([, v]) => v.startsWith("deny") || v.startsWith("faulted"));
+  if (refusing) return `denied by quota policy ${refusing[0]} (${refusing[1]}); the built-in limits alone would admit it, ${builtin}`;
+  const agreeing = q.policies.map(([p, v]) => `${p}: ${v}`).join("; ");
+  return `admitted, ${builtin}${agreeing ? ` (${agreeing})` : ""}`;
 }
 
 export function Breakdown({ x }: { x: Explanation }) {
   return (
     <div class="card">
       <h3>Latest decision (policy set v{x.policy_set})</h3>
-      <p><strong>Quota:</strong> {verdict(x.quota.builtin)}
-        {x.quota.policies.map(([p, v]) => <>; {p}: {v}</>)}. <strong>Topology domain:</strong> {x.domain ?? "none chosen"}.</p>
+      <p><strong>Quota:</strong> {verdict(x.quota)}. <strong>Topology domain:</strong> {x.domain ?? "none chosen"}.</p>
       <p><strong>Policies:</strong> {x.policies.map((p) => `${p.name} ${p.version} (${p.role}, weight ${p.weight}, ${short(p.sha256)})`).join("; ") || "built-ins only"}</p>
       <p>{x.nodes_feasible} of {x.nodes_evaluated} evaluated nodes (of {x.nodes_total}) passed every filter.</p>
       <h4>Nodes rejected, per policy and reason</h4>

@@ -102,14 +102,14 @@ impl Scheduler {
             format!("{} {} GPU(s) to free up", spec.pods, gpu_text(&spec.shape))
         } else if spec.topology.required && spec.topology.level.is_some() {
             format!(
-                "room for all {} pods in one {} ({pods_fit} fit across the cluster)",
-                spec.pods,
+                "room for all {} in one {} ({pods_fit} fit across the cluster)",
+                crate::explain::count_text(spec.pods, "pod"),
                 self.level_name(spec.topology.level.unwrap_or(0))
             )
         } else {
             format!(
-                "room for all {} pods at once ({pods_fit} fit now)",
-                spec.pods
+                "room for all {} at once ({pods_fit} fit now)",
+                crate::explain::count_text(spec.pods, "pod")
             )
         }
     }

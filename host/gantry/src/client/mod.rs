@@ -12,7 +12,8 @@ use std::process::ExitCode;
 use clap::{Args, Subcommand};
 use gantry_contract::{
     ErrorBody, Explain, ExplainKind, Explanation, NewSet, Outcome, PolicyManifest, PolicySet,
-    SetList, ShadowReport, ShadowStart, Upload, WhatIfAnswer, WhatIfJob, WhatIfOutcome,
+    SetList, ShadowReport, ShadowStart, Upload, WhatIfAnswer, WhatIfJob, WhatIfOutcome, count_text,
+    duration_text,
 };
 use serde_json::Value;
 
@@ -432,7 +433,7 @@ pub fn what_if(args: WhatIfArgs) -> anyhow::Result<ExitCode> {
                 Ok(v) => v,
                 Err(code) => return Ok(Err(code)),
             };
-            println!("{}", serde_json::to_string_pretty(&answer)?);
+            outln!("{}", serde_json::to_string_pretty(&answer)?);
             return Ok(Ok(()));
         }
         let answer: WhatIfAnswer =
@@ -444,18 +445,19 @@ pub fn what_if(args: WhatIfArgs) -> anyhow::Result<ExitCode> {
             let job = &o.job;
             let model = Some(job.gpu_type.as_str()).filter(|m| !m.is_empty());
             format!(
-                "{} pods × {} GPUs{}, queue {}",
-                job.pods,
-                job.gpus_per_pod,
+                "{} × {}{}, queue {}",
+                count_text(job.pods, "pod"),
+                count_text(job.gpus_per_pod, "GPU"),
                 model.map(|m| format!(" ({m})")).unwrap_or_default(),
                 job.queue
             )
         };
         let a = &answer.answer;
-        println!("{}: {}", shape(a), a.text);
-        println!(
-            "  behind the {} pending jobs the plan covers; runtime p50 {} s",
-            answer.jobs_ahead, a.runtime.p50_s
+        outln!("{}: {}", shape(a), a.text);
+        outln!(
+            "  behind the {} the plan covers; runtime p50 {}",
+            count_text(answer.jobs_ahead as u64, "pending job"),
+            duration_text(a.runtime.p50_s)
         );
         let p50 = |o: &WhatIfOutcome| o.estimate.as_ref().map_or(u64::MAX, |e| e.p50_ms);
         let sooner: Vec<&WhatIfOutcome> = answer
@@ -464,9 +466,9 @@ pub fn what_if(args: WhatIfArgs) -> anyhow::Result<ExitCode> {
             .filter(|v| p50(v) < p50(a))
             .collect();
         if !sooner.is_empty() {
-            println!("start sooner with:");
+            outln!("start sooner with:");
             for v in sooner {
-                println!("  {}: {}", v.change, v.text);
+                outln!("  {}: {}", v.change, v.text);
             }
         }
         Ok(Ok(()))
@@ -499,7 +501,7 @@ pub fn push(args: PushArgs) -> anyhow::Result<ExitCode> {
             Err(code) => return Ok(Err(code)),
         };
         let manifest = &upload.manifest;
-        println!(
+        outln!(
             "{} {} ({} policy) {} as sha256 {}",
             manifest.name,
             manifest.version,
@@ -511,7 +513,7 @@ pub fn push(args: PushArgs) -> anyhow::Result<ExitCode> {
             },
             manifest.sha256,
         );
-        println!("self-test: {}", upload.validation.self_test);
+        outln!("self-test: {}", upload.validation.self_test);
         if args.no_set {
             return Ok(Ok(()));
         }
@@ -554,7 +556,7 @@ pub fn push(args: PushArgs) -> anyhow::Result<ExitCode> {
             }
         };
         if composed == entries {
-            println!(
+            outln!(
                 "the active set (version {active}) already runs it as given: no new set version"
             );
             return Ok(Ok(()));
@@ -565,7 +567,7 @@ pub fn push(args: PushArgs) -> anyhow::Result<ExitCode> {
             Err(code) => return Ok(Err(code)),
         };
         let version = set.version;
-        println!(
+        outln!(
             "created set version {version} (version {active} with this policy); it is not active yet:\n  gantry policy shadow start {version}   # compare it with the active set\n  gantry policy activate {version}"
         );
         Ok(Ok(()))
@@ -635,10 +637,10 @@ pub fn compose(args: ComposeArgs) -> anyhow::Result<ExitCode> {
             Ok(v) => v,
             Err(code) => return Ok(Err(code)),
         };
-        println!("created set version {} from version {from}:", set.version);
+        outln!("created set version {} from version {from}:", set.version);
         print_set(&set, &manifests);
         if !args.activate {
-            println!(
+            outln!(
                 "it is not active yet:\n  gantry policy shadow start {0}   # compare it with the active set\n  gantry policy activate {0}",
                 set.version
             );
@@ -647,7 +649,7 @@ pub fn compose(args: ComposeArgs) -> anyhow::Result<ExitCode> {
         let path = format!("/api/sets/{}/activate", set.version);
         match client.typed::<PolicySet>("POST", &path, None)? {
             Ok(set) => {
-                println!(
+                outln!(
                     "set version {} is active: the next cycle runs on it",
                     set.version
                 );
@@ -671,7 +673,7 @@ fn print_set(set: &PolicySet, manifests: &[PolicyManifest]) {
             .deadline_ms
             .map(|ms| format!("{ms} ms"))
             .unwrap_or_else(|| "default".into());
-        println!(
+        outln!(
             "  {:<24} {:<6} {}  weight {}  failure {failure}  deadline {deadline}  config {}",
             name,
             role,
@@ -695,9 +697,9 @@ pub fn list(args: ConnArgs) -> anyhow::Result<ExitCode> {
             Err(code) => return Ok(Err(code)),
         };
         manifests.sort_by_key(|m| m.uploaded_at_ms);
-        println!("policies (oldest upload first):");
+        outln!("policies (oldest upload first):");
         for m in &manifests {
-            println!(
+            outln!(
                 "  {}  {:<24} {:<6} {:>8} bytes  uploaded {} by {}",
                 &m.sha256[..12.min(m.sha256.len())],
                 format!("{} {}", m.name, m.version),
@@ -707,7 +709,7 @@ pub fn list(args: ConnArgs) -> anyhow::Result<ExitCode> {
                 m.uploaded_by
             );
         }
-        println!("sets:");
+        outln!("sets:");
         for s in &sets.sets {
             let entries: Vec<String> = s
                 .entries
@@ -725,7 +727,7 @@ pub fn list(args: ConnArgs) -> anyhow::Result<ExitCode> {
                     format!("{name}×{}{deadline}", e.weight)
                 })
                 .collect();
-            println!(
+            outln!(
                 "{} v{:<4} {}  ({}, {}{})",
                 if s.version == sets.active { "*" } else { " " },
                 s.version,
@@ -752,7 +754,7 @@ pub fn switch(args: VersionArgs, rollback: bool) -> anyhow::Result<ExitCode> {
             Ok(set) => set,
             Err(code) => return Ok(Err(code)),
         };
-        println!(
+        outln!(
             "set version {} is active: the next cycle runs on it",
             set.version
         );
@@ -761,18 +763,20 @@ pub fn switch(args: VersionArgs, rollback: bool) -> anyhow::Result<ExitCode> {
 }
 
 fn print_report(report: &ShadowReport) {
-    println!(
+    outln!(
         "shadow: candidate set version {}, {} cycles, {} decisions compared",
-        report.candidate_version, report.cycles, report.decisions_compared
+        report.candidate_version,
+        report.cycles,
+        report.decisions_compared
     );
     if report.counts.is_empty() {
-        println!("  no disagreements");
+        outln!("  no disagreements");
     }
     for (kind, count) in &report.counts {
-        println!("  {kind}: {count}");
+        outln!("  {kind}: {count}");
     }
     for d in report.recent.iter().rev().take(10) {
-        println!(
+        outln!(
             "  {} {}: active placed it {} / candidate {}",
             d.job,
             d.kind,
@@ -840,7 +844,7 @@ pub fn explain(args: ExplainArgs) -> anyhow::Result<ExitCode> {
             Err(code) => return Ok(Err(code)),
         };
         if args.json {
-            println!("{}", serde_json::to_string_pretty(&e)?);
+            outln!("{}", serde_json::to_string_pretty(&e)?);
             return Ok(Ok(()));
         }
         let of_job = if e.kind == ExplainKind::Pod {
@@ -848,70 +852,70 @@ pub fn explain(args: ExplainArgs) -> anyhow::Result<ExitCode> {
         } else {
             String::new()
         };
-        println!(
-            "{}{of_job}: {} — {} pods × {} GPUs, queue {}, priority {}",
+        outln!(
+            "{}{of_job}: {} — {} × {}, queue {}, priority {}",
             e.name,
             e.state.as_str(),
-            e.pods,
-            e.gpus_per_pod,
+            count_text(e.pods, "pod"),
+            count_text(e.gpus_per_pod, "GPU"),
             e.queue_name,
             e.priority
         );
-        println!("  {}", e.why);
+        outln!("  {}", e.why);
         if let Some(waiting) = &e.waiting_for
             && !e.why.contains(waiting.as_str())
         {
-            println!("  waiting for: {waiting}");
+            outln!("  waiting for: {waiting}");
         }
         if let Some(position) = e.queue_position {
-            println!("  position in its queue: {position}");
+            outln!("  position in its queue: {position}");
         }
         if let Some(estimate) = &e.estimate {
-            println!("  start: {}", estimate.text);
+            outln!("  start: {}", estimate.text);
         } else if let Some(why) = &e.no_estimate {
-            println!("  start: {why}");
+            outln!("  start: {why}");
         }
         if let Some(q) = &e.queue {
-            println!(
-                "  queue {}: {} of {} GPUs used ({} borrowed), fair share {:.3}",
-                q.name, q.used_gpus, q.nominal_gpus, q.borrowed_gpus, q.fair_share
+            outln!(
+                "  queue {}: {} of {} used ({} borrowed), fair share {:.3}",
+                q.name,
+                q.used_gpus,
+                count_text(q.nominal_gpus, "GPU"),
+                q.borrowed_gpus,
+                q.fair_share
             );
         }
         if !e.history.is_empty() {
-            println!("  history:");
+            outln!("  history:");
             for event in &e.history {
-                println!("    {}  {}", utc_s(event.time_ms), event.text);
+                outln!("    {}  {}", utc_s(event.time_ms), event.text);
             }
         }
         let Some(latest) = &e.latest else {
             return Ok(Ok(()));
         };
         let x = &latest.explanation;
-        let quota = match &x.quota.builtin {
-            gantry_core::Admission::Within => "within".to_string(),
-            gantry_core::Admission::Borrowing { gpus } => format!("borrowing {gpus} GPUs"),
-            gantry_core::Admission::Denied { reason } => format!("denied ({reason})"),
-        };
-        println!("  quota: {quota}");
-        for (policy, verdict) in &x.quota.policies {
-            println!("  quota policy {policy}: {verdict}");
-        }
+        outln!("  quota: {}", x.quota.verdict_text());
         for f in &x.filters {
             for (reason, count) in &f.rejected {
-                println!("  {count} nodes rejected by {}: {reason}", f.policy);
+                outln!(
+                    "  {} rejected by {}: {reason}",
+                    count_text(*count, "node"),
+                    f.policy
+                );
             }
         }
         if !x.top_nodes.is_empty() {
-            println!("  top nodes by score (each policy's weighted part):");
+            outln!("  top nodes by score (each policy's weighted part):");
             for n in x.top_nodes.iter().take(5) {
                 let parts: Vec<String> = n
                     .parts
                     .iter()
                     .map(|(policy, score)| format!("{policy} {score}"))
                     .collect();
-                println!("    {}  {}  ({})", n.node, n.total, parts.join(", "));
+                outln!("    {}  {}  ({})", n.node, n.total, parts.join(", "));
                 for (policy, reason) in &n.reasons {
-                    println!("      {policy}: {reason}");
+                    outln!("      {policy}: {reason}");
                 }
             }
         }
@@ -920,11 +924,11 @@ pub fn explain(args: ExplainArgs) -> anyhow::Result<ExitCode> {
             .iter()
             .map(|p| format!("{} {}", p.name, p.version))
             .collect();
-        println!(
-            "  decided by policy set v{} ({}); {} decisions on record",
+        outln!(
+            "  decided by policy set v{} ({}); {} on record",
             x.policy_set,
             policies.join(", "),
-            e.attempts
+            count_text(e.attempts as u64, "decision")
         );
         Ok(Ok(()))
     })

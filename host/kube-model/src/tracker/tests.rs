@@ -400,7 +400,7 @@ fn declared_queues_bound_what_their_pods_use() {
     assert!(!decision.placed);
     assert_eq!(
         decision.explanation.summary(),
-        "Waiting for quota: queue small would borrow 1 GPUs, over its borrowing limit of 0."
+        "Waiting for quota: queue small would borrow 1 GPU, over its borrowing limit of 0."
     );
 }
 
