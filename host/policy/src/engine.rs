@@ -441,8 +441,20 @@ impl PolicyEngine {
 fn compile_new(shared: &EngineShared, bytes: &[u8], digest: [u8; 32]) -> Result<CompiledPolicy> {
     check_magic(bytes)?;
     let engine = &shared.engine;
-    let component = Component::new(engine, bytes)
-        .map_err(|e| PolicyError::Invalid(one_line(&format!("{e:#}"))))?;
+    let component = Component::new(engine, bytes).map_err(|e| {
+        let detail = one_line(&format!("{e:#}"));
+        // wasmparser's two words for a file that stops early: a read past its end, or a
+        // section that reaches past it.
+        let past_the_end = format!("out of bounds (bound = {})", bytes.len());
+        if detail.contains("unexpected end") || detail.contains(&past_the_end) {
+            PolicyError::Truncated {
+                at: bytes.len(),
+                inside: format!("the component ({detail})"),
+            }
+        } else {
+            PolicyError::Invalid(detail)
+        }
+    })?;
     let (role, version) = detect_role(engine, &component)?;
     prepare_memory_images(&component)?;
     let linker = &shared.linker;
@@ -573,6 +585,12 @@ fn check_magic(bytes: &[u8]) -> Result<()> {
     const COMPONENT: [u8; 8] = [0x00, 0x61, 0x73, 0x6d, 0x0d, 0x00, 0x01, 0x00];
     if bytes.starts_with(&COMPONENT) {
         return Ok(());
+    }
+    if bytes.len() < COMPONENT.len() && bytes.starts_with(b"\0asm") {
+        return Err(PolicyError::Truncated {
+            at: bytes.len(),
+            inside: "the 8-byte WebAssembly header".to_string(),
+        });
     }
     if bytes.starts_with(b"\0asm") {
         return Err(PolicyError::CoreModule);

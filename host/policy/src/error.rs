@@ -18,6 +18,15 @@ pub enum PolicyError {
          (or wrap it with `wasm-tools component new`)"
     )]
     CoreModule,
+    /// The file ends before its WebAssembly does: an upload or a copy cut short. Said as
+    /// such, since a cut header looks like a core module and a cut body like bad code.
+    #[error("the file is truncated at byte {at}: it ends inside {inside}")]
+    Truncated {
+        /// Its length: where it stops.
+        at: usize,
+        /// What it stops inside of.
+        inside: String,
+    },
     /// The component does not parse or validate.
     #[error("invalid WebAssembly component: {0}")]
     Invalid(String),

@@ -45,12 +45,20 @@ fn a_component_with_no_policy_world() {
 #[test]
 fn a_truncated_component() {
     let bytes = plugin("gpu-fit");
-    let text = load_error(&bytes[..bytes.len() / 2], PolicyOptions::default());
+    let half = bytes.len() / 2;
+    let text = load_error(&bytes[..half], PolicyOptions::default());
     assert!(
-        text.starts_with("invalid WebAssembly component: "),
+        text.starts_with(&format!(
+            "the file is truncated at byte {half}: it ends inside the component ("
+        )),
         "{text}"
     );
     assert!(!text.contains('\n'));
+    // Cut inside the header, it still looks like WebAssembly: not a "core module".
+    assert_eq!(
+        load_error(&bytes[..7], PolicyOptions::default()),
+        "the file is truncated at byte 7: it ends inside the 8-byte WebAssembly header"
+    );
 }
 
 #[test]
