@@ -25,9 +25,10 @@ pub use sim::{Load, SimCluster, run_loop};
 /// (`kube`), of the server and of the policies.
 #[derive(Args, Debug)]
 pub struct ServeArgs {
-    /// Cluster spec to simulate.
-    #[arg(long, default_value = concat!(env!("CARGO_MANIFEST_DIR"), "/../../../shared/clusters/openai-like-7500.yaml"))]
-    cluster: PathBuf,
+    /// Cluster spec to simulate. By default the 7,500-node spec, `shared/clusters/openai-like-7500.yaml`,
+    /// looked for at run time beside or above the working directory (see [`DEFAULT_CLUSTER`]).
+    #[arg(long)]
+    cluster: Option<PathBuf>,
     /// Stop after this many seconds (run until interrupted when absent).
     #[arg(long)]
     duration_s: Option<f64>,
@@ -75,10 +76,56 @@ pub struct ServeArgs {
     plugins: crate::policy::PluginDir,
 }
 
+/// The spec `gantry serve` simulates when no `--cluster` is given: the shared 7,500-node one,
+/// which lives outside the repository (in the `shared/` beside a checkout), so it is found at
+/// run time, never baked in as the build machine's path.
+pub const DEFAULT_CLUSTER: &str = "shared/clusters/openai-like-7500.yaml";
+
+/// Where the default cluster spec is: `DEFAULT_CLUSTER` under `start` or the nearest directory
+/// above it that has one (so `../shared/…` from a checkout), or the error naming every
+/// directory looked in.
+pub fn find_default_cluster(start: &std::path::Path) -> anyhow::Result<PathBuf> {
+    let mut looked = Vec::new();
+    for dir in start.ancestors() {
+        let candidate = dir.join(DEFAULT_CLUSTER);
+        if candidate.is_file() {
+            return Ok(candidate);
+        }
+        looked.push(dir.display().to_string());
+    }
+    anyhow::bail!(
+        "no --cluster given, and no {DEFAULT_CLUSTER} under {}: pass --cluster FILE.yaml",
+        looked.join(", ")
+    )
+}
+
 /// `gantry serve`: a live cluster with `--kubeconfig`, else the simulated one.
 pub fn run(args: ServeArgs) -> anyhow::Result<()> {
     match args.kube.kubeconfig.clone() {
         Some(kubeconfig) => kube::serve(kubeconfig, args),
         None => sim::serve(args),
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn the_default_cluster_is_found_above_the_working_directory_or_refused_naming_where() {
+        let root = tempfile::tempdir().unwrap();
+        let checkout = root.path().join("main/host");
+        std::fs::create_dir_all(&checkout).unwrap();
+        let error = find_default_cluster(&checkout).unwrap_err().to_string();
+        assert!(
+            error.contains(&checkout.display().to_string())
+                && error.contains(&root.path().display().to_string())
+                && error.contains("pass --cluster"),
+            "{error}"
+        );
+        let spec = root.path().join(DEFAULT_CLUSTER);
+        std::fs::create_dir_all(spec.parent().unwrap()).unwrap();
+        std::fs::write(&spec, "name: x\n").unwrap();
+        assert_eq!(find_default_cluster(&checkout).unwrap(), spec);
     }
 }

@@ -77,9 +77,13 @@ pub struct LoopSummary {
 /// until interrupted or `duration_s`.
 pub(super) fn serve(args: ServeArgs) -> anyhow::Result<()> {
     let symbols = Symbols::new();
-    let mut sim = SimCluster::load(&args.cluster, &symbols)?;
+    let cluster = match &args.cluster {
+        Some(path) => path.clone(),
+        None => super::find_default_cluster(&std::env::current_dir()?)?,
+    };
+    let mut sim = SimCluster::load(&cluster, &symbols)?;
     args.rule.set_on(&mut sim.scheduler)?;
-    println!(
+    outln!(
         "gantry serve: simulating {} ({} nodes, {} GPUs) under synthetic load; Ctrl-C stops",
         sim.name,
         sim.scheduler.state.len(),
@@ -106,12 +110,12 @@ pub(super) fn serve(args: ServeArgs) -> anyhow::Result<()> {
         .iter()
         .map(|e| e.policy.info().name.clone())
         .collect();
-    println!(
+    outln!(
         "  API on {}://{bound}/api (OpenAPI at /api/openapi.json), data in {}",
         args.server.scheme(),
         args.server.data_dir.display()
     );
-    println!(
+    outln!(
         "  policies: {} (set version {}); {} balloon pods hold idle capacity",
         if names.is_empty() {
             "built-ins only".to_string()
@@ -121,7 +125,7 @@ pub(super) fn serve(args: ServeArgs) -> anyhow::Result<()> {
         live.active_set().version(),
         balloons
     );
-    println!(
+    outln!(
         "  synthetic load: {jobs_per_s:.2} jobs/s (about {:.0}% of the GPUs on average)",
         100.0 * share
     );
@@ -141,7 +145,7 @@ pub(super) fn serve(args: ServeArgs) -> anyhow::Result<()> {
     if let Some(path) = &args.report {
         std::fs::write(path, serde_json::to_string_pretty(&stats)? + "\n")
             .map_err(|e| anyhow::anyhow!("{}: cannot write the report: {e}", path.display()))?;
-        println!(
+        outln!(
             "  report in {}: GPU allocation {:.1}% ({:.1}% by work) after the first {:.0} s; idle while wanted {:.2}%; pending mean {:.0} (minutes 2-5) and {:.0} (last 5 minutes); cycle p50 {:.1} ms, p99 {:.1} ms",
             path.display(),
             stats.gpu_allocation * 100.0,
@@ -156,7 +160,7 @@ pub(super) fn serve(args: ServeArgs) -> anyhow::Result<()> {
     }
     live.store.flush()?;
     Shutdown::join_by(api, API_PATIENCE);
-    println!(
+    outln!(
         "gantry serve: stopped after {} jobs ({} pods) submitted, {} placed, {} finished; {} cycle failures",
         summary.submitted,
         summary.pods_submitted,
@@ -235,7 +239,7 @@ pub fn run_loop(
                 .into_iter()
                 .filter(|&id| !scheduler.job(id).balloon)
                 .count();
-            println!(
+            outln!(
                 "t={now:>6.0}s  submitted {}  placed {placed}  finished {}  pending {pending}  balloons running {balloons_running}  preempted {preempted}  GPUs allocated {:.1}% ({:.1}% by work)  {:.0} decisions/s of cycle time  set v{}",
                 submitted,
                 finished,
