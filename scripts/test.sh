@@ -12,7 +12,10 @@ step() { printf '\n==> %s\n' "$*"; }
 run_start="$(mktemp)"
 trap 'rm -f "$run_start"' EXIT
 
-step "toolchain, policies and the web UI"
+step "toolchain, policies, the web UI and Chromium"
+# Chromium first: the browser tests come last, and a machine that cannot install it should
+# say so before the long steps, not after them.
+scripts/chromium.sh
 scripts/build-plugins.sh
 # Before any cargo build, so the one build of gantry embeds the UI.
 scripts/ui-build.sh

@@ -7,10 +7,7 @@
 set -euo pipefail
 cd "$(dirname "$0")/.."
 source scripts/env.sh
-if ! command -v chromium >/dev/null; then
-    # playwright's own browser download is not used: Debian's Chromium is what the test drives.
-    apt-get update -qq && apt-get install -y -qq chromium >/dev/null
-fi
+scripts/chromium.sh >/dev/null
 scripts/ui-build.sh
 # Rebuild so the binary embeds the UI just built (build.rs watches web/dist/). Under
 # scripts/test.sh, `cargo test` already built it with this UI: building it again here, with the

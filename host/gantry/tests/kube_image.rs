@@ -308,11 +308,33 @@ fn the_image_runs_chrooted_with_the_deployments_arguments_takes_the_lease_and_bi
         .and_then(|s| s.rsplit_once(':'))
         .map(|(h, p)| (h.to_string(), p.to_string()))
         .expect("the admin kubeconfig's server is https://HOST:PORT");
-    let args = container.args.clone().unwrap_or_default();
-    let listen = args
+    let mut args = container.args.clone().unwrap_or_default();
+    let deployed_port = args
         .iter()
         .find_map(|a| a.strip_prefix("--listen=0.0.0.0:"))
-        .expect("the Deployment's --listen");
+        .expect("the Deployment's --listen")
+        .to_string();
+    let container_ports: Vec<String> = container
+        .ports
+        .iter()
+        .flatten()
+        .map(|p| p.container_port.to_string())
+        .collect();
+    assert!(
+        container_ports.contains(&deployed_port),
+        "the Deployment listens on {deployed_port} but declares ports {container_ports:?}"
+    );
+    // A pod has its own network namespace and a chroot does not: the Deployment's port (7070,
+    // the demo's too) may be taken on this machine, so the chrooted process gets a free one.
+    let listen = std::net::TcpListener::bind("0.0.0.0:0")
+        .and_then(|l| l.local_addr())
+        .expect("a free port")
+        .port();
+    for arg in &mut args {
+        if arg.starts_with("--listen=") {
+            *arg = format!("--listen=0.0.0.0:{listen}");
+        }
+    }
     let log = dir.path().join("gantry.log");
     let output = std::fs::File::create(&log).unwrap();
     let child = Command::new("chroot")
