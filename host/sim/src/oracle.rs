@@ -93,6 +93,10 @@ pub(crate) struct Oracle {
     durations_s: Vec<f64>,
     /// Submissions per second over the trace.
     rate: f64,
+    /// In the `History` mode, the runtime distribution the ended runs and the running ones'
+    /// ages give (Kaplan–Meier), made again at each forecast: the ended runs alone are the
+    /// short ones, since the long ones are still running.
+    survival: Option<Survival>,
     /// Futures per forecast: more draws make each median start closer to the one that
     /// minimises the job's expected error, at one forward run each.
     draws: usize,
@@ -119,6 +123,7 @@ impl Oracle {
             durations_s,
             rate: jobs.len() as f64 / span_s.max(1.0),
             draws: draws.max(1),
+            survival: None,
             state: seed ^ 0x6A09_E667_F3BC_C908,
         }
     }
@@ -145,6 +150,12 @@ impl Oracle {
     /// A runtime for a run that has lasted `elapsed_s`: one of the trace's durations longer
     /// than that, at random (the longest, if none is).
     fn runtime_s(&mut self, elapsed_s: f64) -> f64 {
+        if self.survival.is_some() {
+            let u = self.uniform();
+            if let Some(survival) = &self.survival {
+                return survival.draw_s(elapsed_s, u);
+            }
+        }
         let Some(last) = self.durations_s.len().checked_sub(1) else {
             return elapsed_s.max(NO_HISTORY_RUNTIME_S);
         };
@@ -167,6 +178,11 @@ impl Oracle {
         now_s: f64,
         spec_of: impl Fn(&TraceJob) -> JobSpec,
     ) -> Vec<KnownFuture> {
+        if self.mode == KnownFutureMode::History && !self.durations_s.is_empty() {
+            let mut running_s: Vec<f64> = id_to_elapsed_s.values().flatten().copied().collect();
+            running_s.sort_by(f64::total_cmp);
+            self.survival = Some(Survival::of(&self.durations_s, &running_s));
+        }
         (0..self.draws)
             .map(|_| {
                 let job_to_runtime_s = exact
@@ -239,6 +255,53 @@ impl Oracle {
     }
 }
 
+/// A Kaplan–Meier estimate of the runtime distribution: ended runs are its events, running
+/// ones are censored at their ages, so it is not biased to the short runs that ended first.
+struct Survival {
+    /// The distinct ended runtimes, ascending.
+    event_s: Vec<f64>,
+    /// The share of runs that last longer than each of them.
+    survival: Vec<f64>,
+    /// The longest runtime or age seen: where a draw past the last event lands.
+    last_s: f64,
+}
+
+impl Survival {
+    /// From the ended runtimes and the running ages, each ascending.
+    fn of(ended_s: &[f64], running_s: &[f64]) -> Self {
+        let at_risk = |sorted: &[f64], t: f64| sorted.len() - sorted.partition_point(|&x| x < t);
+        let (mut event_s, mut survival) = (Vec::new(), Vec::new());
+        let mut s = 1.0;
+        let mut i = 0;
+        while i < ended_s.len() {
+            let t = ended_s[i];
+            let ended = ended_s[i..].partition_point(|&x| x <= t);
+            let n = at_risk(ended_s, t) + at_risk(running_s, t);
+            s *= 1.0 - ended as f64 / n as f64;
+            event_s.push(t);
+            survival.push(s);
+            i += ended;
+        }
+        let last_s = ended_s.iter().chain(running_s).copied().fold(0.0, f64::max);
+        Self {
+            event_s,
+            survival,
+            last_s,
+        }
+    }
+
+    /// A runtime for a run that has lasted `elapsed_s`, at quantile `u` of what is left: the
+    /// first ended runtime past its age whose survival falls to `u` of the survival at its age.
+    fn draw_s(&self, elapsed_s: f64, u: f64) -> f64 {
+        let from = self.event_s.partition_point(|&t| t <= elapsed_s);
+        let at_age = from.checked_sub(1).map_or(1.0, |i| self.survival[i]);
+        let target = at_age * u;
+        (from..self.event_s.len())
+            .find(|&i| self.survival[i] <= target)
+            .map_or(self.last_s.max(elapsed_s), |i| self.event_s[i])
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -259,6 +322,18 @@ mod tests {
             expected_runtime_s: None,
             line: 0,
         }
+    }
+
+    #[test]
+    fn the_runs_still_going_keep_the_runtime_distribution_from_favouring_short_ones() {
+        // Two runs ended at 100 s; two run on past 1,000 s. The ended ones alone say every
+        // run takes 100 s; with the running ones censored, half last past 100 s.
+        let survival = Survival::of(&[100.0, 100.0], &[1_000.0, 1_200.0]);
+        assert_eq!(survival.survival, [0.5]);
+        assert_eq!(survival.draw_s(0.0, 0.6), 100.0);
+        // Past the last ended runtime: the longest seen.
+        assert_eq!(survival.draw_s(0.0, 0.4), 1_200.0);
+        assert_eq!(survival.draw_s(1_300.0, 0.4), 1_300.0);
     }
 
     #[test]
