@@ -167,12 +167,34 @@ test("cluster: first load with 7,500 nodes, live updates, frame times", async ({
   await page.keyboard.press("Enter");
   await page.getByRole("heading", { name: `Node ${opened}`, exact: true }).waitFor();
   figures.keyboard = `Tab → ${start}, ↓ → ${down}, → → ${right}, Enter opened ${opened}`;
+  // Balloon-held GPUs are shaded apart from work: the legend names the shade, and when some
+  // node's GPUs in use are mostly balloons', the canvas has that colour on it.
+  await expect(page.getByTestId("balloon-shade")).toHaveText(/balloons/);
+  const shade = await page.evaluate(async () => {
+    const cols = await (await fetch("/api/cluster/nodes", { headers: { Authorization: `Bearer ${sessionStorage.getItem("gantry.token") ?? ""}` } })).json().catch(() => null);
+    const canvas = document.querySelector("canvas.heatmap");
+    const px = canvas.getContext("2d").getImageData(0, 0, canvas.width, canvas.height).data;
+    let painted = 0;
+    for (let i = 0; i < px.length; i += 4) if (px[i] === 0xf6 && px[i + 1] === 0xd2 && px[i + 2] === 0x8b) painted++;
+    const held = cols ? cols.name.filter((_, i) => cols.balloon_gpus[i] > cols.gpu_total[i] - cols.gpu_free[i] - cols.balloon_gpus[i]).length : -1;
+    return { painted, held };
+  });
+  figures.balloon_nodes = shade.held;
+  if (shade.held > 0) expect(shade.painted, `${shade.held} nodes held mostly by balloons, none painted so`).toBeGreaterThan(0);
   await page.selectOption("#f-health", "healthy");
   await page.locator("canvas.heatmap").click({ position: { x: 3, y: 17 } });
   await page.getByRole("heading", { name: /^Node / }).waitFor();
   await page.getByText("Recent decisions").waitFor();
   await axe(page, "cluster");
   await shot(page, "cluster");
+});
+
+test("feed: balloons' churn is hidden by default", async ({ viewerPage: page }) => {
+  await go(page, "feed", "text=decisions received");
+  expect(await page.getByLabel("Show balloons").isChecked(), "balloons hidden by default").toBe(false);
+  await page.waitForFunction(() => document.querySelectorAll("ul.feed li").length >= 20, null, { timeout: 20000 });
+  expect(await page.locator('ul.feed li[data-balloon="yes"]').count(), "balloon decisions shown by default").toBe(0);
+  await expect(page.locator("main")).toContainText("balloons hidden");
 });
 
 test("queues: quota table, fair-share chart, pending jobs with position", async ({ viewerPage: page }) => {
@@ -387,6 +409,8 @@ test("admin uploads keep-off, shadows it, activates it, sees placements leave th
   const feed = async () => {
     await go(page, "feed", "text=decisions received");
     await page.getByLabel("Placements only").check();
+    // Balloons' placements too, which the policies decide like any other.
+    await page.getByLabel("Show balloons").check();
   };
   const waitPlacements = async (set, n, timeout) => {
     await page.waitForFunction(([set, n]) => document.querySelectorAll(`li[data-set="${set}"][data-placed="yes"]`).length >= n, [set, n], { timeout });

@@ -39,10 +39,14 @@ pub struct ClusterSummary {
     pub gpu_total: u64,
     /// Of those, GPUs free now.
     pub gpu_free: u64,
-    /// Pods of pending jobs.
+    /// Pods of pending jobs, balloons aside.
     pub pending_pods: u64,
-    /// Pods of running jobs.
+    /// Pods of running jobs, balloons aside.
     pub running_pods: u64,
+    /// Balloon pods waiting for room: counted apart, since they are not work.
+    pub balloon_pending_pods: u64,
+    /// Balloon pods holding idle GPUs now.
+    pub balloon_running_pods: u64,
     /// The policy-set version cycles run on.
     pub active_set: u64,
     /// GPU use per topology domain, coarsest level first.
@@ -63,6 +67,9 @@ pub struct NodeColumns {
     pub gpu_total: Vec<u32>,
     /// Each node's free GPUs.
     pub gpu_free: Vec<u32>,
+    /// Of each node's GPUs in use, those balloons hold: idle capacity kept warm, not work,
+    /// which the heatmap shades apart.
+    pub balloon_gpus: Vec<u32>,
     /// `healthy`, `unhealthy`, `preflight`, `not-ready` or `cordoned`.
     pub health: Vec<String>,
     /// Per topology level, its name and each node's domain index.

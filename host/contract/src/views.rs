@@ -38,10 +38,15 @@ pub struct QueueView {
     pub fair_share: f64,
     /// Lower goes first among siblings.
     pub fair_share_key: f64,
-    /// Jobs submitted to this queue itself (not its children) that wait to be placed.
+    /// Jobs submitted to this queue itself (not its children) that wait to be placed,
+    /// balloons aside.
     pub pending_jobs: u32,
-    /// Jobs submitted to this queue itself (not its children) that run now.
+    /// Jobs submitted to this queue itself (not its children) that run now, balloons aside.
     pub running_jobs: u32,
+    /// Balloons of this queue waiting for room: counted apart, since they are not work.
+    pub balloon_pending_jobs: u32,
+    /// Balloons of this queue holding idle GPUs now.
+    pub balloon_running_jobs: u32,
 }
 
 /// A job the loop knows about now.
@@ -100,6 +105,8 @@ pub struct DecisionEvent {
     pub policy_set: u64,
     /// The decision's one-line summary, as the live feed shows it.
     pub summary: String,
+    /// A balloon's decision (placed, or given way to work): churn the feed hides by default.
+    pub balloon: bool,
 }
 
 /// One queue's history as columns of equal length, oldest first: what the queues page charts.

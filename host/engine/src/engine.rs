@@ -7,10 +7,13 @@
 //! Only the source, the binder and the clock differ between a simulated cluster and a live
 //! one; this loop does not know which it drives.
 
+use std::collections::HashSet;
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
-use gantry_core::{BindOutcome, Changes, Cluster, CycleOutput, Decision, Forecasts, Scheduler};
+use gantry_core::{
+    BindOutcome, Changes, Cluster, CycleOutput, Decision, Forecasts, JobId, Scheduler,
+};
 use gantry_policy::NodeCache;
 use serde::Serialize;
 
@@ -265,7 +268,15 @@ impl Engine {
                 })
             })
             .collect();
-        self.live.record(&output, &outcomes, &preempted, time_ms);
+        let balloons: HashSet<JobId> = output
+            .decisions
+            .iter()
+            .chain(&preempted)
+            .map(|d| d.job)
+            .filter(|&id| self.scheduler.get(id).is_some_and(|spec| spec.balloon))
+            .collect();
+        self.live
+            .record(&output, &outcomes, &preempted, &balloons, time_ms);
         self.observe(now_s, &output, cycle_time);
         self.start_forecast();
         self.live.beat();
@@ -598,6 +609,8 @@ mod tests {
     #[derive(Default)]
     struct Memory {
         to_submit: Vec<(String, u32, u32)>,
+        /// Balloons to submit: (name, GPUs).
+        balloons: Vec<(String, u32)>,
         fail_once: BTreeSet<String>,
         bound: Vec<String>,
     }
@@ -608,6 +621,13 @@ mod tests {
             let symbols = scheduler.symbols().clone();
             for (name, pods, gpus) in self.to_submit.drain(..) {
                 scheduler.submit(job(&symbols, &name, pods, gpus, now_s));
+                changes.submitted += 1;
+            }
+            for (name, gpus) in self.balloons.drain(..) {
+                let mut balloon = job(&symbols, &name, 1, gpus, now_s);
+                balloon.balloon = true;
+                balloon.priority = i32::MIN;
+                scheduler.submit(balloon);
                 changes.submitted += 1;
             }
             changes
@@ -683,6 +703,52 @@ mod tests {
             Outcome::Pending { waiting_for } => Some(waiting_for),
             Outcome::Placed { .. } => None,
         }
+    }
+
+    #[test]
+    fn balloons_are_counted_apart_from_work_everywhere_a_count_is_shown() {
+        let dir = tempfile::tempdir().expect("tempdir");
+        let mut engine = engine(dir.path());
+        // Six 8-GPU balloons on four 8-GPU nodes, and no work: four hold, two wait.
+        let mut cluster = Memory {
+            balloons: (0..6).map(|i| (format!("balloon-{i}"), 8)).collect(),
+            ..Memory::default()
+        };
+        engine.step(&mut cluster, 0.0);
+        engine.publish();
+        let view = engine.live().view();
+        assert_eq!((view.pending_pods, view.running_pods), (0, 0));
+        assert_eq!(
+            view.balloon_pods,
+            crate::live::BalloonPods {
+                pending: 2,
+                running: 4
+            }
+        );
+        let queue = &view.queues[0];
+        assert_eq!((queue.pending_jobs, queue.running_jobs), (0, 0));
+        assert_eq!(
+            (queue.balloon_pending_jobs, queue.balloon_running_jobs),
+            (2, 4)
+        );
+        assert_eq!(view.node_to_balloon_gpus.values().sum::<u32>(), 32);
+        let metrics = &engine.live().metrics;
+        assert_eq!(metrics.pending_pods.get(), 0);
+        assert_eq!(
+            metrics.balloon_pods.with_label_values(&["pending"]).get(),
+            2
+        );
+        assert_eq!(
+            metrics.balloon_pods.with_label_values(&["running"]).get(),
+            4
+        );
+        // Work arriving counts as work, and the balloons it displaces stay balloons.
+        cluster.to_submit.push(("work".into(), 1, 8));
+        engine.step(&mut cluster, 1.0);
+        engine.publish();
+        let view = engine.live().view();
+        assert_eq!(view.pending_pods + view.running_pods, 1, "{view:?}");
+        assert_eq!(view.balloon_pods.pending + view.balloon_pods.running, 6);
     }
 
     #[test]

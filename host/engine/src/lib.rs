@@ -23,9 +23,9 @@ pub mod whatif;
 pub use engine::{Engine, EngineConfig, Pass, RunStats};
 pub use error::{EngineError, Result};
 pub use live::{
-    ClusterView, DecisionEvent, HISTORY_EVERY, HISTORY_KEEP, JobView, Live, LiveConfig,
-    QueueHistoryView, QueueSeries, QueueView, ShadowDisagreement, ShadowReport, Upload, Validation,
-    lent_gpus,
+    BalloonPods, ClusterView, DecisionEvent, HISTORY_EVERY, HISTORY_KEEP, JobView, Live,
+    LiveConfig, QueueHistoryView, QueueSeries, QueueView, ShadowDisagreement, ShadowReport, Upload,
+    Validation, lent_gpus,
 };
 pub use metrics::Metrics;
 pub use shutdown::Shutdown;

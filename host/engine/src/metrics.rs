@@ -25,8 +25,12 @@ pub struct Metrics {
     /// in one pass, so each attempt is observed as its cycle's time divided by its attempts.
     pub attempt_duration: HistogramVec,
     /// `scheduler_pending_pods{queue}`: kube-scheduler splits by its internal queues; Gantry has
-    /// one, reported as `active`.
+    /// one, reported as `active`. Real work only, as kube-scheduler counts real pods: balloons
+    /// are `gantry_balloon_pods`.
     pub pending_pods: IntGauge,
+    /// `gantry_balloon_pods{state}`: balloon pods `pending` and `running`, apart from the work
+    /// counts, so a cluster held by balloons does not read as a backlog.
+    pub balloon_pods: IntGaugeVec,
     /// `scheduler_queue_incoming_pods_total{event="PodAdd",queue="active"}`: pods submitted.
     pub incoming_pods: IntCounter,
     /// Cycles whose decisions could not be stored.
@@ -98,6 +102,14 @@ impl Metrics {
         )
         .expect("valid metric");
         let pending_pods = pending_pods_vec.with_label_values(&["active"]);
+        let balloon_pods = IntGaugeVec::new(
+            Opts::new(
+                "gantry_balloon_pods",
+                "Balloon pods holding idle capacity, by state (pending or running).",
+            ),
+            &["state"],
+        )
+        .expect("valid metric");
         let incoming_pods_vec = IntCounterVec::new(
             Opts::new(
                 "scheduler_queue_incoming_pods_total",
@@ -176,6 +188,7 @@ impl Metrics {
             Box::new(bind_after_lease_loss.clone()),
             Box::new(attempt_duration.clone()),
             Box::new(pending_pods_vec.clone()),
+            Box::new(balloon_pods.clone()),
             Box::new(incoming_pods_vec),
             Box::new(cycle_failures.clone()),
             Box::new(cycles.clone()),
@@ -195,6 +208,7 @@ impl Metrics {
             attempts,
             attempt_duration,
             pending_pods,
+            balloon_pods,
             incoming_pods,
             cycle_failures,
             cycles,

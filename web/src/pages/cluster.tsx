@@ -10,6 +10,9 @@ import { Status, time } from "../ui";
 const CELL = 6, GAP = 1, STEP = CELL + GAP, LABEL = 14, PANEL_GAP = 10, WIDTH = 980;
 const PALETTE = ["#f1f6fc", "#c6dbef", "#6baed6", "#2171b5", "#08306b"];
 const UNHEALTHY = "#d62828", FILTERED = "#e4e4e4";
+// A node whose GPUs in use are mostly balloons': idle capacity kept warm, not work, so it is not
+// shaded as busy.
+const BALLOON = "#f6d28b";
 
 interface Layout { x: Int16Array; y: Int16Array; height: number; labels: [string, number, number][] }
 
@@ -65,9 +68,10 @@ function neighbour(lay: Layout, i: number, dx: number, dy: number): number {
 /** The focused node in words, for the live region. */
 function describe(cols: NodeColumns, i: number): string {
   const used = cols.gpu_total[i] - cols.gpu_free[i];
+  const held = cols.balloon_gpus[i] ? ` (${cols.balloon_gpus[i]} by balloons)` : "";
   const where = cols.levels.map(([level, domain]) => `${level} ${domain[i]}`).join(", ");
   const queues = cols.queues[i] ? `; queues ${cols.queues[i].split(",").join(", ")}` : "";
-  return `Node ${cols.name[i]}: ${used} of ${cols.gpu_total[i]} GPUs in use, ${cols.health[i]}, ${where}${queues}. Enter opens it.`;
+  return `Node ${cols.name[i]}: ${used} of ${cols.gpu_total[i]} GPUs in use${held}, ${cols.health[i]}, ${where}${queues}. Enter opens it.`;
 }
 
 export interface Filters { gpu: string; health: string; queue: string }
@@ -88,12 +92,14 @@ function draw(canvas: HTMLCanvasElement, cols: NodeColumns, lay: Layout, f: Filt
   for (const [text, lx, ly] of lay.labels) ctx.fillText(text, lx, ly);
   // One fillStyle per colour bucket: switching styles per cell is what costs on a canvas.
   const buckets: number[][] = PALETTE.map(() => []);
-  const red: number[] = [], grey: number[] = [];
+  const red: number[] = [], grey: number[] = [], balloon: number[] = [];
   for (let i = 0; i < cols.name.length; i++) {
     if (!passes(cols, i, f)) grey.push(i);
     else if (cols.health[i] !== "healthy") red.push(i);
     else {
-      const used = cols.gpu_total[i] ? 1 - cols.gpu_free[i] / cols.gpu_total[i] : 0;
+      const held = cols.balloon_gpus[i], work = cols.gpu_total[i] - cols.gpu_free[i] - held;
+      if (held > work) { balloon.push(i); continue; }
+      const used = cols.gpu_total[i] ? work / cols.gpu_total[i] : 0;
       buckets[Math.min(PALETTE.length - 1, Math.round(used * (PALETTE.length - 1)))].push(i);
     }
   }
@@ -102,6 +108,7 @@ function draw(canvas: HTMLCanvasElement, cols: NodeColumns, lay: Layout, f: Filt
     for (const i of idx) ctx.fillRect(lay.x[i], lay.y[i], CELL, CELL);
   };
   buckets.forEach((idx, b) => paint(PALETTE[b], idx));
+  paint(BALLOON, balloon);
   paint(UNHEALTHY, red);
   paint(FILTERED, grey);
 }
@@ -223,7 +230,8 @@ export function ClusterPage() {
         <NodeLookup onOpen={setSelected} />
       </div>
       <div class="legend" aria-hidden="true">
-        GPUs in use: {PALETTE.map((c, i) => <span><span class="swatch" style={{ background: c }} />{Math.round((i / (PALETTE.length - 1)) * 100)}%</span>)}
+        GPUs in use by work: {PALETTE.map((c, i) => <span><span class="swatch" style={{ background: c }} />{Math.round((i / (PALETTE.length - 1)) * 100)}%</span>)}
+        <span data-testid="balloon-shade"><span class="swatch" style={{ background: BALLOON }} />held mostly by balloons</span>
         <span><span class="swatch" style={{ background: UNHEALTHY }} />not healthy</span>
         <span><span class="swatch" style={{ background: FILTERED }} />filtered out</span>
       </div>

@@ -100,10 +100,12 @@ export function QueuesPage() {
       <Status error={error} />
       <table aria-label="Queues">
         <caption class="hint">GPUs per queue. Borrowed: used beyond its quota, lent by other queues. Lent: of its quota, what other queues
-          use now by borrowing it. Idle: unused quota others may borrow, within the lending limit.</caption>
+          use now by borrowing it. Idle: unused quota others may borrow, within the lending limit. Job counts are work only:
+          balloons, which hold idle GPUs and give way to work, are counted in their own column.</caption>
         <thead><tr><th>queue</th><th>parent</th><th class="num">quota</th><th class="num">used</th><th class="num">borrowed</th>
           <th class="num">lent</th><th class="num">idle, lendable</th><th class="num">borrow limit</th><th class="num">weight</th>
-          <th class="num">fair share</th><th class="num">pending jobs</th><th class="num">running jobs</th></tr></thead>
+          <th class="num">fair share</th><th class="num">pending jobs</th><th class="num">running jobs</th>
+          <th class="num">balloons (pending / holding)</th></tr></thead>
         <tbody>
           {queues.map((q) => (
             <tr data-queue={q.name}>
@@ -113,6 +115,7 @@ export function QueuesPage() {
               <td class="num">{q.borrowing_limit_gpus ?? "none"}</td>
               <td class="num">{q.weight}</td><td class="num">{q.fair_share.toFixed(3)}</td>
               <td class="num">{q.pending_jobs}</td><td class="num">{q.running_jobs}</td>
+              <td class="num" data-col="balloons">{q.balloon_pending_jobs} / {q.balloon_running_jobs}</td>
             </tr>
           ))}
         </tbody>

@@ -9,7 +9,7 @@
 //! deciding beside the active one); here, [`Live`] itself, the cycle's decide and record, and
 //! the loop's heartbeat and wake-ups.
 
-use std::collections::{BTreeMap, HashMap, VecDeque};
+use std::collections::{BTreeMap, HashMap, HashSet, VecDeque};
 use std::hash::{Hash, Hasher};
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::sync::mpsc::{SyncSender, TrySendError};
@@ -45,7 +45,7 @@ pub use gantry_contract::{
 use history::*;
 pub use history::{HISTORY_EVERY, HISTORY_KEEP};
 use shadow::*;
-pub use view::{ClusterView, lent_gpus};
+pub use view::{BalloonPods, ClusterView, lent_gpus};
 
 pub(crate) use crate::now_ms;
 
@@ -316,12 +316,14 @@ impl Live {
     /// with that reason, never as placed.
     ///
     /// `preempted` are the records of the jobs the cycle evicted (pending again), so that a
-    /// victim's history says what happened to it.
+    /// victim's history says what happened to it. `balloons` are the jobs among them that are
+    /// balloons, which the live feed marks so a reader can hide their churn.
     pub fn record(
         &self,
         output: &CycleOutput,
         outcomes: &[BindOutcome],
         preempted: &[Decision],
+        balloons: &HashSet<JobId>,
         time_ms: u64,
     ) {
         let job_to_outcome: HashMap<JobId, &BindOutcome> =
@@ -349,7 +351,7 @@ impl Live {
             happened.decisions.push(decision);
         }
         happened.decisions.extend_from_slice(preempted);
-        self.store_decisions(&happened, time_ms);
+        self.store_decisions(&happened, balloons, time_ms);
     }
 
     /// The decisions worth keeping: every placement, and a pending job's decision when it says
@@ -389,7 +391,7 @@ impl Live {
             .collect()
     }
 
-    fn store_decisions(&self, output: &CycleOutput, time_ms: u64) {
+    fn store_decisions(&self, output: &CycleOutput, balloons: &HashSet<JobId>, time_ms: u64) {
         let kept = self.worth_storing(output, time_ms);
         if kept.is_empty() {
             return;
@@ -425,6 +427,7 @@ impl Live {
                 domain: e.domain.clone(),
                 policy_set: e.policy_set,
                 summary: e.summary(),
+                balloon: balloons.contains(&d.job),
             }));
         }
     }
@@ -559,6 +562,8 @@ mod tests {
             fair_share_key: 0.5,
             pending_jobs: 3,
             running_jobs: 1,
+            balloon_pending_jobs: 0,
+            balloon_running_jobs: 0,
         };
         let every = HISTORY_EVERY.as_millis() as u64;
         let t0 = 1_000_000_000;

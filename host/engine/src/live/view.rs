@@ -20,12 +20,36 @@ pub struct ClusterView {
     pub job_to_state: HashMap<String, JobView>,
     /// Running jobs per node index, for "what runs here".
     pub node_to_jobs: HashMap<u32, Vec<String>>,
+    /// GPUs balloons hold per node index (nodes with none absent): the heatmap shades them
+    /// apart from work.
+    pub node_to_balloon_gpus: HashMap<u32, u32>,
     /// The first leaf queue's usage, for the quota self-test of an upload.
     pub sample_usage: Option<(QueueUsage, Option<CohortUsage>)>,
-    /// Pods of all pending jobs (each pod of a gang counted), for the cluster summary.
+    /// Pods of all pending jobs (each pod of a gang counted), balloons aside, for the
+    /// cluster summary.
     pub pending_pods: u64,
-    /// Pods of all running jobs, for the cluster summary.
+    /// Pods of all running jobs, balloons aside, for the cluster summary.
     pub running_pods: u64,
+    /// Balloon pods pending and running: apart, so balloons never read as work.
+    pub balloon_pods: BalloonPods,
+}
+
+/// Balloon pods by state, counted apart from work everywhere a count is shown.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+pub struct BalloonPods {
+    /// Waiting for room.
+    pub pending: u64,
+    /// Holding idle GPUs.
+    pub running: u64,
+}
+
+/// Jobs of one queue by state, work and balloons apart.
+#[derive(Debug, Clone, Copy, Default)]
+struct QueueCounts {
+    pending: u32,
+    running: u32,
+    balloon_pending: u32,
+    balloon_running: u32,
 }
 
 /// GPUs of each queue's nominal quota that other queues use now by borrowing them.
@@ -114,10 +138,12 @@ impl Live {
     pub fn publish(&self, scheduler: &Scheduler, cluster: &str) {
         let _span = tracing::debug_span!("publish").entered();
         let queues = &scheduler.queues;
-        let mut queue_pending: HashMap<usize, u32> = HashMap::new();
-        let mut queue_running: HashMap<usize, u32> = HashMap::new();
+        // Each queue's jobs by state, work and balloons apart.
+        let mut queue_to_counts: HashMap<usize, QueueCounts> = HashMap::new();
+        let mut balloon_pods = BalloonPods::default();
         let mut job_to_state: HashMap<String, JobView> = HashMap::new();
         let mut node_to_jobs: HashMap<u32, Vec<String>> = HashMap::new();
+        let mut node_to_balloon_gpus: HashMap<u32, u32> = HashMap::new();
         let mut pending_pods = 0u64;
         let mut running_pods = 0u64;
         let mut by_queue: HashMap<usize, Vec<(i32, f64, String)>> = HashMap::new();
@@ -140,8 +166,14 @@ impl Live {
         let mut job_to_no_estimate = scheduler.no_estimate_texts();
         for id in scheduler.pending() {
             let spec = scheduler.job(id);
-            pending_pods += u64::from(spec.pods);
-            *queue_pending.entry(spec.queue).or_default() += 1;
+            let counts = queue_to_counts.entry(spec.queue).or_default();
+            if spec.balloon {
+                balloon_pods.pending += u64::from(spec.pods);
+                counts.balloon_pending += 1;
+            } else {
+                pending_pods += u64::from(spec.pods);
+                counts.pending += 1;
+            }
             by_queue.entry(spec.queue).or_default().push((
                 spec.priority,
                 spec.submit_s,
@@ -164,9 +196,18 @@ impl Live {
         }
         for id in scheduler.running() {
             let spec = scheduler.job(id);
-            running_pods += u64::from(spec.pods);
-            *queue_running.entry(spec.queue).or_default() += 1;
+            let counts = queue_to_counts.entry(spec.queue).or_default();
+            if spec.balloon {
+                balloon_pods.running += u64::from(spec.pods);
+                counts.balloon_running += 1;
+            } else {
+                running_pods += u64::from(spec.pods);
+                counts.running += 1;
+            }
             for slot in scheduler.slots(id) {
+                if spec.balloon && slot.shared_gpu.is_none() {
+                    *node_to_balloon_gpus.entry(slot.node).or_default() += spec.shape.gpus;
+                }
                 let jobs = node_to_jobs.entry(slot.node).or_default();
                 if jobs.last() != Some(&spec.name) {
                     jobs.push(spec.name.clone());
@@ -179,6 +220,7 @@ impl Live {
             .ids()
             .map(|id| {
                 let def = queues.def(id);
+                let counts = queue_to_counts.get(&id).copied().unwrap_or_default();
                 QueueView {
                     name: def.name.clone(),
                     parent: def.parent.clone(),
@@ -192,8 +234,10 @@ impl Live {
                     weight: def.weight,
                     fair_share: queues.fair_share(id),
                     fair_share_key: queues.fair_share_key(id),
-                    pending_jobs: queue_pending.get(&id).copied().unwrap_or(0),
-                    running_jobs: queue_running.get(&id).copied().unwrap_or(0),
+                    pending_jobs: counts.pending,
+                    running_jobs: counts.running,
+                    balloon_pending_jobs: counts.balloon_pending,
+                    balloon_running_jobs: counts.balloon_running,
                 }
             })
             .collect();
@@ -202,6 +246,15 @@ impl Live {
             .find(|&id| queues.children(id).is_empty())
             .map(|id| scheduler.usage(id));
         self.metrics.pending_pods.set(pending_pods as i64);
+        for (state, pods) in [
+            ("pending", balloon_pods.pending),
+            ("running", balloon_pods.running),
+        ] {
+            self.metrics
+                .balloon_pods
+                .with_label_values(&[state])
+                .set(pods as i64);
+        }
         let at_ms = now_ms();
         self.sample_history(&queue_views, at_ms);
         self.view.store(Arc::new(ClusterView {
@@ -211,9 +264,11 @@ impl Live {
             queues: queue_views,
             job_to_state,
             node_to_jobs,
+            node_to_balloon_gpus,
             sample_usage,
             pending_pods,
             running_pods,
+            balloon_pods,
         }));
         self.ready.store(true, Ordering::Release);
     }

@@ -45,6 +45,8 @@ pub(crate) async fn cluster(
         gpu_total: nodes.gpu_total.iter().map(|&g| u64::from(g)).sum(),
         gpu_free: nodes.gpu_free.iter().map(|&g| u64::from(g)).sum(),
         pending_pods: view.pending_pods,
+        balloon_pending_pods: view.balloon_pods.pending,
+        balloon_running_pods: view.balloon_pods.running,
         running_pods: view.running_pods,
         active_set: state.live.active_set().version(),
         levels,
@@ -90,6 +92,9 @@ pub(crate) async fn nodes(
             .collect(),
         gpu_total: n.gpu_total.clone(),
         gpu_free: n.gpu_free.clone(),
+        balloon_gpus: (0..n.len() as u32)
+            .map(|i| view.node_to_balloon_gpus.get(&i).copied().unwrap_or(0))
+            .collect(),
         health: n.health.iter().map(|&h| health_name(h)).collect(),
         levels: n
             .levels
