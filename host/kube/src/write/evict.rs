@@ -189,7 +189,7 @@ async fn evict(
 ) -> Option<String> {
     let result = match super::fenced(leadership, post_eviction(client, victim)).await {
         Ok(result) => result,
-        Err(fenced) => return Some(format!("eviction not sent or not answered: {fenced:?}")),
+        Err(fenced) => return Some(format!("eviction not sent or not answered: {fenced}")),
     };
     match result {
         Ok(_) => {

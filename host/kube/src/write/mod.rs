@@ -45,13 +45,19 @@ pub(crate) const NOT_LEADER: &str = "this replica is not the leader (its Lease r
 /// The upstream PodGroups' cache and the version read, whose conditions are written.
 type Groups<'a> = Option<&'a (Store<DynamicObject>, ApiResource)>;
 
-/// Why a write attempt under the Lease ([`fenced`]) did not run to its answer.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+/// Why a write attempt under the Lease ([`fenced`]) did not run to its answer. Its text is
+/// what the pod's Events and the explanations say, so it reads as a sentence.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, thiserror::Error)]
 pub(crate) enum Fenced {
     /// This replica does not hold the Lease: nothing was sent.
+    #[error("{NOT_LEADER}: nothing was sent")]
     NotLeader,
     /// The Lease (or the call timeout) would have run out before the answer: the request was
     /// dropped, and may or may not have been applied.
+    #[error(
+        "no answer before the Lease or the call timeout ran out: the request was dropped, and \
+         may or may not have been applied"
+    )]
     CutOff,
 }
 

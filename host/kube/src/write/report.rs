@@ -156,7 +156,7 @@ impl Writer {
                     let result = super::fenced(leadership, report)
                         .await
                         .unwrap_or_else(|fenced| {
-                            Err(format!("not reported on pod {}: {fenced:?}", pod.key()))
+                            Err(format!("not reported on pod {}: {fenced}", pod.key()))
                         });
                     (pod.uid, message, result)
                 })

@@ -403,3 +403,17 @@ fn a_binding_not_answered_before_the_lease_runs_out_is_cut_off_not_counted_as_la
     assert_eq!(reason, NOT_LEADER);
     assert_eq!(calls.lock().unwrap().len(), before);
 }
+
+#[test]
+fn a_fenced_write_says_why_in_words_not_as_a_variant_name() {
+    assert_eq!(
+        super::Fenced::NotLeader.to_string(),
+        format!("{NOT_LEADER}: nothing was sent")
+    );
+    let cut_off = super::Fenced::CutOff.to_string();
+    assert!(
+        cut_off.starts_with("no answer before the Lease or the call timeout ran out")
+            && !cut_off.contains("CutOff"),
+        "{cut_off}"
+    );
+}
