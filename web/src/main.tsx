@@ -18,10 +18,10 @@ const PAGES = [
   ["feed", "Live feed"],
 ] as const;
 
-/** `#/jobs?name=x` → ["jobs", {name: "x"}] */
+/** `#/jobs?name=x` → ["jobs", {name: "x"}]; no page named → "" (the caller's landing page). */
 function route(): [string, URLSearchParams] {
   const [path, query] = location.hash.replace(/^#\/?/, "").split("?");
-  return [path || "cluster", new URLSearchParams(query ?? "")];
+  return [path ?? "", new URLSearchParams(query ?? "")];
 }
 
 function SignIn({ onSignedIn, error }: { onSignedIn: (c: Caller) => void; error: string | null }) {
@@ -60,7 +60,7 @@ function App() {
   const [who, setWho] = useState<Caller | null>(null);
   const [checking, setChecking] = useState(!!token.get());
   const [signInError, setSignInError] = useState<string | null>(null);
-  const [[page, params], setRoute] = useState(route());
+  const [[asked, params], setRoute] = useState(route());
   useEffect(() => {
     const on = () => setRoute(route());
     addEventListener("hashchange", on);
@@ -76,6 +76,8 @@ function App() {
   if (checking) return <main><p>Signing in…</p></main>;
   if (!who) return <SignIn onSignedIn={setWho} error={signInError} />;
   const admin = who.role === "admin";
+  // A researcher (viewer) lands on their jobs; an admin on the cluster.
+  const page = asked || (admin ? "cluster" : "jobs");
   return (
     <>
       <header>

@@ -101,6 +101,15 @@ test.afterAll(async () => {
   console.log(`  screenshots: ${OUT}`);
 });
 
+test("first screen: a viewer lands on Jobs, an admin on the cluster", async ({ viewerPage, adminPage }) => {
+  await viewerPage.goto(`${BASE}/`);
+  await viewerPage.locator("#job-q").waitFor({ timeout: 15000 });
+  expect(await viewerPage.locator('nav a[aria-current="page"]').innerText(), "a viewer's first page").toBe("Jobs and pods");
+  await adminPage.goto(`${BASE}/`);
+  await adminPage.locator("canvas.heatmap").waitFor({ timeout: 15000 });
+  expect(await adminPage.locator('nav a[aria-current="page"]').innerText(), "an admin's first page").toBe("Cluster");
+});
+
 test("sign-in: a wrong token gets a readable message", async ({ page }) => {
   await page.goto(`${BASE}/`);
   await page.getByLabel("Access token").fill("not-a-real-token-at-all");

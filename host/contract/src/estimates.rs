@@ -52,6 +52,9 @@ pub struct EstimateView {
     pub reservation: Option<String>,
     /// E.g. "expected to start in about 2 h 10 min, 90% within 5 h".
     pub text: String,
+    /// The same as a list shows it: "in about 2 h 10 min (90% within 5 h)", a duration from
+    /// now, never a clock time (those are the `_ms` fields, for a hover or `--json`).
+    pub short: String,
 }
 
 impl EstimateView {
@@ -59,17 +62,25 @@ impl EstimateView {
     pub fn new(estimate: &StartEstimate, clock_s: f64, now_ms: u64) -> Self {
         let at = |s: f64| now_ms.saturating_add(((s - clock_s).max(0.0) * 1000.0) as u64);
         let (p10_ms, p50_ms, p90_ms) = (at(estimate.p10_s), at(estimate.p50_s), at(estimate.p90_s));
+        let (p50_in_s, p90_in_s) = (
+            (p50_ms - now_ms) as f64 / 1000.0,
+            (p90_ms - now_ms) as f64 / 1000.0,
+        );
         Self {
             p10_ms,
             p50_ms,
             p90_ms,
             reservation: estimate.reservation.clone(),
-            text: estimate_text(
-                (p50_ms - now_ms) as f64 / 1000.0,
-                (p90_ms - now_ms) as f64 / 1000.0,
-                estimate.reservation.as_deref(),
-                p50_ms,
-            ),
+            text: estimate_text(p50_in_s, p90_in_s, estimate.reservation.as_deref(), p50_ms),
+            short: if p50_in_s < 1.0 {
+                "at its next attempt".to_string()
+            } else {
+                format!(
+                    "in about {} (90% within {})",
+                    duration_text(p50_in_s),
+                    duration_text(p90_in_s.max(p50_in_s))
+                )
+            },
         }
     }
 }

@@ -61,7 +61,7 @@ export function JobsPage({ name }: { name: string }) {
               <td class="num">{r.queue_position ?? "—"}</td>
               <td class="num">{r.state === "pending" ? duration(now - r.submitted_ms) : "—"}</td>
               <td class="num">{r.pods} × {r.gpus_per_pod}</td>
-              <td title={r.no_estimate ?? undefined}>{r.estimate ? `${time(r.estimate.p50_ms)} (90% by ${time(r.estimate.p90_ms)})` : "—"}</td></tr>
+              <td title={r.no_estimate ?? (r.estimate ? `about ${time(r.estimate.p50_ms)}, 90% by ${time(r.estimate.p90_ms)}` : undefined)}>{r.estimate ? r.estimate.short : "—"}</td></tr>
           ))}</tbody>
         </table>
       ))}
@@ -166,7 +166,7 @@ function StartCard({ job, estimate, noEstimate }: { job: string; estimate: Estim
           <tbody>{outcomes.map((o) => (
             <tr><td>{o.change || "as submitted"}</td>
               <td>{o.job.pods} × {o.job.gpus_per_pod} {o.job.gpu_type || "any GPU"}, queue {o.job.queue}</td>
-              <td>{o.estimate ? time(o.estimate.p50_ms) : "—"}</td><td>{o.text}</td></tr>
+              <td title={o.estimate ? `about ${time(o.estimate.p50_ms)}` : undefined}>{o.estimate ? o.estimate.short : "—"}</td><td>{o.text}</td></tr>
           ))}</tbody>
         </table>
       )}
