@@ -93,6 +93,8 @@ test.afterAll(async () => {
   console.log(`  composed in the UI: ${figures.composed}`);
   console.log(`  first pending job: ${figures.first_pending_job}`);
   console.log(`  an estimate: ${figures.estimate_example}; what-if rows: ${figures.what_if_rows}`);
+  console.log(`  what-if form: ${figures.what_if_form}`);
+  console.log(`  nodes held mostly by balloons (the heatmap shade): ${figures.balloon_nodes}`);
   console.log(`  a preempted job's history: ${figures.preempted_history}`);
   console.log(`  keep-off config: ${figures.keep_off_config}; self-test: ${figures.keep_off_self_test}`);
   console.log(`  shadow report: ${figures.shadow}`);
@@ -108,6 +110,26 @@ test("first screen: a viewer lands on Jobs, an admin on the cluster", async ({ v
   await adminPage.goto(`${BASE}/`);
   await adminPage.locator("canvas.heatmap").waitFor({ timeout: 15000 });
   expect(await adminPage.locator('nav a[aria-current="page"]').innerText(), "an admin's first page").toBe("Cluster");
+});
+
+test("what-if form: 16 × 8 GPUs in a queue, answered as a duration", async ({ viewerPage: page }) => {
+  await go(page, "jobs", "#job-q");
+  await page.getByText("If I submitted…").click();
+  const queue = await page.locator("#wi-queue option").first().getAttribute("value");
+  await page.fill("#wi-pods", "16");
+  await page.fill("#wi-gpus", "8");
+  await page.getByRole("button", { name: "When would it start?" }).click();
+  const answer = page.getByTestId("whatif-answer");
+  await answer.waitFor({ timeout: 30000 });
+  const text = await answer.innerText();
+  // An estimate as a duration from now, or the sentence saying why there is none.
+  expect(text.trim(), "the what-if's answer").not.toBe("");
+  if (text.startsWith("It would start")) expect(text).toMatch(/^It would start (in about \d|at its next attempt)/);
+  expect(text, "a duration, not a clock time").not.toMatch(/\d\d:\d\d/);
+  // Against the jobs already pending in that queue (a figure: the planner issue's what-if line).
+  const ahead = (await api(VIEWER, `/api/jobs?state=pending&queue=${encodeURIComponent(queue)}&limit=10000`))
+    .filter((j) => j.estimate).map((j) => j.estimate.p50_ms);
+  figures.what_if_form = `${queue}, 16 × 8: "${text}"; latest estimate among ${ahead.length} estimated pending jobs of ${queue}: ${ahead.length ? new Date(Math.max(...ahead)).toISOString() : "none"}`;
 });
 
 test("sign-in: a wrong token gets a readable message", async ({ page }) => {

@@ -53,6 +53,7 @@ export function JobsPage({ name }: { name: string }) {
         <button type="button" onClick={() => { location.hash = `#/jobs?name=${encodeURIComponent(q.trim())}`; }}>Explain this name</button>
       </form>
       <Status error={error} />
+      <WhatIfForm queues={queues} />
       {rows && (rows.length === 0 ? <p>No pending or running job matches. A finished job can still be explained by its exact name.</p> : (
         <table aria-label="Matching jobs">
           <thead><tr><th>job</th><th>queue</th><th>state</th><th class="num">position</th><th class="num">waiting</th><th class="num">pods × GPUs</th><th>expected start</th></tr></thead>
@@ -159,18 +160,70 @@ function StartCard({ job, estimate, noEstimate }: { job: string; estimate: Estim
       ) : <p class="why" data-testid="no-estimate">{noEstimate ? `No start estimate: ${noEstimate}.` : "No start estimate yet."}</p>}
       <button type="button" onClick={ask} disabled={busy}>{busy ? "Asking the plan…" : "Start sooner with…"}</button>
       <Status error={error} />
-      {answer && (
-        <table aria-label="What-if variations">
-          <caption>From the same plan, {answer.jobs_ahead} pending jobs ahead; soonest first after the job as submitted.</caption>
-          <thead><tr><th>change</th><th>shape</th><th>expected start</th><th>answer</th></tr></thead>
-          <tbody>{outcomes.map((o) => (
-            <tr><td>{o.change || "as submitted"}</td>
-              <td>{o.job.pods} × {o.job.gpus_per_pod} {o.job.gpu_type || "any GPU"}, queue {o.job.queue}</td>
-              <td title={o.estimate ? `about ${time(o.estimate.p50_ms)}` : undefined}>{o.estimate ? o.estimate.short : "—"}</td><td>{o.text}</td></tr>
-          ))}</tbody>
-        </table>
-      )}
+      {answer && <WhatIfTable label="What-if variations" answer={answer} outcomes={outcomes} />}
     </div>
+  );
+}
+
+/** A what-if's answers: the shape asked about, then any variations. */
+function WhatIfTable({ label, answer, outcomes }: { label: string; answer: WhatIfAnswer; outcomes: WhatIfAnswer["variations"] }) {
+  return (
+    <table aria-label={label}>
+      <caption>From the same plan, {answer.jobs_ahead} pending jobs ahead; soonest first after the job as submitted.</caption>
+      <thead><tr><th>change</th><th>shape</th><th>expected start</th><th>answer</th></tr></thead>
+      <tbody>{outcomes.map((o) => (
+        <tr><td>{o.change || "as submitted"}</td>
+          <td>{o.job.pods} × {o.job.gpus_per_pod} {o.job.gpu_type || "any GPU"}, queue {o.job.queue}</td>
+          <td title={o.estimate ? `about ${time(o.estimate.p50_ms)}` : undefined}>{o.estimate ? o.estimate.short : "—"}</td><td>{o.text}</td></tr>
+      ))}</tbody>
+    </table>
+  );
+}
+
+/** "If I submitted 16 × 8 GPUs to rl, when would it start?": the same forecast as a pending
+ * job's, for a shape not submitted, answered as a duration from now. */
+function WhatIfForm({ queues }: { queues: string[] }) {
+  const [queue, setQueue] = useState("");
+  const [pods, setPods] = useState(1);
+  const [gpus, setGpus] = useState(8);
+  const [gpuType, setGpuType] = useState("");
+  const [answer, setAnswer] = useState<WhatIfAnswer | null>(null);
+  const [error, setError] = useState<string | null>(null);
+  const [busy, setBusy] = useState(false);
+  const ask = async (e: Event) => {
+    e.preventDefault();
+    setBusy(true); setError(null);
+    const job: WhatIfJob = { queue: queue || queues[0], pods, gpus_per_pod: gpus, variations: false };
+    if (gpuType.trim()) job.gpu_type = gpuType.trim();
+    try { setAnswer(await post<WhatIfAnswer, WhatIfJob>("/api/whatif", job)); }
+    catch (err) { setAnswer(null); setError(message(err)); }
+    finally { setBusy(false); }
+  };
+  const num = (set: (n: number) => void) => (e: Event) => set(Math.max(1, Math.floor(Number((e.target as HTMLInputElement).value) || 1)));
+  return (
+    <details class="card" data-testid="whatif-form">
+      <summary>If I submitted…</summary>
+      <form class="row" onSubmit={ask}>
+        <label for="wi-queue">Queue</label>
+        <select id="wi-queue" value={queue || queues[0] || ""} onChange={(e) => setQueue((e.target as HTMLSelectElement).value)}>
+          {queues.map((x) => <option value={x}>{x}</option>)}
+        </select>
+        <label for="wi-pods">Pods</label>
+        <input id="wi-pods" type="number" min={1} value={pods} size={4} onInput={num(setPods)} />
+        <label for="wi-gpus">GPUs per pod</label>
+        <input id="wi-gpus" type="number" min={1} value={gpus} size={3} onInput={num(setGpus)} />
+        <label for="wi-type">GPU type</label>
+        <input id="wi-type" value={gpuType} size={14} onInput={(e) => setGpuType((e.target as HTMLInputElement).value)} placeholder="any" />
+        <button type="submit" class="primary" disabled={busy || !queues.length}>{busy ? "Asking the plan…" : "When would it start?"}</button>
+      </form>
+      <Status error={error} />
+      {answer && (
+        <>
+          <p class="why" data-testid="whatif-answer">{answer.answer.estimate ? `It would start ${answer.answer.estimate.short}.` : ""} {answer.answer.text}</p>
+          <WhatIfTable label="What-if answer" answer={answer} outcomes={[answer.answer]} />
+        </>
+      )}
+    </details>
   );
 }
 
