@@ -66,6 +66,23 @@ impl EstimateView {
             (p50_ms - now_ms) as f64 / 1000.0,
             (p90_ms - now_ms) as f64 / 1000.0,
         );
+        // A start planned for later that has come and gone: say so, rather than clamping it
+        // to "now", which read as "room for it is free" beside a refusal.
+        let overdue_s = clock_s - estimate.p50_s;
+        if overdue_s >= 1.0 && estimate.p50_s >= estimate.planned_at_s + 1.0 {
+            let overdue = duration_text(overdue_s);
+            return Self {
+                p10_ms,
+                p50_ms,
+                p90_ms,
+                reservation: estimate.reservation.clone(),
+                text: format!(
+                    "its expected start passed {overdue} ago without it starting: it waits for \
+                     the plan to be made again"
+                ),
+                short: format!("overdue by {overdue}, being re-planned"),
+            };
+        }
         Self {
             p10_ms,
             p50_ms,
@@ -157,4 +174,41 @@ pub struct WhatIfAnswer {
     pub answer: WhatIfOutcome,
     /// With `variations`: the variations, soonest start first.
     pub variations: Vec<WhatIfOutcome>,
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn estimate(planned_at_s: f64, p50_s: f64) -> StartEstimate {
+        StartEstimate {
+            planned_at_s,
+            p10_s: p50_s,
+            p50_s,
+            p90_s: p50_s + 600.0,
+            reservation: None,
+        }
+    }
+
+    #[test]
+    fn a_passed_estimate_says_it_passed_not_that_room_is_free() {
+        // Planned at 0 s for 1,000 s; seen at 1,300 s with the job still pending.
+        let view = EstimateView::new(&estimate(0.0, 1_000.0), 1_300.0, 5_000_000);
+        assert_eq!(
+            view.text,
+            "its expected start passed 5 min ago without it starting: it waits for the plan to \
+             be made again"
+        );
+        assert_eq!(view.short, "overdue by 5 min, being re-planned");
+        // Planned to start at once: room for it is free, as the plan said.
+        let now = EstimateView::new(&estimate(1_300.0, 1_300.0), 1_300.0, 5_000_000);
+        assert!(
+            now.text.starts_with("room for it is free now"),
+            "{}",
+            now.text
+        );
+        // Ahead: a duration from now.
+        let later = EstimateView::new(&estimate(1_000.0, 3_700.0), 1_300.0, 5_000_000);
+        assert_eq!(later.short, "in about 40 min (90% within 50 min)");
+    }
 }
