@@ -260,6 +260,9 @@ mod tests {
         assert_eq!(duration_text(125.951_446_533_203_13), "2 min");
         assert_eq!(duration_text(7_800.0), "2 h 10 min");
         assert_eq!(duration_text(7_200.0), "2 h");
+        assert_eq!(duration_text(720.0), "12 min");
+        assert_eq!(duration_text(18_000.0), "5 h");
+        assert_eq!(duration_text(3.0 * 86_400.0 + 4.0 * 3600.0), "3 days 4 h");
         assert_eq!(duration_text(86_400.0 + 4.0 * 3600.0), "1 day 4 h");
         assert_eq!(duration_text(3.0 * 86_400.0), "3 days");
         assert_eq!(count_text(1u32, "pod"), "1 pod");

@@ -428,11 +428,7 @@ mod tests {
 
     #[test]
     fn durations_and_estimates_read_as_people_say_them() {
-        assert_eq!(duration_text(45.0), "45 s");
-        assert_eq!(duration_text(720.0), "12 min");
-        assert_eq!(duration_text(7800.0), "2 h 10 min");
-        assert_eq!(duration_text(18_000.0), "5 h");
-        assert_eq!(duration_text(3.0 * 86_400.0 + 4.0 * 3600.0), "3 days 4 h");
+        // duration_text's own cases are beside it, in gantry_core::explain.
         // 14:20 UTC on some day.
         let at = (20_000 * 86_400 + 14 * 3600 + 20 * 60) * 1000;
         assert_eq!(
