@@ -69,27 +69,18 @@ impl EstimateView {
         // A start planned for later that has come and gone: say so, rather than clamping it
         // to "now", which read as "room for it is free" beside a refusal.
         let overdue_s = clock_s - estimate.p50_s;
-        if overdue_s >= 1.0 && estimate.p50_s >= estimate.planned_at_s + 1.0 {
+        let (text, short) = if overdue_s >= 1.0 && estimate.p50_s >= estimate.planned_at_s + 1.0 {
             let overdue = duration_text(overdue_s);
-            return Self {
-                p10_ms,
-                p50_ms,
-                p90_ms,
-                reservation: estimate.reservation.clone(),
-                text: format!(
+            (
+                format!(
                     "its expected start passed {overdue} ago without it starting: it waits for \
                      the plan to be made again"
                 ),
-                short: format!("overdue by {overdue}, being re-planned"),
-            };
-        }
-        Self {
-            p10_ms,
-            p50_ms,
-            p90_ms,
-            reservation: estimate.reservation.clone(),
-            text: estimate_text(p50_in_s, p90_in_s, estimate.reservation.as_deref(), p50_ms),
-            short: if p50_in_s < 1.0 {
+                format!("overdue by {overdue}, being re-planned"),
+            )
+        } else {
+            let reservation = estimate.reservation.as_deref();
+            let short = if p50_in_s < 1.0 {
                 "at its next attempt".to_string()
             } else {
                 format!(
@@ -97,7 +88,19 @@ impl EstimateView {
                     duration_text(p50_in_s),
                     duration_text(p90_in_s.max(p50_in_s))
                 )
-            },
+            };
+            (
+                estimate_text(p50_in_s, p90_in_s, reservation, p50_ms),
+                short,
+            )
+        };
+        Self {
+            p10_ms,
+            p50_ms,
+            p90_ms,
+            reservation: estimate.reservation.clone(),
+            text,
+            short,
         }
     }
 }
