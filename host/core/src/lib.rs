@@ -17,6 +17,7 @@ pub mod scheduler;
 pub mod shadow;
 pub mod source;
 pub mod symbols;
+pub mod words;
 
 pub use affinity::{
     AffinityIndex, ChunkAffinity, Field, LabelOp, NodeAffinity, NodeLabel, Requirement, Term,

@@ -420,7 +420,7 @@ impl Queues {
             Refusal::OverBorrowingLimit { borrow, limit } => {
                 return format!(
                     "queue {name} would borrow {}, over its borrowing limit of {limit}",
-                    crate::explain::count_text(borrow, "GPU")
+                    crate::words::count_text(borrow, "GPU")
                 );
             }
             Refusal::NoLender { extra, available } => (extra, available),

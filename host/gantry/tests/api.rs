@@ -379,7 +379,9 @@ fn shadow_activate_rollback_explain_and_lookups() {
     let stdout = text(&out.stdout);
     assert!(out.status.success(), "{stdout}{}", text(&out.stderr));
     assert!(
-        stdout.contains(" pods × ") && stdout.contains(": would "),
+        (stdout.contains(" pods × ") || stdout.starts_with("1 pod × "))
+            && !stdout.contains("1 pods")
+            && stdout.contains(": would "),
         "{stdout}"
     );
 

@@ -512,6 +512,16 @@ impl Replay {
         })
     }
 
+    /// The oracle the `--known-future` modes that draw their futures need, over `jobs` (the
+    /// whole trace); none for the exact future or a plain replay.
+    fn oracle_of(&self, jobs: &[TraceJob]) -> Option<Oracle> {
+        let options = &self.options;
+        options
+            .known_future
+            .filter(|&mode| mode != KnownFutureMode::Exact)
+            .map(|mode| Oracle::new(mode, jobs, options.oracle_draws, options.seed))
+    }
+
     /// Replay the whole trace. `progress` is told how many jobs have finished, now and then.
     ///
     /// The replay drives [`gantry_core::step`], the engine's own pass, on a virtual clock: the
@@ -550,11 +560,7 @@ impl Replay {
         let queue_count = self.scheduler.queues.len();
         let binds_pods = matches!(self.scheduler.config.mode, Mode::K8sDefault | Mode::Kueue);
         let jobs = std::mem::take(&mut self.jobs);
-        let oracle = self
-            .options
-            .known_future
-            .filter(|&mode| mode != KnownFutureMode::Exact)
-            .map(|mode| Oracle::new(mode, &jobs, self.options.oracle_draws, self.options.seed));
+        let oracle = self.oracle_of(&jobs);
         let mut world = World::new(jobs, binds_pods, queue_count, progress, on_decision);
         world.oracle = oracle;
         let mut cycles = 0u64;
