@@ -94,6 +94,7 @@ test.afterAll(async () => {
   console.log(`  first pending job: ${figures.first_pending_job}`);
   console.log(`  an estimate: ${figures.estimate_example}; what-if rows: ${figures.what_if_rows}`);
   console.log(`  what-if form: ${figures.what_if_form}`);
+  console.log(`  jobs list: ${figures.listed_estimates}`);
   console.log(`  nodes held mostly by balloons (the heatmap shade): ${figures.balloon_nodes}`);
   console.log(`  a preempted job's history: ${figures.preempted_history}`);
   console.log(`  keep-off config: ${figures.keep_off_config}; self-test: ${figures.keep_off_self_test}`);
@@ -361,6 +362,13 @@ test("researcher sees when a pending job will start, and what would start it soo
 test("researcher opens Jobs on the pending jobs, clicks the first and gets its explanation", async ({ viewerPage: page }) => {
   const rows = page.locator("table[aria-label='Matching jobs'] tbody tr");
   await go(page, "jobs", "table[aria-label='Matching jobs'] tbody tr");
+  // Every pending job listed shows when it starts, or says why there is no estimate.
+  const starts = await rows.evaluateAll((trs) => trs
+    .filter((tr) => tr.children[2]?.textContent === "pending")
+    .map((tr) => [tr.children[0]?.textContent ?? "", tr.querySelector("td[data-col='start']")?.textContent?.trim() ?? ""]));
+  const bare = starts.filter(([, start]) => start === "" || start === "—");
+  expect(bare.map(([job]) => job), `pending jobs listed with neither an estimate nor a reason (of ${starts.length})`).toEqual([]);
+  figures.listed_estimates = `${starts.filter(([, s]) => s.startsWith("in about") || s.startsWith("at its")).length} of ${starts.length} listed pending jobs with an estimate ahead, the rest overdue or with a reason`;
   const first = rows.first();
   const state = await first.locator("td").nth(2).innerText();
   expect(state, `first row: ${await first.innerText()}`).toBe("pending");

@@ -62,7 +62,8 @@ export function JobsPage({ name }: { name: string }) {
               <td class="num">{r.queue_position ?? "—"}</td>
               <td class="num">{r.state === "pending" ? duration(now - r.submitted_ms) : "—"}</td>
               <td class="num">{r.pods} × {r.gpus_per_pod}</td>
-              <td title={r.no_estimate ?? (r.estimate ? `about ${time(r.estimate.p50_ms)}, 90% by ${time(r.estimate.p90_ms)}` : undefined)}>{r.estimate ? r.estimate.short : "—"}</td></tr>
+              <td data-col="start" title={r.estimate ? `about ${time(r.estimate.p50_ms)}, 90% by ${time(r.estimate.p90_ms)}` : undefined}>
+                {r.estimate ? r.estimate.short : r.no_estimate ? <span class="hint">no estimate: {r.no_estimate}</span> : "—"}</td></tr>
           ))}</tbody>
         </table>
       ))}
