@@ -43,13 +43,31 @@ pub struct BalloonPods {
     pub running: u64,
 }
 
-/// Jobs of one queue by state, work and balloons apart.
+/// Jobs and pods by state, work and balloons apart: one per queue, and the cluster's total.
 #[derive(Debug, Clone, Copy, Default)]
 struct QueueCounts {
     pending: u32,
     running: u32,
     balloon_pending: u32,
     balloon_running: u32,
+    pending_pods: u64,
+    running_pods: u64,
+    balloon_pods: BalloonPods,
+}
+
+impl QueueCounts {
+    /// Counts a job of `spec`, pending or `running`, as work or as a balloon.
+    fn add(&mut self, spec: &gantry_core::JobSpec, running: bool) {
+        let pods = u64::from(spec.pods);
+        let (jobs, pods_sum) = match (spec.balloon, running) {
+            (false, false) => (&mut self.pending, &mut self.pending_pods),
+            (false, true) => (&mut self.running, &mut self.running_pods),
+            (true, false) => (&mut self.balloon_pending, &mut self.balloon_pods.pending),
+            (true, true) => (&mut self.balloon_running, &mut self.balloon_pods.running),
+        };
+        *jobs += 1;
+        *pods_sum += pods;
+    }
 }
 
 /// GPUs of each queue's nominal quota that other queues use now by borrowing them.
@@ -140,12 +158,10 @@ impl Live {
         let queues = &scheduler.queues;
         // Each queue's jobs by state, work and balloons apart.
         let mut queue_to_counts: HashMap<usize, QueueCounts> = HashMap::new();
-        let mut balloon_pods = BalloonPods::default();
+        let mut total = QueueCounts::default();
         let mut job_to_state: HashMap<String, JobView> = HashMap::new();
         let mut node_to_jobs: HashMap<u32, Vec<String>> = HashMap::new();
         let mut node_to_balloon_gpus: HashMap<u32, u32> = HashMap::new();
-        let mut pending_pods = 0u64;
-        let mut running_pods = 0u64;
         let mut by_queue: HashMap<usize, Vec<(i32, f64, String)>> = HashMap::new();
         let published_ms = now_ms();
         let clock_s = scheduler.clock_s();
@@ -166,14 +182,11 @@ impl Live {
         let mut job_to_no_estimate = scheduler.no_estimate_texts();
         for id in scheduler.pending() {
             let spec = scheduler.job(id);
-            let counts = queue_to_counts.entry(spec.queue).or_default();
-            if spec.balloon {
-                balloon_pods.pending += u64::from(spec.pods);
-                counts.balloon_pending += 1;
-            } else {
-                pending_pods += u64::from(spec.pods);
-                counts.pending += 1;
-            }
+            queue_to_counts
+                .entry(spec.queue)
+                .or_default()
+                .add(spec, false);
+            total.add(spec, false);
             by_queue.entry(spec.queue).or_default().push((
                 spec.priority,
                 spec.submit_s,
@@ -196,14 +209,11 @@ impl Live {
         }
         for id in scheduler.running() {
             let spec = scheduler.job(id);
-            let counts = queue_to_counts.entry(spec.queue).or_default();
-            if spec.balloon {
-                balloon_pods.running += u64::from(spec.pods);
-                counts.balloon_running += 1;
-            } else {
-                running_pods += u64::from(spec.pods);
-                counts.running += 1;
-            }
+            queue_to_counts
+                .entry(spec.queue)
+                .or_default()
+                .add(spec, true);
+            total.add(spec, true);
             for slot in scheduler.slots(id) {
                 if spec.balloon && slot.shared_gpu.is_none() {
                     *node_to_balloon_gpus.entry(slot.node).or_default() += spec.shape.gpus;
@@ -245,10 +255,10 @@ impl Live {
             .ids()
             .find(|&id| queues.children(id).is_empty())
             .map(|id| scheduler.usage(id));
-        self.metrics.pending_pods.set(pending_pods as i64);
+        self.metrics.pending_pods.set(total.pending_pods as i64);
         for (state, pods) in [
-            ("pending", balloon_pods.pending),
-            ("running", balloon_pods.running),
+            ("pending", total.balloon_pods.pending),
+            ("running", total.balloon_pods.running),
         ] {
             self.metrics
                 .balloon_pods
@@ -266,9 +276,9 @@ impl Live {
             node_to_jobs,
             node_to_balloon_gpus,
             sample_usage,
-            pending_pods,
-            running_pods,
-            balloon_pods,
+            pending_pods: total.pending_pods,
+            running_pods: total.running_pods,
+            balloon_pods: total.balloon_pods,
         }));
         self.ready.store(true, Ordering::Release);
     }
