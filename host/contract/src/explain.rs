@@ -72,6 +72,9 @@ pub struct Explain {
     pub no_estimate: Option<String>,
     /// The latest decision; none for a job that waits for its first attempt.
     pub latest: Option<DecisionRecord>,
+    /// The latest decision's quota, as one verdict in words (`QuotaExplain::verdict_text`),
+    /// so the UI and the CLI never word it apart.
+    pub quota_verdict: Option<String>,
     /// Decisions on record about it.
     pub attempts: usize,
     /// What happened to it, oldest first: placed, preempted (by whom), pending.

@@ -283,6 +283,15 @@ fn shadow_activate_rollback_explain_and_lookups() {
         "{pending}"
     );
     assert!(pending["queue_position"].as_u64().is_some(), "{pending}");
+    // The latest decision's quota, in the one verdict the UI and the CLI both show.
+    if !pending["latest"].is_null() {
+        assert!(
+            pending["quota_verdict"]
+                .as_str()
+                .is_some_and(|v| v.starts_with("admitted") || v.starts_with("denied")),
+            "{pending}"
+        );
+    }
     assert!(pending["queue"]["fair_share"].is_number(), "{pending}");
     // Every pending job has a start estimate or a sentence saying why none can be given.
     assert!(

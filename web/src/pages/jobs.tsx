@@ -120,7 +120,7 @@ function Detail({ name }: { name: string }) {
         </div>
       )}
       {ex.state === "pending" && <StartCard job={ex.job} estimate={ex.estimate ?? null} noEstimate={ex.no_estimate ?? null} />}
-      {x ? <Breakdown x={x} /> : <p>No attempt yet, so no nodes were evaluated.</p>}
+      {x ? <Breakdown x={x} verdict={ex.quota_verdict ?? null} /> : <p>No attempt yet, so no nodes were evaluated.</p>}
       <h3>Attempts ({ex.attempts} on record)</h3>
       <table>
         <thead><tr><th>time</th><th>outcome</th><th>domain</th><th class="num">feasible / evaluated</th><th class="num">set</th></tr></thead>
@@ -246,24 +246,13 @@ function Timeline({ e }: { e: Estimate }) {
   );
 }
 
-// The quota's one verdict, as `QuotaExplain::verdict_text` (host/core/src/explain.rs) words it
-// for `gantry explain`: a quota policy that denied or faulted decides it, with what the built-in
-// limits alone would have said beside it.
-function verdict(q: Explanation["quota"]) {
-  const b = q.builtin;
-  if (b.verdict === "denied") return `denied: ${b.reason}`;
-  const builtin = b.verdict === "within" ? "within its quota" : `borrowing ${b.gpus} GPU${b.gpus === 1 ? "" : "s"}`;
-  const refusing = q.policies.find(([, v]) => v.startsWith("deny") || v.startsWith("faulted"));
-  if (refusing) return `denied by quota policy ${refusing[0]} (${refusing[1]}); the built-in limits alone would admit it, ${builtin}`;
-  const agreeing = q.policies.map(([p, v]) => `${p}: ${v}`).join("; ");
-  return `admitted, ${builtin}${agreeing ? ` (${agreeing})` : ""}`;
-}
-
-export function Breakdown({ x }: { x: Explanation }) {
+/** The latest decision's breakdown; `verdict` is its quota in words, as the server words it
+ * (`quota_verdict`, the same sentence `gantry explain` prints). */
+export function Breakdown({ x, verdict }: { x: Explanation; verdict: string | null }) {
   return (
     <div class="card">
       <h3>Latest decision (policy set v{x.policy_set})</h3>
-      <p><strong>Quota:</strong> {verdict(x.quota)}. <strong>Topology domain:</strong> {x.domain ?? "none chosen"}.</p>
+      <p><strong>Quota:</strong> {verdict ?? "—"}. <strong>Topology domain:</strong> {x.domain ?? "none chosen"}.</p>
       <p><strong>Policies:</strong> {x.policies.map((p) => `${p.name} ${p.version} (${p.role}, weight ${p.weight}, ${short(p.sha256)})`).join("; ") || "built-ins only"}</p>
       <p>{x.nodes_feasible} of {x.nodes_evaluated} evaluated nodes (of {x.nodes_total}) passed every filter.</p>
       <h4>Nodes rejected, per policy and reason</h4>

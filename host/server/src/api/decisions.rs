@@ -373,6 +373,9 @@ pub(crate) async fn explain(
         estimate: now.and_then(|j| j.estimate.clone()),
         no_estimate: now.and_then(|j| j.no_estimate.clone()),
         attempts: history.len(),
+        quota_verdict: latest
+            .as_ref()
+            .map(|record| record.explanation.quota.verdict_text()),
         latest,
         history: events,
     }))
