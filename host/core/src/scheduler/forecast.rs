@@ -11,12 +11,13 @@
 //! plan's own):
 //!
 //! - `Arrivals` (kept with the plan's state, `plan/forecasts.rs`, with the results below): the
-//!   jobs submitted in the last `ARRIVAL_WINDOW_S`. A copy of them, one
-//!   window later, is what the forecast expects to be submitted next: later jobs of a queue
-//!   below its fair share overtake, and a forecast without them is far too early.
+//!   jobs submitted in the last `ARRIVAL_WINDOW_S`. Copies of them, one and two windows
+//!   later ([`DRAWN_ARRIVAL_WINDOWS`]), are what the forecast expects to be submitted next:
+//!   later jobs of a queue below its fair share overtake, and a forecast without them is far
+//!   too early.
 //! - [`DRAWS`] runs in which each running job ends at a draw from what is left of its
-//!   runtime, and the last window's submissions come again: a job's p50 start is its median
-//!   start over them. [`BOUNDS`]: two more runs, early (every running job ends at its p10,
+//!   runtime, the last window's submissions come again, twice, and the copy plans as the
+//!   scheduler does: a job's p50 start is its median start over them. [`BOUNDS`]: two more runs, early (every running job ends at its p10,
 //!   nothing new arrives) and late (p90 ends, twice those submissions), whose starts are its
 //!   p10 and p90.
 //! - [`Scheduler::forecast_if_due`]: runs them at most every
@@ -50,15 +51,17 @@ use crate::model::Seconds;
 use super::plan::{Forecast, Forecasts, Rank, Reach, WhatIf};
 use super::{JobId, JobSpec, JobState, Scheduler};
 
-/// Most cycles one scenario runs (one per expected end or expected submission).
-const SIMULATED_CYCLES: usize = 256;
+/// Most cycles one scenario runs (one per expected end or expected submission). With two
+/// windows of expected submissions the cycles go to them sooner, so this and the attempt
+/// bounds below are twice what one window needed to reach as many pending jobs.
+const SIMULATED_CYCLES: usize = 512;
 /// Most jobs one scenario tries, over all its cycles. A job no scenario reached has no
 /// forecast.
-const SIMULATED_ATTEMPTS: u64 = 1024;
+const SIMULATED_ATTEMPTS: u64 = 2048;
 /// Most attempts × nodes one scenario spends: an attempt costs about one filter and score
 /// pass over the nodes, so a big cluster gets fewer attempts and a forecast costs about the
 /// same everywhere (`gantry bench schedule` prints it at 7,500 nodes).
-const SIMULATED_NODE_ATTEMPTS: u64 = 1 << 21;
+const SIMULATED_NODE_ATTEMPTS: u64 = 1 << 22;
 /// One cycle of a scenario tries at most this share of its attempts (1 / this).
 const CYCLE_SHARE_OF_BUDGET: u64 = 8;
 /// Fewest attempts one scenario gets, however big the cluster.
@@ -94,8 +97,9 @@ struct Scenario {
 /// arrives) and late (p90 ends, and twice the last window's submissions). The late run plans:
 /// the reservations of jobs that age later hold the cluster back from mid-sized gangs, which
 /// a copy that does not plan starts too soon, so they started after their p90 (the README's
-/// planner section has the figures). Only it plans, and at most every [`REFRESH_EVERY`]
-/// intervals: planning in every run, at every change, made replays many times slower.
+/// planner section has the figures). It and the drawn runs plan at most every
+/// [`REFRESH_EVERY`] intervals: planning in every run, at every change, made replays many
+/// times slower. The early run does not plan: it is the start with nothing in the way.
 const BOUNDS: [Scenario; 2] = [
     Scenario {
         ends: Ends::P10,
@@ -113,8 +117,15 @@ const BOUNDS: [Scenario; 2] = [
 /// job's p50. A run in which every job ends at its p50 starts the next job too late: the first
 /// of many running jobs to end does so well before the first of their p50 ends. Odd, so the
 /// median is a run's start; each costs one forward run (`gantry bench schedule` prints the
-/// forecast's cost).
+/// forecast's cost). Their copies plan: one that does not starts a mid-sized gang in room a
+/// reservation holds, too soon (the README's planner section has the figures).
 const DRAWS: u64 = 5;
+
+/// How many windows of the last window's submissions a drawn run expects: with one, the
+/// submissions stop an hour ahead and a job waiting longer is forecast too soon; with more,
+/// the runs spend their cycles on expected jobs and reach fewer pending ones (the README's
+/// planner section has the figures).
+const DRAWN_ARRIVAL_WINDOWS: u32 = 2;
 
 /// A forecast to run away from the loop (see [`super::plan::PlanConfig::forecast_off_loop`]):
 /// a copy of the scheduler as it stood when the forecast came due. Running it takes the seven
@@ -394,8 +405,8 @@ impl Scheduler {
             .map(|seed| {
                 let scenario = Scenario {
                     ends: Ends::Drawn(seed),
-                    arrival_windows: 1,
-                    plans: false,
+                    arrival_windows: DRAWN_ARRIVAL_WINDOWS,
+                    plans: true,
                 };
                 self.forward_starts(
                     now_s,
@@ -442,7 +453,7 @@ impl Scheduler {
     /// scheduler, with the built-in policies and the reservations as they stand, steps the
     /// loop ([`crate::step`]) on a virtual clock, with a [`ForwardWorld`] for its cluster. A
     /// drawn scenario steps at each expected end and submission, at most [`SIMULATED_CYCLES`]
-    /// times and within its attempt budget, and its copy plans only in the late bound's run; a
+    /// times and within its attempt budget, and its copy plans but in the early bound's run; a
     /// known future and the baseline step by `clock` as the replay does, with the copy
     /// planning as the scheduler does, until every job pending now (or every one of `only`)
     /// has started. A job a run did not reach is absent.
@@ -470,8 +481,9 @@ impl Scheduler {
         }
         let mut sim = self.clone();
         let drawn = matches!(future, Future::Drawn(_));
-        // A drawn copy does not plan, but for the late bound's (see [`BOUNDS`]): planning costs
-        // every run a replan per change. A copy of the true future plans, as the scheduler
+        // A drawn copy plans, but for the early bound's (see [`BOUNDS`]), and replans only on
+        // its interval: planning at every change costs a replan per change. A copy of the
+        // true future plans, as the scheduler
         // it copies does, or it could not start jobs where the scheduler will.
         let plans = match future {
             Future::Drawn(scenario) => scenario.plans,
