@@ -43,6 +43,12 @@ pub enum ApiError {
         "the token of {who} has {cap} requests in flight, its most at once: wait for one to end"
     )]
     TooManyInFlight { who: String, cap: usize },
+    /// The viewers together have their share of the server's requests in flight; the rest
+    /// are kept for admins.
+    #[error(
+        "viewers have {cap} requests in flight, their most at once (the rest are kept for admins): try again shortly"
+    )]
+    ViewersBusy { cap: usize },
     /// A change sent to a replica that does not hold the Lease: the leader takes changes.
     #[error("this replica is a follower and takes no changes: send them to the leader ({leader})")]
     Follower { leader: String },
@@ -81,7 +87,9 @@ impl ApiError {
             }
             Self::Policy(_) | Self::SelfTest(_) => StatusCode::UNPROCESSABLE_ENTITY,
             Self::Conflict(_) | Self::Follower { .. } => StatusCode::CONFLICT,
-            Self::TooManyInFlight { .. } => StatusCode::TOO_MANY_REQUESTS,
+            Self::TooManyInFlight { .. } | Self::ViewersBusy { .. } => {
+                StatusCode::TOO_MANY_REQUESTS
+            }
             Self::Unavailable(_) => StatusCode::SERVICE_UNAVAILABLE,
             Self::Store(e) => match e {
                 StoreError::UnknownPolicy(_) | StoreError::UnknownSetVersion(_) => {

@@ -3,7 +3,8 @@
 //! token, checked from the headers by the route's own layer ([`admin_only`]) before its
 //! handler's extractors run, and its change is written to the audit log. The audit log itself
 //! is admin-only. One token holds at most [`REQUESTS_IN_FLIGHT_PER_TOKEN`] requests at once,
-//! and the probes sit ahead of the server's concurrency limit.
+//! viewers together at most [`VIEWER_REQUESTS_IN_FLIGHT`] (the rest are the admins'), and the
+//! probes sit ahead of the server's concurrency limit.
 //!
 //! Here: the shared state, the front door (client addresses, refusal pacing), the router and
 //! its layers, and authentication. The handlers, by what they serve:
@@ -78,7 +79,7 @@ pub struct AppState {
     /// Requests in flight per token (by its name), so one token (the viewer token every
     /// researcher and scraper shares) cannot hold all [`CONCURRENT_REQUESTS`]. Locked briefly
     /// as a request starts and ends.
-    token_to_in_flight: Mutex<HashMap<String, usize>>,
+    token_to_in_flight: Mutex<InFlightCounts>,
     /// Store reads running on the blocking pool now, at most [`READS_AT_ONCE`] (see
     /// [`read_off_loop`]).
     reads: tokio::sync::Semaphore,
@@ -94,38 +95,53 @@ impl AppState {
             tokens,
             options,
             refusals: Mutex::new(RefusalPace::default()),
-            token_to_in_flight: Mutex::new(HashMap::new()),
+            token_to_in_flight: Mutex::new(InFlightCounts::default()),
             stream_followers: Arc::default(),
             reads: tokio::sync::Semaphore::new(READS_AT_ONCE),
         })
     }
 
-    /// Counts a request of `who` in flight until the returned guard drops, or refuses it when
-    /// that token already has [`REQUESTS_IN_FLIGHT_PER_TOKEN`].
-    fn start_request(self: &Arc<Self>, who: &str) -> Result<InFlight> {
+    /// Counts a request of `who` (a `viewer` or not) in flight until the returned guard
+    /// drops, or refuses it when that token already has [`REQUESTS_IN_FLIGHT_PER_TOKEN`], or
+    /// a viewer's when viewers have [`VIEWER_REQUESTS_IN_FLIGHT`].
+    fn start_request(self: &Arc<Self>, who: &str, viewer: bool) -> Result<InFlight> {
         let mut counts = self
             .token_to_in_flight
             .lock()
             .unwrap_or_else(|e| e.into_inner());
-        let count = counts.entry(who.to_string()).or_default();
-        if *count >= REQUESTS_IN_FLIGHT_PER_TOKEN {
+        if counts.token_to_count.get(who).copied().unwrap_or(0) >= REQUESTS_IN_FLIGHT_PER_TOKEN {
             return Err(ApiError::TooManyInFlight {
                 who: who.to_string(),
                 cap: REQUESTS_IN_FLIGHT_PER_TOKEN,
             });
         }
-        *count += 1;
+        if viewer && counts.viewers >= VIEWER_REQUESTS_IN_FLIGHT {
+            return Err(ApiError::ViewersBusy {
+                cap: VIEWER_REQUESTS_IN_FLIGHT,
+            });
+        }
+        *counts.token_to_count.entry(who.to_string()).or_default() += 1;
+        counts.viewers += usize::from(viewer);
         Ok(InFlight {
             state: self.clone(),
             who: who.to_string(),
+            viewer,
         })
     }
+}
+
+/// Requests in flight: per token (by its name), and all viewers' together.
+#[derive(Debug, Default)]
+struct InFlightCounts {
+    token_to_count: HashMap<String, usize>,
+    viewers: usize,
 }
 
 /// One request counted against its token's share; dropping it ends the count.
 struct InFlight {
     state: Arc<AppState>,
     who: String,
+    viewer: bool,
 }
 
 impl Drop for InFlight {
@@ -135,12 +151,13 @@ impl Drop for InFlight {
             .token_to_in_flight
             .lock()
             .unwrap_or_else(|e| e.into_inner());
-        if let Some(count) = counts.get_mut(&self.who) {
+        if let Some(count) = counts.token_to_count.get_mut(&self.who) {
             *count -= 1;
             if *count == 0 {
-                counts.remove(&self.who);
+                counts.token_to_count.remove(&self.who);
             }
         }
+        counts.viewers -= usize::from(self.viewer);
     }
 }
 
@@ -324,6 +341,11 @@ pub const CONCURRENT_REQUESTS: usize = 256;
 /// Requests one token may have in flight at once; more get 429. A quarter of
 /// [`CONCURRENT_REQUESTS`], so a shared viewer token leaves room for the admins.
 pub const REQUESTS_IN_FLIGHT_PER_TOKEN: usize = CONCURRENT_REQUESTS / 4;
+/// Requests all viewer tokens together may have in flight; more get 429 at once (they never
+/// wait, as a waiting request holds one of [`CONCURRENT_REQUESTS`]). Three quarters, so a
+/// few viewer tokens holding slow requests leave the admins a quarter of the server: without
+/// it, 300 trickled viewer bodies kept an admin's call waiting 18 s (`gantry bench server`).
+pub const VIEWER_REQUESTS_IN_FLIGHT: usize = CONCURRENT_REQUESTS - REQUESTS_IN_FLIGHT_PER_TOKEN;
 /// How long a request may take (the decision stream aside, which is long-lived by design).
 pub const REQUEST_TIMEOUT: Duration = Duration::from_secs(60);
 /// What a browser may do with the UI's pages: load its own scripts, styles (inline styles
@@ -564,7 +586,8 @@ async fn authenticate(
     let path = request.uri().path().to_string();
     match state.tokens.caller(request.headers()) {
         Ok(caller) => {
-            let _in_flight = match state.start_request(&caller.name) {
+            let viewer = caller.role == gantry_contract::Role::Viewer;
+            let _in_flight = match state.start_request(&caller.name, viewer) {
                 Ok(guard) => guard,
                 Err(error) => {
                     tracing::warn!(%client, %method, %path, who = %caller.name, %error, "request refused: 429");

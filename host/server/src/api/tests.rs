@@ -477,40 +477,141 @@ async fn one_token_cannot_hold_more_than_its_share_of_requests() {
     }
 }
 
-#[tokio::test]
-async fn the_probes_answer_while_slow_requests_hold_every_permit() {
-    let dir = tempfile::tempdir().expect("tempdir");
-    let viewers = 5;
-    let state = state(dir.path(), DoorOptions::default());
-    let tokens_path = dir.path().join("tokens.yaml");
+/// The state on an empty store with one admin token (`root`), `viewers` viewer tokens
+/// (`viewer-N`, token `{VIEWER}-N`) and `admins` more admin tokens (`admin-N`, token
+/// `{ADMIN}-N`).
+fn state_with_tokens(
+    dir: &std::path::Path,
+    viewers: usize,
+    admins: usize,
+    options: DoorOptions,
+) -> Arc<AppState> {
+    let state = state(dir, options.clone());
+    let tokens_path = dir.join("more-tokens.yaml");
     let mut file = format!("tokens:\n  - {{name: root, role: admin, token: {ADMIN}}}\n");
     for n in 0..viewers {
         file.push_str(&format!(
             "  - {{name: viewer-{n}, role: viewer, token: {VIEWER}-{n}}}\n"
         ));
     }
+    for n in 0..admins {
+        file.push_str(&format!(
+            "  - {{name: admin-{n}, role: admin, token: {ADMIN}-{n}}}\n"
+        ));
+    }
     std::fs::write(&tokens_path, file).expect("tokens");
-    let state = AppState::new(
+    AppState::new(
         state.live.clone(),
         Tokens::load(&tokens_path).expect("load"),
-        DoorOptions::default(),
-    );
-    let app = app_of(state);
-    // 300 slow viewer requests, 60 per token: every permit is held and 44 wait for one.
-    let slow: Vec<_> = (0..300)
+        options,
+    )
+}
+
+/// `count` requests whose bodies never come, by the tokens `token(i)`.
+fn stalled_requests(
+    app: &Router,
+    count: usize,
+    token: impl Fn(usize) -> String,
+) -> Vec<tokio::task::JoinHandle<std::result::Result<Response, Infallible>>> {
+    (0..count)
         .map(|i| {
-            let token = format!("{VIEWER}-{}", i % viewers);
             tokio::spawn(
                 app.clone()
-                    .oneshot(post("/api/whatif", Some(&token), stalled())),
+                    .oneshot(post("/api/whatif", Some(&token(i)), stalled())),
             )
         })
-        .collect();
+        .collect()
+}
+
+#[tokio::test]
+async fn viewers_cannot_take_the_admins_share_of_the_server() {
+    let dir = tempfile::tempdir().expect("tempdir");
+    // No body deadline to speak of: an admin call starved by the viewers would wait an hour.
+    let options = DoorOptions {
+        body_read_timeout: Duration::from_secs(3600),
+        ..DoorOptions::default()
+    };
+    let app = app_of(state_with_tokens(dir.path(), 5, 0, options));
+    // 300 slow viewer requests, 60 per token (under each token's own cap).
+    let mut slow = stalled_requests(&app, 300, |i| format!("{VIEWER}-{}", i % 5));
+    let over = 300 - VIEWER_REQUESTS_IN_FLIGHT;
+    for _ in 0..500 {
+        if slow.iter().filter(|h| h.is_finished()).count() >= over {
+            break;
+        }
+        tokio::time::sleep(Duration::from_millis(20)).await;
+    }
+    let (done, waiting): (Vec<_>, Vec<_>) = slow.into_iter().partition(|h| h.is_finished());
+    slow = waiting;
+    assert_eq!(done.len(), over, "viewer requests answered at once");
+    assert_eq!(slow.len(), VIEWER_REQUESTS_IN_FLIGHT);
+    for handle in done {
+        let response = handle.await.expect("task").expect("response");
+        assert_eq!(response.status(), StatusCode::TOO_MANY_REQUESTS);
+        assert_eq!(
+            text_of(response).await,
+            format!(
+                "{{\"error\":\"viewers have {VIEWER_REQUESTS_IN_FLIGHT} requests in flight, their most at once (the rest are kept for admins): try again shortly\"}}"
+            )
+        );
+    }
+    // The admin is answered, not queued behind them.
+    let started = std::time::Instant::now();
+    let whoami = tokio::time::timeout(
+        Duration::from_secs(600),
+        app.clone().oneshot(get("/api/whoami", Some(ADMIN))),
+    )
+    .await
+    .expect("the admin's call waited behind the viewers' slow requests")
+    .expect("response");
+    assert_eq!(whoami.status(), StatusCode::OK);
+    println!(
+        "an admin's whoami answered in {:?} with {VIEWER_REQUESTS_IN_FLIGHT} slow viewer requests open",
+        started.elapsed()
+    );
+    // A viewer ending its request gives its place to the next viewer.
+    slow.pop().expect("one").abort();
+    for _ in 0..500 {
+        let response = app
+            .clone()
+            .oneshot(get("/api/whoami", Some(&format!("{VIEWER}-0"))))
+            .await
+            .expect("response");
+        if response.status() == StatusCode::OK {
+            break;
+        }
+        tokio::time::sleep(Duration::from_millis(20)).await;
+    }
+    let response = app
+        .clone()
+        .oneshot(get("/api/whoami", Some(&format!("{VIEWER}-1"))))
+        .await
+        .expect("response");
+    assert_eq!(
+        response.status(),
+        StatusCode::OK,
+        "the freed place was not given back"
+    );
+    for handle in slow {
+        handle.abort();
+    }
+}
+
+#[tokio::test]
+async fn the_probes_answer_while_slow_requests_hold_every_permit() {
+    let dir = tempfile::tempdir().expect("tempdir");
+    let app = app_of(state_with_tokens(dir.path(), 4, 1, DoorOptions::default()));
+    // Every permit held: 192 slow viewer requests (the viewers' share, 48 per token) and 64
+    // from an admin token (its own cap).
+    let viewers = stalled_requests(&app, VIEWER_REQUESTS_IN_FLIGHT, |i| {
+        format!("{VIEWER}-{}", i % 4)
+    });
+    let admins = stalled_requests(&app, REQUESTS_IN_FLIGHT_PER_TOKEN, |_| format!("{ADMIN}-0"));
     for _ in 0..50 {
         tokio::task::yield_now().await;
     }
     tokio::time::sleep(Duration::from_millis(200)).await;
-    // An API request waits its turn behind them: the limit is spent.
+    // Another admin's request waits its turn behind them: the limit is spent.
     let whoami = tokio::time::timeout(
         Duration::from_millis(500),
         app.clone().oneshot(get("/api/whoami", Some(ADMIN))),
@@ -534,11 +635,11 @@ async fn the_probes_answer_while_slow_requests_hold_every_permit() {
             response.status()
         );
         println!(
-            "{probe} answered in {:?} with 300 slow requests open",
+            "{probe} answered in {:?} with every permit held by slow requests",
             started.elapsed()
         );
     }
-    for handle in slow {
+    for handle in viewers.into_iter().chain(admins) {
         handle.abort();
     }
 }
