@@ -851,6 +851,72 @@ fn serve_schedules_the_simulated_cluster_and_logs_progress() {
     );
 }
 
+/// `gantry bench server`, small: every viewer upload is refused from its headers, the
+/// slow viewer requests past the viewers' share are refused at once and the admin is still
+/// answered, and the probes all answer. Its times are printed, not judged.
+#[test]
+fn bench_server_refuses_viewer_uploads_and_keeps_the_admins_share() {
+    let cluster = concat!(
+        env!("CARGO_MANIFEST_DIR"),
+        "/../../../shared/clusters/small-64.yaml"
+    );
+    let out = gantry(&[
+        "bench",
+        "server",
+        "--cluster",
+        cluster,
+        "--jobs-per-s",
+        "2",
+        "--probes",
+        "20",
+        "--uploads",
+        "4",
+        "--upload-mib",
+        "8",
+        "--slow",
+        "200",
+        "--readers",
+        "4",
+        "--read-s",
+        "2",
+        "--read-limit",
+        "100",
+        "--json",
+    ]);
+    assert!(out.status.success(), "{}", text(&out.stderr));
+    let report: serde_json::Value = serde_json::from_slice(&out.stdout).expect("JSON");
+    println!("{report}");
+    let uploads = &report["viewer_uploads"];
+    assert_eq!(
+        uploads["statuses"],
+        serde_json::json!({"HTTP/1.1 403 Forbidden": 4}),
+        "{report}"
+    );
+    let slow = &report["slow_requests"];
+    // 200 over 8 viewer tokens: 8 past the viewers' share of 192.
+    assert_eq!(
+        slow["answered_at_once"],
+        serde_json::json!({"HTTP/1.1 429 Too Many Requests": 8}),
+        "{report}"
+    );
+    assert_eq!(slow["admin_whoami_status"], 200, "{report}");
+    for scenario in ["probes_idle", "slow_requests", "heavy_reads"] {
+        let probes = if scenario == "probes_idle" {
+            &report[scenario]
+        } else {
+            &report[scenario]["probes"]
+        };
+        assert!(
+            probes["p99_ms"].as_f64().is_some(),
+            "a probe failed in {scenario}: {report}"
+        );
+    }
+    assert!(
+        report["heavy_reads"]["reads_answered"].as_u64() > Some(0),
+        "{report}"
+    );
+}
+
 #[test]
 fn bench_store_prints_one_json_object() {
     let out = gantry(&[

@@ -3,13 +3,15 @@
 //!
 //! Every benchmark lives in this folder, none in a library crate: `activate` (activation
 //! latency through the API), `cluster` and `kube` (`gantry bench pods|watch|bind`, racing
-//! schedulers on a real API server), `faults` (hostile policies under load), `store` (the
-//! decision store's append rate); here, the policy, schedule and store commands.
+//! schedulers on a real API server), `faults` (hostile policies under load), `server` (what
+//! viewers' uploads, slow requests and heavy reads cost the API), `store` (the decision
+//! store's append rate); here, the policy, schedule and store commands.
 
 pub mod activate;
 pub mod cluster;
 pub mod faults;
 pub mod kube;
+pub mod server;
 pub mod store;
 
 use std::hint::black_box;
@@ -36,6 +38,8 @@ pub enum BenchCommand {
     Activate(activate::ActivateBenchArgs),
     /// Cycle latency with a faulting policy (active, then in shadow) and during uploads.
     Faults(faults::FaultsBenchArgs),
+    /// The API under viewers' large uploads, slow requests and heavy reads: RSS and probes.
+    Server(server::ServerBenchArgs),
 }
 
 /// Runs one `gantry bench` command.
@@ -44,6 +48,7 @@ pub fn run(command: BenchCommand) -> anyhow::Result<()> {
         BenchCommand::Policy(args) => run_policy(args),
         BenchCommand::Activate(args) => activate::run(args),
         BenchCommand::Faults(args) => faults::run(args),
+        BenchCommand::Server(args) => server::run(args),
         BenchCommand::Store(args) => run_store(args),
         BenchCommand::Schedule(args) => run_schedule(args),
     }
