@@ -417,3 +417,129 @@ fn a_fenced_write_says_why_in_words_not_as_a_variant_name() {
         "{cut_off}"
     );
 }
+
+/// An API server on loopback that answers every request 429 with `Retry-After: 1`, as API
+/// Priority and Fairness does under load, and counts what it was sent by path. Returns its
+/// port and the paths received.
+fn throttling_api(runtime: &tokio::runtime::Runtime) -> (u16, Arc<Mutex<Vec<String>>>) {
+    use tokio::io::{AsyncReadExt, AsyncWriteExt};
+    let listener = runtime
+        .block_on(tokio::net::TcpListener::bind("127.0.0.1:0"))
+        .expect("a loopback port");
+    let port = listener.local_addr().expect("its address").port();
+    let paths = Arc::new(Mutex::new(Vec::new()));
+    let seen = paths.clone();
+    runtime.spawn(async move {
+        while let Ok((mut stream, _)) = listener.accept().await {
+            let seen = seen.clone();
+            tokio::spawn(async move {
+                let mut request = Vec::new();
+                let mut buf = [0u8; 4096];
+                // The headers; the body (a binding is small) comes with them or is dropped.
+                while !request.windows(4).any(|w| w == b"\r\n\r\n") {
+                    match stream.read(&mut buf).await {
+                        Ok(0) | Err(_) => return,
+                        Ok(n) => request.extend_from_slice(&buf[..n]),
+                    }
+                }
+                let line = String::from_utf8_lossy(&request);
+                let path = line.split_whitespace().nth(1).unwrap_or_default().to_string();
+                seen.lock().unwrap().push(path);
+                let body = serde_json::to_vec(&refusal(429, "TooManyRequests", "too many requests, please try again later").1).unwrap();
+                let head = format!(
+                    "HTTP/1.1 429 Too Many Requests\r\nContent-Type: application/json\r\nRetry-After: 1\r\nContent-Length: {}\r\nConnection: close\r\n\r\n",
+                    body.len()
+                );
+                let _ = stream.write_all(head.as_bytes()).await;
+                let _ = stream.write_all(&body).await;
+            });
+        }
+    });
+    (port, paths)
+}
+
+/// A kubeconfig for a plain-HTTP API server on loopback `port`, in a file of its own.
+fn loopback_kubeconfig(port: u16) -> std::path::PathBuf {
+    let path = std::env::temp_dir().join(format!(
+        "gantry-kube-throttled-{}-{port}.yaml",
+        std::process::id()
+    ));
+    std::fs::write(
+        &path,
+        format!(
+            "apiVersion: v1\nkind: Config\nclusters:\n- name: stub\n  cluster: {{server: \"http://127.0.0.1:{port}\"}}\ncontexts:\n- name: stub\n  context: {{cluster: stub, user: stub}}\ncurrent-context: stub\nusers:\n- name: stub\n  user: {{token: stub}}\n"
+        ),
+    )
+    .expect("write the kubeconfig");
+    path
+}
+
+#[test]
+fn a_throttled_binding_is_sent_once_and_nothing_lands_after_the_lease_is_lost() {
+    let runtime = runtime();
+    let (port, paths) = throttling_api(&runtime);
+    let kubeconfig = loopback_kubeconfig(port);
+    // The clients the writer is given in production: writes without kube-rs's retries.
+    let writes = crate::connect::client_with(
+        &runtime,
+        &kubeconfig,
+        false,
+        Some(crate::connect::CALL_TIMEOUT),
+    )
+    .expect("a client for the stub");
+    let mut writer = Writer::new(runtime.handle().clone(), writes.clone(), writes);
+    let leadership = Leadership::held_for(true, std::time::Duration::from_millis(300));
+    writer.leadership = Some(leadership.clone());
+    let (mut tracker, scheduler, output) =
+        cycled(&[node("n0", 8, &[], true)], &[pod("p", 8, &[], None)]);
+
+    let outcomes = writer.pass(&mut tracker, Watched::default(), &scheduler, &output);
+    assert!(
+        matches!(&outcomes[..], [BindOutcome::Failed { .. }]),
+        "a throttled binding did not bind: {outcomes:?}"
+    );
+    // Past the Lease and two Retry-After seconds: a client with hidden retries would have
+    // sent the binding again by now, after the Lease ran out.
+    std::thread::sleep(std::time::Duration::from_millis(2500));
+    assert!(leadership.time_left().is_none(), "the Lease ran out");
+    let bindings: Vec<String> = paths
+        .lock()
+        .unwrap()
+        .iter()
+        .filter(|p| p.contains("/binding"))
+        .cloned()
+        .collect();
+    assert_eq!(bindings.len(), 1, "bindings sent: {bindings:?}");
+    assert_eq!(writer.binds_after_lease_loss, 0);
+    // Without the Lease the next pass sends nothing.
+    let before = paths.lock().unwrap().len();
+    let (mut tracker, scheduler, output) =
+        cycled(&[node("n0", 8, &[], true)], &[pod("q", 8, &[], None)]);
+    let outcomes = writer.pass(&mut tracker, Watched::default(), &scheduler, &output);
+    let [BindOutcome::Failed { reason, .. }] = &outcomes[..] else {
+        panic!("the job fails to bind: {outcomes:?}");
+    };
+    assert_eq!(reason, NOT_LEADER);
+    assert_eq!(paths.lock().unwrap().len(), before);
+
+    // The check can fail: the same stub with kube-rs's retries on gets the request again.
+    let retrying =
+        crate::connect::client_with(&runtime, &kubeconfig, true, None).expect("a retrying client");
+    let before = paths.lock().unwrap().len();
+    runtime.block_on(async {
+        let request = http::Request::post("/api/v1/namespaces/ns/pods/r/binding")
+            .body(b"{}".to_vec())
+            .unwrap();
+        let _ = tokio::time::timeout(
+            std::time::Duration::from_millis(2500),
+            retrying.request_text(request),
+        )
+        .await;
+    });
+    assert!(
+        paths.lock().unwrap().len() >= before + 2,
+        "a retrying client sent the request once: {:?}",
+        paths.lock().unwrap()
+    );
+    let _ = std::fs::remove_file(&kubeconfig);
+}
