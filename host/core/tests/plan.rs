@@ -438,8 +438,9 @@ fn a_what_if_counts_quota_and_every_job_ahead_in_its_queue() {
 
 #[test]
 fn every_pending_job_has_an_estimate_or_a_sentence_saying_why_not() {
-    // 600 jobs wait for the queue's quota, far more than a bounded forecast run reaches.
-    let (mut fx, waiting) = queue_at_quota(600);
+    // 1,500 jobs wait for the queue's quota, far more than a bounded forecast run reaches.
+    const WAITING: usize = 1500;
+    let (mut fx, waiting) = queue_at_quota(WAITING);
     let texts = fx.sched.no_estimate_texts();
     for &id in &fx.sched.pending() {
         assert!(
@@ -452,10 +453,15 @@ fn every_pending_job_has_an_estimate_or_a_sentence_saying_why_not() {
         fx.sched.start_estimate(waiting[0]).is_some(),
         "the head is estimated"
     );
-    let last = texts.get(&waiting[599]).expect("the last is not reached");
+    let last = texts
+        .get(&waiting[WAITING - 1])
+        .expect("the last is not reached");
     assert!(
         last.starts_with("not expected to start within ")
-            && last.contains("599 pending job(s) of queue default tried before it")
+            && last.contains(&format!(
+                "{} pending job(s) of queue default tried before it",
+                WAITING - 1
+            ))
             && last.contains("on the 32 GPUs the queue may hold"),
         "{last}"
     );
