@@ -34,7 +34,7 @@ pub use roles::{FailurePolicy, PolicyRole};
 pub use scheduler::plan::{EstimateSource, PlanConfig, PlanStats, RuntimeEstimate, WhatIf};
 pub use scheduler::{
     Blocked, CycleOutput, Decision, ForecastRun, Forecasts, JobId, JobSpec, Mode, Scheduler,
-    SchedulerConfig, TopologyPref, WhatIfRun,
+    SchedulerConfig, TopologyPref, TopologyStats, WhatIfRun,
 };
 pub use shadow::{Disagreement, DisagreementKind, compare};
 pub use source::{BindOutcome, Binder, Changes, Cluster, ClusterSource, Step, VirtualClock, step};

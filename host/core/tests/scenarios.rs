@@ -96,6 +96,99 @@ fn gang_too_big_for_any_rack_takes_one_block() {
     assert_eq!(fx.domains(gang, common::BLOCK).len(), 1);
 }
 
+/// Three blocks of 32 nodes, each partly held by balloons and work, none with room for 24
+/// pods free: block 0 has 16 nodes of work, 8 of balloons and 8 free; block 1 has 12 of
+/// balloons and 20 free; block 2 has 16 of work, 4 of balloons and 12 free.
+fn blocks_partly_held_by_balloons() -> (Fixture, Vec<JobId>) {
+    let mut fx = Fixture::single_queue(&[Pool::h100(96, 16, Some(2))], 768);
+    let mut balloons = Vec::new();
+    let mut hold = |fx: &mut Fixture, name: &str, nodes: std::ops::Range<usize>, balloon: bool| {
+        for node in nodes {
+            let spec = if balloon {
+                fx.balloon(&format!("{name}-{node}"), "default", -100, 1, 8)
+            } else {
+                fx.job(&format!("{name}-{node}"), "default", 0, 1, 8)
+            };
+            let id = fx.sched.adopt(spec, &[node]);
+            fx.submitted = fx.submitted.max(id + 1);
+            if balloon {
+                balloons.push(id);
+            }
+        }
+    };
+    hold(&mut fx, "work", 0..16, false);
+    hold(&mut fx, "balloon", 16..24, true);
+    hold(&mut fx, "balloon", 32..44, true);
+    hold(&mut fx, "work", 64..80, false);
+    hold(&mut fx, "balloon", 80..84, true);
+    (fx, balloons)
+}
+
+#[test]
+fn a_gang_evicts_balloons_to_stay_in_one_block_rather_than_spread() {
+    let (mut fx, balloons) = blocks_partly_held_by_balloons();
+    let balloon_to_node: BTreeMap<JobId, usize> = balloons
+        .iter()
+        .map(|&b| {
+            (
+                b,
+                *fx.placement(b).keys().next().expect("a running balloon"),
+            )
+        })
+        .collect();
+    let gang = fx.submit(fx.job("big-train", "default", 0, 24, 8));
+    let out = fx.checked_cycle();
+    let d = fx.decision(&out, gang);
+    assert!(d.placed, "{:?}", d.explanation.outcome);
+    // Block 1: its 20 free nodes and 4 of its 12 balloons' nodes; nothing but balloons gave way.
+    assert_eq!(d.explanation.domain.as_deref(), Some("block 1"));
+    assert_eq!(
+        fx.domains(gang, common::BLOCK)
+            .into_iter()
+            .collect::<Vec<_>>(),
+        [1]
+    );
+    assert_eq!(out.evicted.len(), 4, "{:?}", d.explanation.preempted);
+    for victim in &out.evicted {
+        let node = balloon_to_node
+            .get(victim)
+            .expect("only balloons are evicted");
+        assert!(
+            (32..44).contains(node),
+            "a balloon outside block 1 gave way: node {node}"
+        );
+        assert!(!fx.sched.is_running(*victim));
+    }
+    assert_eq!(
+        d.explanation.preempted,
+        ["balloon-32", "balloon-33", "balloon-34", "balloon-35"]
+    );
+    assert_eq!(
+        d.explanation.summary(),
+        "placed 24 pods on 24 nodes in block 1"
+    );
+    let stats = fx.sched.topology_stats();
+    assert_eq!(stats.gangs_one_domain_possible, 1);
+    assert_eq!(stats.gangs_in_one_domain, 1);
+    assert_eq!(stats.balloons_evicted_for_topology, 4);
+}
+
+#[test]
+fn a_gang_no_block_could_hold_spreads_and_evicts_nothing() {
+    let (mut fx, _) = blocks_partly_held_by_balloons();
+    // 40 pods: more than any block's free and balloon-held nodes (32), fewer than the free
+    // nodes of all three (40).
+    let gang = fx.submit(fx.job("bigger-train", "default", 0, 40, 8));
+    let out = fx.checked_cycle();
+    let d = fx.decision(&out, gang);
+    assert!(d.placed, "{:?}", d.explanation.outcome);
+    assert_eq!(d.explanation.domain.as_deref(), Some("the whole cluster"));
+    assert!(out.evicted.is_empty());
+    let stats = fx.sched.topology_stats();
+    assert_eq!(stats.gangs_one_domain_possible, 0);
+    assert_eq!(stats.share_in_one_domain(), None);
+}
+
 #[test]
 fn gang_requiring_one_rack_waits_when_no_rack_holds_it() {
     let mut fx = racks_of_16();

@@ -103,6 +103,13 @@ pub struct RunStats {
     pub binding_failures: u64,
     /// See `placed`.
     pub evicted: u64,
+    /// How gangs landed against the outermost topology level (blocks): how many one block's
+    /// free and balloon-held nodes could have held, how many of those were placed in one
+    /// block, and the balloons evicted to keep them there.
+    pub topology: gantry_core::TopologyStats,
+    /// `topology`'s share of gangs placed within one block, of those that could have been
+    /// (`None` before any such gang).
+    pub gangs_in_one_block_share: Option<f64>,
 }
 
 /// The integrals and samples behind [`RunStats`].
@@ -412,6 +419,8 @@ impl Engine {
             attempts_per_cycle_max: t.attempts_max,
             cycle_ms_p50: pct(50.0),
             cycle_ms_p99: pct(99.0),
+            topology: self.scheduler.topology_stats(),
+            gangs_in_one_block_share: self.scheduler.topology_stats().share_in_one_domain(),
             ..self.stats.clone()
         }
     }

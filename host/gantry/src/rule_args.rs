@@ -1,6 +1,6 @@
-//! The flags that pin the reservation rule for a cluster, shared by `gantry simulate` and
-//! `gantry serve`: one set of names and checks, so a setting tried in a replay carries over
-//! to the live scheduler as it is.
+//! The flags that pin the reservation rule and the placement's use of balloons for a
+//! cluster, shared by `gantry simulate` and `gantry serve`: one set of names and checks, so a
+//! setting tried in a replay carries over to the live scheduler as it is.
 
 use clap::Args;
 use gantry_core::PlanConfig;
@@ -20,6 +20,11 @@ pub struct RuleArgs {
     /// six learned p90 runtimes.
     #[arg(long, value_name = "S")]
     pub backlog_limit_s: Option<f64>,
+    /// Place a gang on whatever free nodes hold it, never evicting balloons to keep it in one
+    /// rack or block. By default balloons in one domain give way when its free nodes and
+    /// theirs could hold a gang the free nodes alone would spread over several.
+    #[arg(long)]
+    pub no_balloons_for_topology: bool,
 }
 
 impl RuleArgs {
@@ -39,11 +44,18 @@ impl RuleArgs {
         Ok(())
     }
 
-    /// [`RuleArgs::apply`] to the plan of `scheduler`, as `gantry serve` starts it.
+    /// Sets the placement's use of balloons on the cycle's knobs.
+    pub fn apply_to_cycle(&self, config: &mut gantry_core::SchedulerConfig) {
+        config.balloons_for_topology = !self.no_balloons_for_topology;
+    }
+
+    /// [`RuleArgs::apply`] and [`RuleArgs::apply_to_cycle`] to `scheduler`, as `gantry
+    /// serve` starts it.
     pub fn set_on(&self, scheduler: &mut gantry_core::Scheduler) -> anyhow::Result<()> {
         let mut plan = scheduler.plan_config().clone();
         self.apply(&mut plan)?;
         scheduler.set_plan_config(plan);
+        self.apply_to_cycle(&mut scheduler.config);
         Ok(())
     }
 }

@@ -165,6 +165,7 @@ pub fn run(args: SimulateArgs) -> anyhow::Result<()> {
         ..ReplayOptions::default()
     };
     args.rule.apply(&mut options.plan)?;
+    args.rule.apply_to_cycle(&mut options.scheduler);
     options.plan.reservations = !args.no_reservations;
     anyhow::ensure!(
         args.forecast_every_s.is_finite() && args.forecast_every_s >= 0.0,

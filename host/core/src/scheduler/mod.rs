@@ -40,6 +40,7 @@ use crate::queues::{Admission, QueueId, Queues};
 use crate::symbols::Symbols;
 
 pub use forecast::{ForecastRun, KnownFuture, WhatIfRun};
+pub use place::TopologyStats;
 pub use plan::Forecasts;
 pub use queue::{Blocked, Epochs, JobKey, RoomAsk, SchedulingQueue};
 
@@ -242,6 +243,10 @@ pub struct Decision {
     pub explanation: Explanation,
 }
 
+/// What a gang waits for when a policy rejects the nodes balloons gave up for its topology.
+const BALLOONS_REJECTED: &str =
+    "the nodes freed by evicting balloons for its topology (a policy rejected them)";
+
 /// Knobs of the cycle.
 #[derive(Debug, Clone)]
 pub struct SchedulerConfig {
@@ -255,6 +260,10 @@ pub struct SchedulerConfig {
     /// A single pod is placed once this many feasible nodes are found (or 5% of the cluster,
     /// if more), like kube-scheduler's minFeasibleNodesToFind.
     pub min_feasible_nodes: usize,
+    /// Balloons give way to keep a gang in one tighter domain (rack, block) when the free
+    /// nodes alone would spread it over several (see `place`); off, a gang takes the free
+    /// nodes as they are.
+    pub balloons_for_topology: bool,
 }
 
 impl Default for SchedulerConfig {
@@ -265,6 +274,7 @@ impl Default for SchedulerConfig {
             preemption: true,
             mode: Mode::Gantry,
             min_feasible_nodes: 100,
+            balloons_for_topology: true,
         }
     }
 }
@@ -311,6 +321,8 @@ pub struct Scheduler {
     /// Reservations, estimates and what finished jobs took (see [`plan`]).
     plan: plan::Plan,
     plan_config: plan::PlanConfig,
+    /// How gangs landed against the outermost topology level, for reports.
+    topology_stats: place::TopologyStats,
 }
 
 impl Scheduler {
@@ -340,6 +352,7 @@ impl Scheduler {
             clock_s: 0.0,
             plan: plan::Plan::default(),
             plan_config: plan::PlanConfig::default(),
+            topology_stats: place::TopologyStats::default(),
         }
     }
 
@@ -769,7 +782,23 @@ impl Scheduler {
         let (mut capacity, scores, searched) = self.evaluate(spec, hooks, &mut explanation);
         let held = self.mask_reserved(id, spec, now_s, &mut capacity);
         if let Some(placement) = self.place_in(spec, &capacity, &scores, &searched) {
-            return self.commit(id, spec, placement, explanation, Vec::new());
+            let Some(balloons) =
+                self.balloons_for_tighter_domain(id, spec, Some(&placement), &capacity, now_s)
+            else {
+                self.note_gang_topology(id, spec, placement.level, &capacity, now_s);
+                return self.commit(id, spec, placement, explanation, Vec::new());
+            };
+            // Balloons give way to keep the gang in one tighter domain; it still has the
+            // nodes it was placed on, so it is placed again, wherever that now puts it.
+            self.topology_stats.balloons_evicted_for_topology += balloons.len() as u64;
+            return self.place_after_evicting(
+                (id, spec, now_s),
+                balloons,
+                explanation,
+                hooks,
+                out,
+                BALLOONS_REJECTED,
+            );
         }
 
         // Its reservation is due, and jobs backfilled onto its nodes ran past their estimate:
@@ -787,6 +816,7 @@ impl Scheduler {
             let (mut capacity, scores, searched) = self.evaluate(spec, hooks, &mut explanation);
             self.mask_reserved(id, spec, now_s, &mut capacity);
             if let Some(placement) = self.place_in(spec, &capacity, &scores, &searched) {
+                self.note_gang_topology(id, spec, placement.level, &capacity, now_s);
                 return self.commit(id, spec, placement, explanation, overran);
             }
             explanation.outcome = Outcome::Pending {
@@ -801,32 +831,30 @@ impl Scheduler {
             };
         }
 
+        // A gang that needs balloons' nodes takes them in one domain when one can hold it.
+        if let Some(balloons) = self.balloons_for_tighter_domain(id, spec, None, &capacity, now_s) {
+            self.topology_stats.balloons_evicted_for_topology += balloons.len() as u64;
+            return self.place_after_evicting(
+                (id, spec, now_s),
+                balloons,
+                explanation,
+                hooks,
+                out,
+                BALLOONS_REJECTED,
+            );
+        }
         // Preemption: make room by evicting whole gangs that may give way to this job.
         if self.config.preemption
             && let Some(victims) = self.find_victims(id, spec, now_s)
         {
-            for &victim in &victims {
-                explanation
-                    .preempted
-                    .push(self.job_to_entry[&victim].spec.name.clone());
-                self.evict(victim, now_s);
-            }
-            out.evicted.extend(&victims);
-            // Held off the reservations of jobs ahead of it, as the victims were chosen; one
-            // it outranks slips and is planned again.
-            let (mut capacity, scores, searched) = self.evaluate(spec, hooks, &mut explanation);
-            self.mask_reserved(id, spec, now_s, &mut capacity);
-            if let Some(placement) = self.place_in(spec, &capacity, &scores, &searched) {
-                return self.commit(id, spec, placement, explanation, victims);
-            }
-            explanation.outcome = Outcome::Pending {
-                waiting_for: "the nodes freed by preemption (a policy rejected them)".into(),
-            };
-            self.queue.park(id, Blocked::Room, now_s, self.epochs());
-            return Decision {
+            return self.place_after_evicting(
+                (id, spec, now_s),
                 victims,
-                ..decision(explanation)
-            };
+                explanation,
+                hooks,
+                out,
+                "the nodes freed by preemption (a policy rejected them)",
+            );
         }
         let mut waiting_for = self.waiting_for_room(spec, &capacity, &explanation);
         if let Some((nodes, owner)) = held {
@@ -847,6 +875,45 @@ impl Scheduler {
         explanation.outcome = Outcome::Pending { waiting_for };
         self.queue.park(id, Blocked::Room, now_s, self.epochs());
         decision(explanation)
+    }
+
+    /// Evicts `victims` for job `id`, then evaluates and places it again, held off the
+    /// reservations of jobs ahead of it as the victims were chosen (one it outranks slips and
+    /// is planned again). When a policy rejects the freed nodes, it is parked waiting for
+    /// `rejected`.
+    fn place_after_evicting(
+        &mut self,
+        (id, spec, now_s): (JobId, &JobSpec, f64),
+        victims: Vec<JobId>,
+        mut explanation: Explanation,
+        hooks: &mut dyn PolicyHooks,
+        out: &mut CycleOutput,
+        rejected: &str,
+    ) -> Decision {
+        for &victim in &victims {
+            explanation
+                .preempted
+                .push(self.job_to_entry[&victim].spec.name.clone());
+            self.evict(victim, now_s);
+        }
+        out.evicted.extend(&victims);
+        let (mut capacity, scores, searched) = self.evaluate(spec, hooks, &mut explanation);
+        self.mask_reserved(id, spec, now_s, &mut capacity);
+        if let Some(placement) = self.place_in(spec, &capacity, &scores, &searched) {
+            self.note_gang_topology(id, spec, placement.level, &capacity, now_s);
+            return self.commit(id, spec, placement, explanation, victims);
+        }
+        explanation.outcome = Outcome::Pending {
+            waiting_for: rejected.into(),
+        };
+        self.queue.park(id, Blocked::Room, now_s, self.epochs());
+        Decision {
+            job: id,
+            placed: false,
+            placement: Vec::new(),
+            victims,
+            explanation,
+        }
     }
 
     /// Reserve the placement's nodes and mark the job running: the placed decision, with the

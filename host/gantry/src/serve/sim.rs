@@ -157,6 +157,12 @@ pub(super) fn serve(args: ServeArgs) -> anyhow::Result<()> {
             stats.cycle_ms_p50,
             stats.cycle_ms_p99
         );
+        outln!(
+            "  gangs in one block: {} of the {} that one block's free and balloon nodes could hold ({} balloons evicted for it)",
+            stats.topology.gangs_in_one_domain,
+            stats.topology.gangs_one_domain_possible,
+            stats.topology.balloons_evicted_for_topology
+        );
     }
     live.store.flush()?;
     Shutdown::join_by(api, API_PATIENCE);
