@@ -95,6 +95,7 @@ test.afterAll(async () => {
   console.log(`  an estimate: ${figures.estimate_example}; what-if rows: ${figures.what_if_rows}`);
   console.log(`  what-if form: ${figures.what_if_form}`);
   console.log(`  jobs list: ${figures.listed_estimates}`);
+  console.log(`  consistency: ${figures.consistency}`);
   console.log(`  nodes held mostly by balloons (the heatmap shade): ${figures.balloon_nodes}`);
   console.log(`  a preempted job's history: ${figures.preempted_history}`);
   console.log(`  keep-off config: ${figures.keep_off_config}; self-test: ${figures.keep_off_self_test}`);
@@ -131,6 +132,49 @@ test("what-if form: 16 × 8 GPUs in a queue, answered as a duration", async ({ v
   const ahead = (await api(VIEWER, `/api/jobs?state=pending&queue=${encodeURIComponent(queue)}&limit=10000`))
     .filter((j) => j.estimate).map((j) => j.estimate.p50_ms);
   figures.what_if_form = `${queue}, 16 × 8: "${text}"; latest estimate among ${ahead.length} estimated pending jobs of ${queue}: ${ahead.length ? new Date(Math.max(...ahead)).toISOString() : "none"}`;
+});
+
+test("consistency: 200 pending jobs tell one story, and a what-if like a job is never earlier", async () => {
+  const post = async (path, body) => (await fetch(`${BASE}${path}`, {
+    method: "POST",
+    headers: { Authorization: `Bearer ${VIEWER}`, "Content-Type": "application/json" },
+    body: JSON.stringify(body),
+  })).json();
+  // Every k-th pending job, so that each queue's head and its tail are both in the sample.
+  const pending = await api(VIEWER, "/api/jobs?state=pending&limit=10000");
+  expect(pending.length, "pending jobs on the overloaded demo").toBeGreaterThan(0);
+  const step = Math.max(1, Math.floor(pending.length / 200));
+  const sample = pending.filter((_, i) => i % step === 0).slice(0, 200);
+  const seen = { checked: 0, started_meanwhile: 0, estimated: 0, reasons: 0, quota_refused: 0 };
+  const estimated = [];
+  for (const row of sample) {
+    const e = await api(VIEWER, `/api/explain/${encodeURIComponent(row.name)}`);
+    if (e.state !== "pending") { seen.started_meanwhile++; continue; }
+    seen.checked++;
+    // One or the other, never both, never neither.
+    expect(Boolean(e.estimate) !== Boolean(e.no_estimate), `${row.name}: an estimate or a reason: ${JSON.stringify([e.estimate, e.no_estimate])}`).toBe(true);
+    if (e.estimate) { seen.estimated++; estimated.push(e); } else seen.reasons++;
+    const refused = e.latest !== null && e.waiting_for !== null && e.waiting_for !== undefined;
+    if (refused && e.waiting_for.startsWith("quota:")) seen.quota_refused++;
+    // The estimate never says room is free while the explanation says it was refused.
+    if (refused) expect(e.estimate?.text ?? "", `${row.name} waits for "${e.waiting_for}"`).not.toMatch(/free now/);
+  }
+  expect(seen.checked, `jobs still pending when read: ${JSON.stringify(seen)}`).toBeGreaterThan(0);
+  // A what-if like a job is tried after it: never earlier than its own estimate, as it stood
+  // before or after the what-if (a forecast may land in between).
+  const like = { asked: 0, compared: 0, no_start: 0 };
+  for (const e of estimated.slice(0, 5)) {
+    like.asked++;
+    const answer = await post("/api/whatif", { like: e.name });
+    const after = await api(VIEWER, `/api/explain/${encodeURIComponent(e.name)}`);
+    const start = answer?.answer?.estimate?.p50_ms;
+    if (start === undefined) { like.no_start++; continue; }
+    like.compared++;
+    const own = Math.min(e.estimate.p50_ms, after.estimate?.p50_ms ?? Infinity);
+    // The API's times are whole milliseconds mapped from the scheduler's clock: a second's slack.
+    expect(start, `what-if like ${e.name}: ${answer.answer.text}; its own: ${e.estimate.text}`).toBeGreaterThanOrEqual(own - 1000);
+  }
+  figures.consistency = `${JSON.stringify(seen)} of a ${sample.length}-job sample of ${pending.length} pending; what-if like a job: ${JSON.stringify(like)}`;
 });
 
 test("sign-in: a wrong token gets a readable message", async ({ page }) => {
