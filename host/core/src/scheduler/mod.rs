@@ -790,15 +790,7 @@ impl Scheduler {
             };
             // Balloons give way to keep the gang in one tighter domain; it still has the
             // nodes it was placed on, so it is placed again, wherever that now puts it.
-            self.topology_stats.balloons_evicted_for_topology += balloons.len() as u64;
-            return self.place_after_evicting(
-                (id, spec, now_s),
-                balloons,
-                explanation,
-                hooks,
-                out,
-                BALLOONS_REJECTED,
-            );
+            return self.place_in_one_domain((id, spec, now_s), balloons, explanation, hooks, out);
         }
 
         // Its reservation is due, and jobs backfilled onto its nodes ran past their estimate:
@@ -833,15 +825,7 @@ impl Scheduler {
 
         // A gang that needs balloons' nodes takes them in one domain when one can hold it.
         if let Some(balloons) = self.balloons_for_tighter_domain(id, spec, None, &capacity, now_s) {
-            self.topology_stats.balloons_evicted_for_topology += balloons.len() as u64;
-            return self.place_after_evicting(
-                (id, spec, now_s),
-                balloons,
-                explanation,
-                hooks,
-                out,
-                BALLOONS_REJECTED,
-            );
+            return self.place_in_one_domain((id, spec, now_s), balloons, explanation, hooks, out);
         }
         // Preemption: make room by evicting whole gangs that may give way to this job.
         if self.config.preemption
@@ -875,6 +859,20 @@ impl Scheduler {
         explanation.outcome = Outcome::Pending { waiting_for };
         self.queue.park(id, Blocked::Room, now_s, self.epochs());
         decision(explanation)
+    }
+
+    /// Evicts the `balloons` that keep gang `id` out of one domain (counted in
+    /// [`TopologyStats`]), then places it again.
+    fn place_in_one_domain(
+        &mut self,
+        job: (JobId, &JobSpec, f64),
+        balloons: Vec<JobId>,
+        explanation: Explanation,
+        hooks: &mut dyn PolicyHooks,
+        out: &mut CycleOutput,
+    ) -> Decision {
+        self.topology_stats.balloons_evicted_for_topology += balloons.len() as u64;
+        self.place_after_evicting(job, balloons, explanation, hooks, out, BALLOONS_REJECTED)
     }
 
     /// Evicts `victims` for job `id`, then evaluates and places it again, held off the
