@@ -55,11 +55,21 @@ pub struct EstimateView {
     /// The same as a list shows it: "in about 2 h 10 min (90% within 5 h)", a duration from
     /// now, never a clock time (those are the `_ms` fields, for a hover or `--json`).
     pub short: String,
+    /// What the job waits for until then, word for word what its latest stored decision says
+    /// (the explanation's `waiting_for`), so the estimate and the explanation never tell two
+    /// stories; none for a what-if's job, which nothing has refused yet.
+    pub waiting_for: Option<String>,
 }
 
 impl EstimateView {
-    /// `estimate`, made on the scheduler's clock at `clock_s`, as seen at `now_ms`.
-    pub fn new(estimate: &StartEstimate, clock_s: f64, now_ms: u64) -> Self {
+    /// `estimate`, made on the scheduler's clock at `clock_s`, as seen at `now_ms`, of a job
+    /// whose latest decision waits for `waiting_for` (none for a job not refused yet).
+    pub fn new(
+        estimate: &StartEstimate,
+        clock_s: f64,
+        now_ms: u64,
+        waiting_for: Option<&str>,
+    ) -> Self {
         let at = |s: f64| now_ms.saturating_add(((s - clock_s).max(0.0) * 1000.0) as u64);
         let (p10_ms, p50_ms, p90_ms) = (at(estimate.p10_s), at(estimate.p50_s), at(estimate.p90_s));
         let (p50_in_s, p90_in_s) = (
@@ -69,7 +79,8 @@ impl EstimateView {
         // A start planned for later that has come and gone: say so, rather than clamping it
         // to "now", which read as "room for it is free" beside a refusal.
         let overdue_s = clock_s - estimate.p50_s;
-        let (text, short) = if overdue_s >= 1.0 && estimate.p50_s >= estimate.planned_at_s + 1.0 {
+        let (mut text, short) = if overdue_s >= 1.0 && estimate.p50_s >= estimate.planned_at_s + 1.0
+        {
             let overdue = duration_text(overdue_s);
             (
                 format!(
@@ -89,11 +100,19 @@ impl EstimateView {
                     duration_text(p90_in_s.max(p50_in_s))
                 )
             };
-            (
-                estimate_text(p50_in_s, p90_in_s, reservation, p50_ms),
-                short,
-            )
+            let text = match waiting_for {
+                // Its latest attempt was refused: the plan expects what refused it to give way
+                // by then, so the room is not "free now".
+                Some(_) if p50_in_s < 1.0 => {
+                    "expected to start at one of its next attempts".to_string()
+                }
+                _ => estimate_text(p50_in_s, p90_in_s, reservation, p50_ms),
+            };
+            (text, short)
         };
+        if let Some(waiting_for) = waiting_for {
+            text.push_str(&format!("; until then it waits for {waiting_for}"));
+        }
         Self {
             p10_ms,
             p50_ms,
@@ -101,6 +120,7 @@ impl EstimateView {
             reservation: estimate.reservation.clone(),
             text,
             short,
+            waiting_for: waiting_for.map(str::to_string),
         }
     }
 }
@@ -196,7 +216,7 @@ mod tests {
     #[test]
     fn a_passed_estimate_says_it_passed_not_that_room_is_free() {
         // Planned at 0 s for 1,000 s; seen at 1,300 s with the job still pending.
-        let view = EstimateView::new(&estimate(0.0, 1_000.0), 1_300.0, 5_000_000);
+        let view = EstimateView::new(&estimate(0.0, 1_000.0), 1_300.0, 5_000_000, None);
         assert_eq!(
             view.text,
             "its expected start passed 5 min ago without it starting: it waits for the plan to \
@@ -204,14 +224,44 @@ mod tests {
         );
         assert_eq!(view.short, "overdue by 5 min, being re-planned");
         // Planned to start at once: room for it is free, as the plan said.
-        let now = EstimateView::new(&estimate(1_300.0, 1_300.0), 1_300.0, 5_000_000);
+        let now = EstimateView::new(&estimate(1_300.0, 1_300.0), 1_300.0, 5_000_000, None);
         assert!(
             now.text.starts_with("room for it is free now"),
             "{}",
             now.text
         );
         // Ahead: a duration from now.
-        let later = EstimateView::new(&estimate(1_000.0, 3_700.0), 1_300.0, 5_000_000);
+        let later = EstimateView::new(&estimate(1_000.0, 3_700.0), 1_300.0, 5_000_000, None);
         assert_eq!(later.short, "in about 40 min (90% within 50 min)");
+    }
+
+    #[test]
+    fn a_refused_job_s_estimate_says_what_it_waits_for_and_never_that_room_is_free() {
+        let quota = "quota: queue rl is at its quota of 16 GPUs";
+        // Planned to start at once, but its latest attempt was refused.
+        let now = EstimateView::new(&estimate(1_300.0, 1_300.0), 1_300.0, 5_000_000, Some(quota));
+        assert_eq!(
+            now.text,
+            "expected to start at one of its next attempts; until then it waits for quota: queue \
+             rl is at its quota of 16 GPUs"
+        );
+        assert_eq!(now.waiting_for.as_deref(), Some(quota));
+        let later = EstimateView::new(&estimate(1_000.0, 3_700.0), 1_300.0, 5_000_000, Some(quota));
+        assert_eq!(
+            later.text,
+            "expected to start in about 40 min, 90% within 50 min; until then it waits for quota: \
+             queue rl is at its quota of 16 GPUs"
+        );
+        let overdue = EstimateView::new(&estimate(0.0, 1_000.0), 1_300.0, 5_000_000, Some(quota));
+        assert!(
+            overdue
+                .text
+                .ends_with(&format!("; until then it waits for {quota}"))
+        );
+        assert!(
+            overdue
+                .text
+                .starts_with("its expected start passed 5 min ago")
+        );
     }
 }

@@ -6,6 +6,12 @@ use gantry_store::DecisionRecord;
 use serde::{Deserialize, Serialize};
 use utoipa::ToSchema;
 
+/// What a pending job with no decision yet waits for: the explanation's `waiting_for` and its
+/// estimate's say it in the same words.
+pub fn not_attempted_waiting_for(queue: &str) -> String {
+    format!("its turn in queue {queue}")
+}
+
 /// What the name asked about turned out to be.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize, ToSchema)]
 #[serde(rename_all = "lowercase")]

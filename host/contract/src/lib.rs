@@ -39,7 +39,9 @@ pub mod views;
 pub use auth::{Caller, Role};
 pub use cluster::{ClusterSummary, DomainUse, LevelUse, NodeColumns, NodeDetail};
 pub use error::ErrorBody;
-pub use explain::{Explain, ExplainKind, ExplainState, JobEvent, JobEventKind};
+pub use explain::{
+    Explain, ExplainKind, ExplainState, JobEvent, JobEventKind, not_attempted_waiting_for,
+};
 pub use jobs::JobRow;
 pub use policies::{ConfigQuery, NewSet, RunningPolicy, SetList, ShadowStart, WasmModule};
 pub use query::{HistoryQuery, JobQuery, JobSort, JobState, Limit, TimeRange};

@@ -379,7 +379,8 @@ fn outcome(
     let estimate = what
         .start
         .as_ref()
-        .map(|start| EstimateView::new(start, clock_s, now_ms));
+        // A job not submitted yet: nothing has refused it.
+        .map(|start| EstimateView::new(start, clock_s, now_ms, None));
     let ahead = match what.jobs_ahead {
         0 => String::new(),
         1 => format!(

@@ -125,9 +125,10 @@ pub struct Live {
     /// When the loop last went round (ms since the epoch; 0 = not yet): `/healthz` fails when
     /// it is stale, and a leader stops renewing its Lease.
     heartbeat_ms: AtomicU64,
-    /// Per pending job: when its last stored decision was made and a digest of what it said.
-    /// Only the loop touches it (once per cycle); placed jobs leave it.
-    job_to_last_stored: Mutex<HashMap<String, (u64, u64)>>,
+    /// Per pending job: its last stored decision, so a repeat is stored only when it says
+    /// something new, and the published estimate waits for what the stored record says. Only
+    /// the loop touches it (once per cycle, and in `publish`); placed jobs leave it.
+    job_to_last_stored: Mutex<HashMap<String, LastStored>>,
     /// Each queue's recent samples, for the fair-share-over-time chart. The loop writes one
     /// sample per queue every [`HISTORY_EVERY`] (inside `publish`) and the history handler
     /// copies them out; each holds the lock only for that, so neither waits on the other long.
@@ -136,6 +137,16 @@ pub struct Live {
     /// this one leads, or nothing is elected): the API refuses writes here with 409 naming
     /// it. Written once per pass, read per write request; held only to copy.
     leader_elsewhere: Mutex<Option<String>>,
+}
+
+/// A pending job's last stored decision, as `Live::worth_storing` keeps it.
+struct LastStored {
+    /// When it was made (ms since the epoch).
+    at_ms: u64,
+    /// A digest of what it said: its summary, policy set and faults.
+    digest: u64,
+    /// What it waits for, as the record says it.
+    waiting_for: String,
 }
 
 impl Live {
@@ -376,14 +387,24 @@ impl Live {
                 e.policy_set.hash(&mut hasher);
                 e.faults.hash(&mut hasher);
                 let digest = hasher.finish();
+                let stored = || LastStored {
+                    at_ms: time_ms,
+                    digest,
+                    waiting_for: match &e.outcome {
+                        Outcome::Pending { waiting_for } => waiting_for.clone(),
+                        Outcome::Placed { .. } => String::new(),
+                    },
+                };
                 match last.get_mut(&e.job) {
-                    Some((at, seen)) if *seen == digest && time_ms < *at + repeat_ms => false,
+                    Some(seen) if seen.digest == digest && time_ms < seen.at_ms + repeat_ms => {
+                        false
+                    }
                     Some(entry) => {
-                        *entry = (time_ms, digest);
+                        *entry = stored();
                         true
                     }
                     None => {
-                        last.insert(e.job.clone(), (time_ms, digest));
+                        last.insert(e.job.clone(), stored());
                         true
                     }
                 }

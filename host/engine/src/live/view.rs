@@ -180,6 +180,12 @@ impl Live {
             no_estimate: None,
         };
         let mut job_to_no_estimate = scheduler.no_estimate_texts();
+        // What each pending job's last stored decision waits for, so its estimate says the same
+        // as its explanation; the loop alone writes it, between publishes.
+        let job_to_last_stored = self
+            .job_to_last_stored
+            .lock()
+            .unwrap_or_else(|e| e.into_inner());
         for id in scheduler.pending() {
             let spec = scheduler.job(id);
             queue_to_counts
@@ -194,11 +200,23 @@ impl Live {
             ));
             let mut view = view_of(spec, "pending");
             view.estimate = scheduler.start_estimate(id).map(|estimate| {
-                gantry_contract::EstimateView::new(estimate, scheduler.clock_s(), published_ms)
+                let waiting_for = match job_to_last_stored.get(&spec.name) {
+                    Some(last) => last.waiting_for.clone(),
+                    None => gantry_contract::not_attempted_waiting_for(&view.queue),
+                };
+                gantry_contract::EstimateView::new(
+                    estimate,
+                    scheduler.clock_s(),
+                    published_ms,
+                    Some(&waiting_for)
+                        .filter(|w| !w.is_empty())
+                        .map(String::as_str),
+                )
             });
             view.no_estimate = job_to_no_estimate.remove(&id);
             job_to_state.insert(spec.name.clone(), view);
         }
+        drop(job_to_last_stored);
         for jobs in by_queue.values_mut() {
             jobs.sort_by(|a, b| b.0.cmp(&a.0).then(a.1.total_cmp(&b.1)));
             for (i, (_, _, name)) in jobs.iter().enumerate() {

@@ -208,7 +208,9 @@ fn estimate_sentence(estimate: &gantry_core::StartEstimate) -> String {
     };
     let wait = estimate.p50_s - estimate.planned_at_s;
     if wait < 1.0 {
-        return "Room for it is free now: expected to start at its next attempt.".into();
+        // The message follows the reason it was refused: the room is not "free now", the plan
+        // only expects what refused it to give way within a cycle or so.
+        return "Expected to start at one of its next attempts.".into();
     }
     let within = (estimate.p90_s - estimate.planned_at_s).max(wait);
     let mut text = format!(
@@ -345,9 +347,10 @@ mod tests {
             "Expected to start in about 2 h, 90% within 3 days; it holds a reservation on 16 \
              nodes in rack 3."
         );
+        // Beside the refusal it follows, never "room for it is free now".
         assert_eq!(
             estimate(0.0, 0.0, None),
-            "Room for it is free now: expected to start at its next attempt."
+            "Expected to start at one of its next attempts."
         );
     }
 }

@@ -353,7 +353,7 @@ pub(crate) async fn explain(
                 format!(
                     "Not attempted yet: it is{position} the pending jobs of queue {queue_name}, and each cycle tries a bounded number of pending jobs in fair-share order."
                 ),
-                Some(format!("its turn in queue {queue_name}")),
+                Some(gantry_contract::not_attempted_waiting_for(&queue_name)),
             )
         }
     };
