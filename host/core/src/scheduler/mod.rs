@@ -797,30 +797,15 @@ impl Scheduler {
         // they give way, if that lets it start.
         let overran = self.overrun_victims(id, now_s);
         if !overran.is_empty() && self.fits_without(id, spec, &overran, now_s) {
-            for &victim in &overran {
-                explanation
-                    .preempted
-                    .push(self.job_to_entry[&victim].spec.name.clone());
-                self.evict(victim, now_s);
-            }
             self.note_overrun_evictions(overran.len());
-            out.evicted.extend(&overran);
-            let (mut capacity, scores, searched) = self.evaluate(spec, hooks, &mut explanation);
-            self.mask_reserved(id, spec, now_s, &mut capacity);
-            if let Some(placement) = self.place_in(spec, &capacity, &scores, &searched) {
-                self.note_gang_topology(id, spec, placement.level, &capacity, now_s);
-                return self.commit(id, spec, placement, explanation, overran);
-            }
-            explanation.outcome = Outcome::Pending {
-                waiting_for: "the rest of its reservation's nodes (it evicted the jobs that \
-                              overran there)"
-                    .into(),
-            };
-            self.queue.park(id, Blocked::Room, now_s, self.epochs());
-            return Decision {
-                victims: overran,
-                ..decision(explanation)
-            };
+            return self.place_after_evicting(
+                (id, spec, now_s),
+                overran,
+                explanation,
+                hooks,
+                out,
+                "the rest of its reservation's nodes (it evicted the jobs that overran there)",
+            );
         }
 
         // A gang that needs balloons' nodes takes them in one domain when one can hold it.
