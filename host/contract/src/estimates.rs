@@ -100,14 +100,12 @@ impl EstimateView {
                     duration_text(p90_in_s.max(p50_in_s))
                 )
             };
-            let text = match waiting_for {
+            let mut text = estimate_text(p50_in_s, p90_in_s, reservation, p50_ms);
+            if waiting_for.is_some() && p50_in_s < 1.0 {
                 // Its latest attempt was refused: the plan expects what refused it to give way
-                // by then, so the room is not "free now".
-                Some(_) if p50_in_s < 1.0 => {
-                    "expected to start at one of its next attempts".to_string()
-                }
-                _ => estimate_text(p50_in_s, p90_in_s, reservation, p50_ms),
-            };
+                // by then, so the room is not "free now" (a reservation's words stay).
+                text = text.replacen(FREE_NOW, "expected to start at one of its next attempts", 1);
+            }
             (text, short)
         };
         if let Some(waiting_for) = waiting_for {
@@ -125,6 +123,9 @@ impl EstimateView {
     }
 }
 
+/// What [`estimate_text`] says of a start planned for now.
+const FREE_NOW: &str = "room for it is free now: it is expected to start at its next attempt";
+
 /// "expected to start in about 2 h 10 min, 90% within 5 h; it holds a reservation on 16 nodes
 /// in rack 3 from 14:20 UTC".
 pub fn estimate_text(
@@ -134,7 +135,7 @@ pub fn estimate_text(
     p50_at_ms: u64,
 ) -> String {
     let mut text = if p50_in_s < 1.0 {
-        "room for it is free now: it is expected to start at its next attempt".to_string()
+        FREE_NOW.to_string()
     } else {
         format!(
             "expected to start in about {}, 90% within {}",
@@ -246,6 +247,20 @@ mod tests {
              rl is at its quota of 16 GPUs"
         );
         assert_eq!(now.waiting_for.as_deref(), Some(quota));
+        // A reservation due now keeps its words.
+        let reserved = StartEstimate {
+            reservation: Some("16 nodes in rack 3".into()),
+            ..estimate(1_300.0, 1_300.0)
+        };
+        let held = EstimateView::new(&reserved, 1_300.0, 5_000_000, Some(quota));
+        assert!(
+            held.text.starts_with(
+                "expected to start at one of its next attempts; it holds a reservation on 16 \
+                 nodes in rack 3 from "
+            ),
+            "{}",
+            held.text
+        );
         let later = EstimateView::new(&estimate(1_000.0, 3_700.0), 1_300.0, 5_000_000, Some(quota));
         assert_eq!(
             later.text,
