@@ -17,6 +17,11 @@ pub const NOT_ENOUGH_CPU_OR_MEMORY: u16 = 5;
 pub const NODE_AFFINITY_MISMATCH: u16 = 6;
 /// The pod asks for a resource (beyond GPUs, CPU and memory) that no node offers.
 pub const RESOURCE_NOWHERE: u16 = 7;
+/// The node failed under this job not long ago: the job avoids it for a while (the
+/// scheduler's per-job bad-node list; no policy returns it).
+pub const FAILED_UNDER_JOB: u16 = 15;
+/// Its text.
+pub const FAILED_UNDER_JOB_TEXT: &str = "node failed under this job (avoided for a while)";
 /// `RESOURCE_SHORT + c`: not enough of [`NodeTable::resources`]`[c]`.
 pub const RESOURCE_SHORT: u16 = 16;
 
@@ -37,6 +42,7 @@ pub const FILTER_REASONS: [&str; 8] = [
 pub fn reason_text(code: u16, t: &NodeTable, resolve: impl Fn(crate::Sym) -> String) -> String {
     match FILTER_REASONS.get(code as usize) {
         Some(text) => (*text).to_string(),
+        None if code == FAILED_UNDER_JOB => FAILED_UNDER_JOB_TEXT.to_string(),
         None => t
             .resources
             .get(usize::from(code.saturating_sub(RESOURCE_SHORT)))

@@ -1,6 +1,6 @@
 //! Gantry's scheduling core: the model (a columnar node table, pod shapes, queues, interned
 //! strings), the queue tree with quota and fair share, the live cluster state, the built-in
-//! filter and score, and the cycle that places jobs and explains every decision. Pure on
+//! filter and score, the node health lifecycle ([`health`]), and the cycle that places jobs and explains every decision. Pure on
 //! purpose: no kube, axum, sled or wasmtime types live here, so the same core drives the
 //! simulator and a live cluster, and policies plug in through [`PolicyHooks`]. The loop that
 //! drives it talks to the world through [`ClusterSource`] and [`Binder`].
@@ -9,6 +9,7 @@ pub mod affinity;
 pub mod builtin;
 pub mod cluster;
 pub mod explain;
+pub mod health;
 pub mod hooks;
 pub mod model;
 pub mod queues;
@@ -24,6 +25,7 @@ pub use affinity::{
 };
 pub use cluster::{ClusterState, Slot};
 pub use explain::{Explanation, Outcome, PolicyRef, StartEstimate};
+pub use health::{HealthConfig, Lifecycle, NodeState, Transition};
 pub use hooks::{BuiltinOnly, PolicyHooks, Verdict};
 pub use model::{
     CohortUsage, Health, JobRequest, LevelColumn, NodeRow, NodeTable, PodShape, QueueUsage,

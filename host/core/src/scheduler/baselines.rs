@@ -175,7 +175,7 @@ impl Scheduler {
     }
 
     /// Under `kueue`: the workload is admitted but not all of its pods run yet.
-    fn kueue_admitted(&self, id: JobId) -> bool {
+    pub(super) fn kueue_admitted(&self, id: JobId) -> bool {
         self.config.mode == Mode::Kueue
             && matches!(
                 self.job_to_entry.get(&id).map(|e| &e.state),

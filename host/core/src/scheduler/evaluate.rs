@@ -39,6 +39,14 @@ struct Tally {
     reasons: Vec<(usize, String, String)>,
 }
 
+/// One chunk as the filters see it: its nodes, what the job's node affinity says about them
+/// (when known), and the nodes the job avoids because they failed under it.
+struct Chunk<'a> {
+    range: Range<usize>,
+    known: Option<&'a ChunkAffinity>,
+    avoid: &'a [usize],
+}
+
 /// Adds `fault` to the explanation once.
 fn note_fault(explanation: &mut Explanation, fault: String) {
     if !explanation.faults.contains(&fault) {
@@ -49,10 +57,12 @@ fn note_fault(explanation: &mut Explanation, fault: String) {
 impl Scheduler {
     /// Run every filter and score; the pods of `spec`'s shape each node takes (0 where
     /// filtered out or not evaluated), each node's total score, and the node ranges evaluated
-    /// (so placing a single pod reads those, not the whole table).
+    /// (so placing a single pod reads those, not the whole table). `avoid` are the nodes that
+    /// failed under the job, which the built-in filter rejects for it.
     pub(super) fn evaluate(
         &self,
         spec: &JobSpec,
+        avoid: &[usize],
         hooks: &mut dyn PolicyHooks,
         explanation: &mut Explanation,
     ) -> (Vec<u32>, Vec<u64>, Vec<Range<usize>>) {
@@ -87,7 +97,12 @@ impl Scheduler {
             tally.evaluated += range.len();
             let known = self.chunk_affinity(spec, range.clone());
             let known = known.as_deref();
-            self.filter_chunk(spec, hooks, range.clone(), known, &mut tally, explanation);
+            let part = Chunk {
+                range: range.clone(),
+                known,
+                avoid,
+            };
+            self.filter_chunk(spec, hooks, part, &mut tally, explanation);
             self.score_chunk(spec, hooks, range.clone(), known, &mut tally, explanation);
             searched.push(range);
             if tally.feasible >= enough {
@@ -102,18 +117,25 @@ impl Scheduler {
 
     /// The built-in filter and every filter policy on one chunk: each rejected node is
     /// counted once, for the first filter that rejected it; the rest get their capacity.
-    /// `known` is what the job's node affinity says about the chunk.
     fn filter_chunk(
         &self,
         spec: &JobSpec,
         hooks: &mut dyn PolicyHooks,
-        range: Range<usize>,
-        known: Option<&ChunkAffinity>,
+        Chunk {
+            range,
+            known,
+            avoid,
+        }: Chunk<'_>,
         tally: &mut Tally,
         explanation: &mut Explanation,
     ) {
-        let builtin_codes =
+        let mut builtin_codes =
             builtin::gpu_fit_chunk(&spec.shape, &self.state.nodes, range.clone(), known);
+        for &node in avoid {
+            if range.contains(&node) && builtin_codes[node - range.start] == 0 {
+                builtin_codes[node - range.start] = builtin::FAILED_UNDER_JOB;
+            }
+        }
         let mut rejected_by: Vec<Option<(usize, u16)>> = builtin_codes
             .iter()
             .map(|&code| (code != 0).then_some((0, code)))

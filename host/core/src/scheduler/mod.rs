@@ -11,7 +11,9 @@
 //! - [`forecast`]: start estimates for the jobs the plan does not cover, from the cycle run
 //!   forward on a copy, with the last hour's submissions expected again;
 //! - [`baselines`]: the anchors Gantry is measured against (`k8s-default`, `coscheduling`);
-//! - [`explain`]: the explanation record's blank and its "waiting for" texts.
+//! - [`explain`]: the explanation record's blank and its "waiting for" texts;
+//! - [`health`]: what a failing node does to the jobs on it (stopped whole, back to the head
+//!   of the queue, the node avoided).
 //!
 //! This module holds the jobs' life cycle (submit, adopt, place, evict, finish) and Gantry's
 //! own cycle, which ties the stages together.
@@ -20,6 +22,7 @@ mod baselines;
 mod evaluate;
 mod explain;
 mod forecast;
+mod health;
 mod place;
 pub mod plan;
 mod preempt;
@@ -40,6 +43,7 @@ use crate::queues::{Admission, QueueId, Queues};
 use crate::symbols::Symbols;
 
 pub use forecast::{ForecastRun, KnownFuture, WhatIfRun};
+pub use health::{BadNode, HALT_S, NodeFailure};
 pub use place::TopologyStats;
 pub use plan::Forecasts;
 pub use queue::{Blocked, Epochs, JobKey, RoomAsk, SchedulingQueue};
@@ -223,6 +227,10 @@ pub struct CycleOutput {
     /// The policy-call budget ran out before the cycle reached every job it would have tried;
     /// those wait, in order, for the next cycle (see [`PolicyHooks::budget_spent`]).
     pub budget_spent: bool,
+    /// Jobs stopped whole since the last cycle because a node failed under them
+    /// ([`Scheduler::node_failed`]): pending again, their pods to be evicted by the binder.
+    /// Each has its decision, with the reason, first in `decisions`.
+    pub stopped: Vec<JobId>,
     /// Pending jobs whose first start estimate came since the last cycle (from this cycle's
     /// replan, or a forecast installed since), whether or not this cycle tried them: a job
     /// parked since its first attempt is tried again only when woken, so whoever shows
@@ -323,6 +331,23 @@ pub struct Scheduler {
     plan_config: plan::PlanConfig,
     /// How gangs landed against the outermost topology level, for reports.
     topology_stats: place::TopologyStats,
+    /// Every node's health lifecycle and the breaker over automated cordons.
+    lifecycle: crate::health::Lifecycle,
+    /// Per job stopped by a node failure, the nodes it avoids for a while: the per-workload
+    /// bad-node list. Dropped when the job finishes.
+    job_to_bad_nodes: BTreeMap<JobId, Vec<BadNode>>,
+    /// Decisions of the stops since the last cycle, and their jobs: the next cycle's output
+    /// carries them, so that what a binder applies and the store keeps comes in one place.
+    stops: Vec<Decision>,
+    stopped_jobs: Vec<JobId>,
+    /// An anchor's gangs halted by a failure, holding their GPUs until then (release time,
+    /// job); and stopped jobs whose recreated pods reach the queue then (time, job). Short
+    /// lists: failures are rare.
+    halted: Vec<(f64, JobId)>,
+    recreating: Vec<(f64, JobId)>,
+    /// Gangs Gantry stopped for a failure: the next cycle tries them before any other job,
+    /// so the nodes they freed are not given away first.
+    restart_first: Vec<JobId>,
 }
 
 impl Scheduler {
@@ -332,7 +357,15 @@ impl Scheduler {
         symbols: Arc<Symbols>,
         config: SchedulerConfig,
     ) -> Self {
+        let lifecycle = crate::health::Lifecycle::new(&state.nodes.health, Default::default());
         Self {
+            lifecycle,
+            job_to_bad_nodes: BTreeMap::new(),
+            stops: Vec::new(),
+            stopped_jobs: Vec::new(),
+            halted: Vec::new(),
+            recreating: Vec::new(),
+            restart_first: Vec::new(),
             state,
             queues,
             config,
@@ -430,6 +463,8 @@ impl Scheduler {
         let runtimes = std::mem::take(&mut self.plan.runtimes);
         let arrivals = std::mem::take(&mut self.plan.arrivals);
         let (clock_s, plan_config) = (self.clock_s, self.plan_config.clone());
+        let health_config = self.lifecycle.config.clone();
+        let breaker = self.lifecycle.breaker.clone();
         *self = Self::new(state, queues, self.symbols.clone(), self.config.clone());
         self.next_id = next_id;
         self.cycle_no = cycle_no;
@@ -437,6 +472,8 @@ impl Scheduler {
         self.plan_config = plan_config;
         self.plan.runtimes = runtimes;
         self.plan.arrivals = arrivals;
+        self.lifecycle.config = health_config;
+        self.lifecycle.breaker = breaker;
     }
 
     /// Take a placed job off its nodes and back to the front of its queue, to be placed again
@@ -561,6 +598,7 @@ impl Scheduler {
             self.plan.reservations_withdrawn += 1;
         }
         self.plan.backfill_to_owner.remove(&id);
+        self.job_to_bad_nodes.remove(&id);
         self.release(id);
         self.queue.placed(id);
         self.job_to_entry.remove(&id);
@@ -661,14 +699,19 @@ impl Scheduler {
     /// One scheduling cycle at time `now_s`.
     pub fn cycle(&mut self, now_s: f64, hooks: &mut dyn PolicyHooks) -> CycleOutput {
         self.cycle_no += 1;
-        match self.config.mode {
+        self.stopped_jobs_due(now_s);
+        let (stops, stopped) = self.take_stops();
+        let mut out = match self.config.mode {
             Mode::Gantry => self.cycle_gantry(now_s, hooks),
             Mode::K8sDefault => self.cycle_pod_by_pod(now_s, None),
             Mode::Coscheduling { permit_timeout_s } => {
                 self.cycle_pod_by_pod(now_s, Some(permit_timeout_s))
             }
             Mode::Kueue => self.cycle_kueue(now_s),
-        }
+        };
+        out.decisions.splice(0..0, stops);
+        out.stopped = stopped;
+        out
     }
 
     /// Gantry's cycle: wake the parked jobs whose wait is over, then take queue heads in
@@ -691,6 +734,17 @@ impl Scheduler {
         self.queue = queue;
         let policies = hooks.policies();
         let mut position = 0u32;
+        for id in std::mem::take(&mut self.restart_first) {
+            if !self.queue.contains(id) {
+                continue;
+            }
+            let spec = self.job_to_entry[&id].spec.clone();
+            let mut decision = self.attempt(id, &spec, now_s, position, hooks, &mut out);
+            position += 1;
+            decision.explanation.policy_set = version;
+            decision.explanation.policies.clone_from(&policies);
+            out.decisions.push(decision);
+        }
         while (out.attempts as usize) < self.config.max_attempts {
             if out.attempts > 0 && hooks.budget_spent() {
                 out.budget_spent = true;
@@ -779,7 +833,8 @@ impl Scheduler {
         }
 
         // Filter and score, keep off other jobs' reservations unless done in time, then place.
-        let (mut capacity, scores, searched) = self.evaluate(spec, hooks, &mut explanation);
+        let (mut capacity, scores, searched) =
+            self.evaluate(spec, &self.bad_nodes(id, now_s), hooks, &mut explanation);
         let held = self.mask_reserved(id, spec, now_s, &mut capacity);
         if let Some(placement) = self.place_in(spec, &capacity, &scores, &searched) {
             let Some(balloons) =
@@ -880,7 +935,8 @@ impl Scheduler {
             self.evict(victim, now_s);
         }
         out.evicted.extend(&victims);
-        let (mut capacity, scores, searched) = self.evaluate(spec, hooks, &mut explanation);
+        let (mut capacity, scores, searched) =
+            self.evaluate(spec, &self.bad_nodes(id, now_s), hooks, &mut explanation);
         self.mask_reserved(id, spec, now_s, &mut capacity);
         if let Some(placement) = self.place_in(spec, &capacity, &scores, &searched) {
             self.note_gang_topology(id, spec, placement.level, &capacity, now_s);

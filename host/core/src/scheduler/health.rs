@@ -1,0 +1,230 @@
+//! What a failing node does to the jobs on it. Gantry stops a gang hit by a node failure whole,
+//! sends it back to its place at the head of its queue (it keeps its submission time), and
+//! remembers the node so the gang avoids it for a while (`HealthConfig::avoid_s`). The
+//! anchors behave as their real counterparts do: the gang halts, its pods are recreated and go
+//! to the tail of the queue, and nothing remembers the node.
+
+use crate::explain::Outcome;
+use crate::health::{Lifecycle, NodeState, Verdict};
+use crate::words::duration_text;
+
+use super::{Decision, JobId, Mode, Scheduler};
+
+/// Under the anchors nothing stops the gang: its other ranks block in their collective until
+/// it times out (PyTorch's default NCCL timeout, 10 min), holding their GPUs and doing no work.
+pub const HALT_S: f64 = 600.0;
+/// Then the Job controller recreates the failed pods after its first pod-failure backoff.
+pub const CONTROLLER_BACKOFF_S: f64 = 10.0;
+/// Kueue evicts the workload whose pods are no longer ready (waitForPodsReady) and requeues
+/// it after its requeuing backoff base.
+pub const KUEUE_REQUEUE_S: f64 = 60.0;
+
+/// How long after its halt ends a stopped gang's recreated pods reach the queue, by mode.
+fn recreate_after_s(mode: Mode) -> f64 {
+    match mode {
+        Mode::Gantry => 0.0,
+        Mode::Kueue => KUEUE_REQUEUE_S,
+        Mode::K8sDefault | Mode::Coscheduling { .. } => CONTROLLER_BACKOFF_S,
+    }
+}
+
+/// A node a gang avoids because it failed under it.
+#[derive(Debug, Clone, PartialEq)]
+pub struct BadNode {
+    /// The node's index.
+    pub node: usize,
+    /// Until when the gang avoids it, on the scheduler's clock.
+    pub until_s: f64,
+}
+
+/// What a failure signal did.
+#[derive(Debug, Clone, PartialEq)]
+pub struct NodeFailure {
+    /// What the lifecycle made of the signal.
+    pub verdict: Verdict,
+    /// Jobs stopped whole because a pod of theirs ran on the node (balloons among them).
+    pub stopped: Vec<JobId>,
+}
+
+impl Scheduler {
+    /// The node lifecycle: states, transitions not yet taken, the breaker.
+    pub fn lifecycle(&self) -> &Lifecycle {
+        &self.lifecycle
+    }
+
+    /// The lifecycle, to drive it (repairs, tests, a breaker reset): every change of state
+    /// goes through [`Scheduler::set_node_state`] or the methods here, so the node table's
+    /// health follows.
+    pub fn lifecycle_mut(&mut self) -> &mut Lifecycle {
+        &mut self.lifecycle
+    }
+
+    /// Moves `node` to `state` for `cause` (a repair, a test's result) and the node table's
+    /// health with it.
+    pub fn set_node_state(&mut self, node: usize, state: NodeState, cause: &str, now_s: f64) {
+        if self.lifecycle.set(node, state, cause, now_s) {
+            self.state.set_health(node, state.health());
+        }
+    }
+
+    /// Brings the node table's health in line with the lifecycle after it was driven
+    /// through [`Scheduler::lifecycle_mut`].
+    pub fn sync_health(&mut self, node: usize) {
+        let health = self.lifecycle.state(node).health();
+        if self.state.nodes.health(node) != health {
+            self.state.set_health(node, health);
+        }
+    }
+
+    /// A passive failure signal on `node` (an Xid, an ECC error, a simulated failure). Unless
+    /// the breaker holds it, the node is cordoned, every job with a pod on it is stopped whole
+    /// (one decision each, with the reason, in the next cycle's output), and the node goes to
+    /// repair (or retires).
+    pub fn node_failed(&mut self, node: usize, cause: &str, now_s: f64) -> NodeFailure {
+        let verdict = self.lifecycle.failure(node, cause, now_s);
+        if verdict != Verdict::Cordoned {
+            return NodeFailure {
+                verdict,
+                stopped: Vec::new(),
+            };
+        }
+        self.sync_health(node);
+        let hit: Vec<JobId> = self
+            .running
+            .iter()
+            .copied()
+            .filter(|&id| !self.halted.iter().any(|&(_, h)| h == id))
+            .filter(|&id| self.slots(id).iter().any(|s| s.node as usize == node))
+            .collect();
+        for &id in &hit {
+            self.stop_for_node(id, node, cause, now_s);
+        }
+        self.lifecycle.drained(node, now_s);
+        self.sync_health(node);
+        NodeFailure {
+            verdict,
+            stopped: hit,
+        }
+    }
+
+    /// Stops `id` because `node` failed under it, as its mode would: Gantry at once and whole;
+    /// an anchor's gang halts, holding its GPUs, until [`HALT_S`] has passed.
+    fn stop_for_node(&mut self, id: JobId, node: usize, cause: &str, now_s: f64) {
+        let name = self.node_name(node);
+        let gantry = self.config.mode == Mode::Gantry;
+        if gantry {
+            // Evicted through the Eviction API, the gang is placed again first thing in the
+            // next cycle, before the nodes it freed go to anyone else; its recreated pods bind
+            // there as they appear (about a second later).
+            self.release(id);
+            let key = self.job_to_entry[&id].spec.queue_key();
+            self.queue.push(id, key);
+            self.restart_first.push(id);
+        } else {
+            if self.is_running(id) {
+                // Its GPUs stay held but do no work.
+                self.running_gpus -= self.job_to_entry[&id].spec.total().gpus;
+            }
+            self.halted.push((now_s + HALT_S, id));
+        }
+        let entry = self.job_to_entry.get_mut(&id).expect("a running job");
+        let waiting_for = if gantry {
+            let avoid_s = self.lifecycle.config.avoid_s;
+            format!(
+                "a restart: node {name} reported {cause}; the gang was stopped whole and goes \
+                 back to its place at the head of its queue, avoiding {name} for {}",
+                duration_text(avoid_s)
+            )
+        } else {
+            format!(
+                "a restart: node {name} reported {cause}; the gang halted, its other pods \
+                 holding their GPUs until their collective times out, and its recreated pods \
+                 will queue at the tail"
+            )
+        };
+        if gantry && !entry.spec.balloon {
+            let until_s = now_s + self.lifecycle.config.avoid_s;
+            let bad = self.job_to_bad_nodes.entry(id).or_default();
+            bad.retain(|b| b.node != node && b.until_s > now_s);
+            bad.push(BadNode { node, until_s });
+        }
+        let spec = self.job_to_entry[&id].spec.clone();
+        let mut explanation = self.blank_explanation(&spec, now_s, 0);
+        explanation.outcome = Outcome::Pending { waiting_for };
+        self.stops.push(Decision {
+            job: id,
+            placed: false,
+            placement: Vec::new(),
+            victims: Vec::new(),
+            explanation,
+        });
+        self.stopped_jobs.push(id);
+    }
+
+    /// Moves on the stopped jobs whose time came by `now_s`: an anchor's halted gang lets go of
+    /// its GPUs (and, under Kueue, its quota) and is recreated later as new pods at the tail;
+    /// recreated pods join the queue.
+    pub(super) fn stopped_jobs_due(&mut self, now_s: f64) {
+        let mode = self.config.mode;
+        let (due, halted): (Vec<_>, Vec<_>) = self.halted.drain(..).partition(|&(t, _)| t <= now_s);
+        self.halted = halted;
+        for (released_s, id) in due {
+            let Some(entry) = self.job_to_entry.get(&id) else {
+                continue;
+            };
+            let gpus = entry.spec.total().gpus;
+            let kueue_holding = self.kueue_admitted(id);
+            if self.is_running(id) {
+                self.running_gpus += gpus;
+            }
+            self.release(id);
+            let entry = self.job_to_entry.get_mut(&id).expect("a live job");
+            if kueue_holding {
+                // Kueue charged the workload at admission; its eviction gives the quota back.
+                let (queue, total) = (entry.spec.queue, entry.spec.total());
+                self.queues.charge(queue, total, false);
+            }
+            // Recreated pods are new pods: they queue behind the rest.
+            entry.spec.submit_s = released_s;
+            self.recreating
+                .push((released_s + recreate_after_s(mode), id));
+        }
+        let (due, later): (Vec<_>, Vec<_>) =
+            self.recreating.drain(..).partition(|&(t, _)| t <= now_s);
+        self.recreating = later;
+        for (_, id) in due {
+            if let Some(entry) = self.job_to_entry.get(&id) {
+                let key = entry.spec.queue_key();
+                self.queue.push(id, key);
+            }
+        }
+    }
+
+    /// When the next stopped job moves on (see [`Scheduler::stopped_jobs_due`]): a virtual
+    /// clock steps then.
+    pub fn next_restart_s(&self) -> Option<f64> {
+        self.halted
+            .iter()
+            .chain(&self.recreating)
+            .map(|&(t, _)| t)
+            .min_by(f64::total_cmp)
+    }
+
+    /// The nodes `id` avoids now because they failed under it.
+    pub fn bad_nodes(&self, id: JobId, now_s: f64) -> Vec<usize> {
+        self.job_to_bad_nodes.get(&id).map_or_else(Vec::new, |bad| {
+            bad.iter()
+                .filter(|b| b.until_s > now_s)
+                .map(|b| b.node)
+                .collect()
+        })
+    }
+
+    /// The stops decided since the last cycle, for that cycle's output.
+    pub(super) fn take_stops(&mut self) -> (Vec<Decision>, Vec<JobId>) {
+        (
+            std::mem::take(&mut self.stops),
+            std::mem::take(&mut self.stopped_jobs),
+        )
+    }
+}
