@@ -98,6 +98,15 @@ pub struct SimulateArgs {
     /// against it. It costs one forward run per step that gave a job its first estimate.
     #[arg(long)]
     no_estimate_baseline: bool,
+    /// Fail nodes as this failure model says (YAML: `mtbf_node_days`, `events`, `burst`,
+    /// `repair_s`, `preflight_s`, `health`), in place of the cluster spec's `failures:`
+    /// section.
+    #[arg(long, value_name = "FILE.yaml")]
+    failures: Option<PathBuf>,
+    /// The checkpoint interval, in seconds, of every job whose trace row declares no
+    /// `checkpoint_s`: a failure or a preemption loses only the work since the last one.
+    #[arg(long, value_name = "S")]
+    checkpoint_every: Option<f64>,
 }
 
 #[derive(clap::ValueEnum, Clone, Copy, Debug)]
@@ -195,6 +204,11 @@ pub fn run(args: SimulateArgs) -> anyhow::Result<()> {
         },
         Some(Baseline::Kueue) => Mode::Kueue,
     };
+    options.failures = match &args.failures {
+        Some(path) => Some(gantry_sim::FailureModel::load(path)?),
+        None => None,
+    };
+    options.default_checkpoint_s = checkpoint_every(args.checkpoint_every)?;
     anyhow::ensure!(
         args.baseline.is_none() || args.policies.is_empty(),
         "--baseline runs an anchor scheduler with its built-ins only; drop --policy"
@@ -255,6 +269,17 @@ pub fn run(args: SimulateArgs) -> anyhow::Result<()> {
     Ok(())
 }
 
+/// `--checkpoint-every`, checked: a positive number of seconds.
+pub fn checkpoint_every(every: Option<f64>) -> anyhow::Result<Option<f64>> {
+    if let Some(every) = every {
+        anyhow::ensure!(
+            every.is_finite() && every > 0.0,
+            "--checkpoint-every must be a positive number of seconds, not {every}"
+        );
+    }
+    Ok(every)
+}
+
 fn print_summary(r: &Report) {
     outln!(
         "{} on {} ({} nodes, {} GPUs), scheduler {}",
@@ -313,6 +338,35 @@ fn print_summary(r: &Report) {
             b.jobs,
             b.median_abs_error_s,
             b.error_ratio
+        );
+    }
+    if let Some(f) = &r.failures {
+        outln!(
+            "  failures: {} signals ({}), {} hit jobs, {} jobs stopped; {:.1} GPU-hours lost to failures, {:.1} to preemption; goodput {:.1}%",
+            f.signals.values().sum::<u64>(),
+            f.signals
+                .iter()
+                .map(|(k, v)| format!("{k} {v}"))
+                .collect::<Vec<_>>()
+                .join(", "),
+            f.failures_hitting_jobs,
+            f.jobs_stopped,
+            f.gpu_hours_lost_to_failures,
+            f.gpu_hours_lost_to_preemption,
+            f.goodput * 100.0
+        );
+        outln!(
+            "  failure to restart: {} restarts, p50 {:.0}s, p99 {:.0}s; at most {} nodes out at once{}",
+            f.failure_to_restart_wait.jobs,
+            f.failure_to_restart_wait.p50_s,
+            f.failure_to_restart_wait.p99_s,
+            f.peak_nodes_out,
+            f.breaker_tripped
+                .as_ref()
+                .map_or(String::new(), |t| format!(
+                    "; the breaker tripped at {:.0}s: {}",
+                    t.at_s, t.reason
+                ))
         );
     }
     for (name, q) in &r.queues {

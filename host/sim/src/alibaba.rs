@@ -145,6 +145,7 @@ pub fn pod_list_from_reader(reader: impl Read, origin: &str) -> Result<PodListIm
             cpu_milli: row.opt_uint(cpu_milli)?,
             memory_mib: row.opt_uint(memory_mib)?,
             expected_runtime_s: None,
+            checkpoint_s: None,
             line: row.line,
         });
         Ok(())
@@ -241,6 +242,7 @@ pub fn node_list_from_reader(
         name: name.to_owned(),
         node_pools,
         queues: Vec::new(),
+        failures: None,
     })
 }
 

@@ -10,9 +10,11 @@
 //! - [`replay`]: trace replay through the core scheduler in virtual time, and its report.
 //! - [`synthetic`]: the demo's synthetic load, a cluster source and binder for the engine.
 //! - [`oracle`]: the futures `--known-future` hands the forecast, to measure it.
+//! - [`failures`]: the failure model of a spec (or `--failures` file) and its injector.
 //! - [`fair`]: the max-min fair targets the report measures each queue's share against.
 
 pub mod alibaba;
+pub mod failures;
 pub mod fair;
 pub mod oracle;
 pub mod replay;
@@ -21,6 +23,7 @@ pub mod synthetic;
 pub mod trace;
 
 pub use alibaba::{PodListImport, SkippedPod, import_node_list, import_pod_list};
+pub use failures::{FailureModel, FailureModelError};
 pub use oracle::KnownFutureMode;
 pub use replay::{
     FirstEstimate, Replay, ReplayError, ReplayOptions, Report, write_first_estimates,

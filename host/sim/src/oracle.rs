@@ -320,6 +320,7 @@ mod tests {
             cpu_milli: None,
             memory_mib: None,
             expected_runtime_s: None,
+            checkpoint_s: None,
             line: 0,
         }
     }

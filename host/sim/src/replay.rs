@@ -14,6 +14,7 @@ use gantry_core::{
 };
 use serde::Serialize;
 
+use crate::failures::{FailureModel, Injector};
 use crate::fair;
 use crate::oracle::{KnownFutureMode, Oracle};
 use crate::spec::Cluster;
@@ -31,6 +32,8 @@ pub enum ReplayError {
     },
     #[error("cluster spec {cluster}: {message}")]
     Queues { cluster: String, message: String },
+    #[error("failure model of {cluster}: {message}")]
+    Failures { cluster: String, message: String },
     #[error("the invariant audit failed at t={time_s}s: {message}")]
     Audit { time_s: f64, message: String },
 }
@@ -60,6 +63,11 @@ pub struct ReplayOptions {
     /// (the jobs known then, learned mean runtimes, no future submissions): the baseline the
     /// report judges the estimates against.
     pub estimate_baseline: bool,
+    /// How nodes fail, overriding the cluster spec's `failures:` section (`--failures`).
+    pub failures: Option<FailureModel>,
+    /// The checkpoint interval of a job whose trace row declares none (`--checkpoint-every`);
+    /// `None`: such a job starts over after a failure or a preemption.
+    pub default_checkpoint_s: Option<f64>,
 }
 
 impl Default for ReplayOptions {
@@ -76,6 +84,8 @@ impl Default for ReplayOptions {
             known_future: None,
             oracle_draws: crate::oracle::ORACLE_DRAWS,
             estimate_baseline: false,
+            failures: None,
+            default_checkpoint_s: None,
         }
     }
 }
@@ -333,6 +343,9 @@ pub struct Report {
     /// Free GPUs no pending pod shape could use, as a fraction of free GPUs, averaged over the
     /// cycles that had work pending.
     pub fragmentation: f64,
+    /// What node failures did, when the run had a failure model.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub failures: Option<FailureReport>,
     pub makespan_s: f64,
     pub cycles: u64,
     /// Every decision, retries of a pending job included.
@@ -340,6 +353,41 @@ pub struct Report {
     /// Decisions that were a job's first.
     pub first_attempt_decisions: u64,
     pub wall_clock: WallClock,
+}
+
+/// What node failures did to a run (with a failure model only).
+#[derive(Debug, Clone, Serialize, PartialEq)]
+pub struct FailureReport {
+    /// How the scheduler's runs are modelled after a failure, in words.
+    pub model: String,
+    /// Failure signals, by what became of them: `cordoned`, `held_by_breaker`,
+    /// `on_a_node_not_ready` (already out or in a test).
+    pub signals: BTreeMap<String, u64>,
+    /// Failures that stopped at least one job.
+    pub failures_hitting_jobs: u64,
+    /// Jobs stopped by a failure (a job stopped twice counts twice).
+    pub jobs_stopped: u64,
+    /// GPU-hours failures cost: the two parts below together.
+    pub gpu_hours_lost_to_failures: f64,
+    /// Work run since the stopped job's last checkpoint, in GPU-hours.
+    pub gpu_hours_lost_since_checkpoint: f64,
+    /// GPU-hours a halted gang's other pods held, doing no work, until it was torn down (the
+    /// anchors; 0 for Gantry, which stops the gang at the signal).
+    pub gpu_hours_idle_while_halted: f64,
+    /// GPU-hours of work lost to preemptions, the same way.
+    pub gpu_hours_lost_to_preemption: f64,
+    /// GPU-seconds of work kept over GPU-seconds allocated (a partly placed gang's GPUs are
+    /// allocated and do no work), from the first submission on.
+    pub goodput: f64,
+    /// From a failure to the stopped job's restart; a job never restarted counts until the end.
+    pub failure_to_restart_wait: WaitStats,
+    /// Nodes in each lifecycle state, time-averaged over the run, and at most at once.
+    pub nodes_by_state_mean: BTreeMap<String, f64>,
+    pub nodes_by_state_peak: BTreeMap<String, u32>,
+    /// Most nodes out for health at once (suspect, draining, repair or retired).
+    pub peak_nodes_out: u32,
+    /// When the breaker tripped and why; `None` if it never did.
+    pub breaker_tripped: Option<gantry_core::health::Trip>,
 }
 
 /// The only part of the report that varies between identical runs.
@@ -366,6 +414,8 @@ pub struct Replay {
     /// The trace in submit order; the replay consumes it as jobs arrive.
     jobs: Vec<TraceJob>,
     options: ReplayOptions,
+    /// Node failures to inject, when there is a failure model.
+    injector: Option<Injector>,
 }
 
 /// What the replay keeps of a job while it is live (pending or running). It is dropped when
@@ -391,6 +441,42 @@ struct Live {
     first_estimate: Option<((f64, f64, f64), f64)>,
     /// The `squeue --start`-style baseline's start, planned with its first estimate.
     baseline_s: Option<f64>,
+    /// How often it checkpoints; `None`: a restart starts over.
+    checkpoint_s: Option<f64>,
+    /// Work kept so far (checkpointed before a failure or preemption), in seconds of its run.
+    done_s: f64,
+    /// When its current run started, while every pod runs.
+    run_started_s: Option<f64>,
+    /// When a node failure stopped it, while it waits to restart.
+    failed_s: Option<f64>,
+}
+
+impl Live {
+    /// Its run ends early (a failure or a preemption) at `now_s`: the work since its last
+    /// checkpoint is lost. The GPU-seconds lost.
+    fn end_run(&mut self, now_s: f64) -> f64 {
+        let Some(started) = self.run_started_s.take() else {
+            return 0.0;
+        };
+        let ran = (now_s - started).max(0.0);
+        let kept = self
+            .checkpoint_s
+            .map_or(0.0, |every| (ran / every).floor() * every);
+        self.done_s += kept;
+        (ran - kept) * self.gpus as f64
+    }
+}
+
+/// What failures and preemptions cost, as the replay books them.
+#[derive(Default)]
+struct Losses {
+    failures_hitting_jobs: u64,
+    jobs_stopped: u64,
+    failure_gpu_s: f64,
+    halted_gpu_s: f64,
+    preemption_gpu_s: f64,
+    /// Per restart, the wait from its failure.
+    restart_waits: Vec<f64>,
 }
 
 /// A pod shape as fragmentation sees it.
@@ -503,12 +589,39 @@ impl Replay {
             plan.forecast_every_s = f64::INFINITY;
         }
         scheduler.set_plan_config(plan);
+        let injector = match options.failures.clone().or(cluster.failures) {
+            None => None,
+            Some(model) => {
+                let gantry = scheduler.config.mode == Mode::Gantry;
+                scheduler.lifecycle_mut().config = if gantry {
+                    model.health.clone()
+                } else {
+                    // The anchors have no breaker and no bad-node list: a failing node is
+                    // cordoned by whatever taints it, however many fail.
+                    gantry_core::HealthConfig {
+                        max_out_share: 1.0,
+                        max_cordons_per_hour: u32::MAX,
+                        avoid_s: 0.0,
+                        ..model.health.clone()
+                    }
+                };
+                let injector =
+                    Injector::new(model, &scheduler, options.seed, gantry).map_err(|message| {
+                        ReplayError::Failures {
+                            cluster: cluster.name.clone(),
+                            message,
+                        }
+                    })?;
+                Some(injector)
+            }
+        };
         Ok(Self {
             cluster_name: cluster.name,
             trace_name: trace_name.to_string(),
             scheduler,
             jobs,
             options,
+            injector,
         })
     }
 
@@ -563,6 +676,8 @@ impl Replay {
         let oracle = self.oracle_of(&jobs);
         let mut world = World::new(jobs, binds_pods, queue_count, progress, on_decision);
         world.oracle = oracle;
+        world.injector = self.injector.take();
+        world.default_checkpoint_s = self.options.default_checkpoint_s;
         let mut cycles = 0u64;
         let mut peak_pending = 0usize;
         let window = (first_submit, last_submit);
@@ -578,7 +693,14 @@ impl Replay {
                 .map(|Reverse((Seconds(t), _, _))| *t);
             // With work pending, the clock also retries every `RETRY_S` when no job arrives
             // or ends, until a few retries in a row change nothing and nothing runs that could.
-            let next_change = [next_arrival, next_completion]
+            // Nodes fail only while there is work a failure could touch.
+            let work_left = next_arrival.is_some() || self.scheduler.running().next().is_some();
+            let next_failure = world
+                .injector
+                .as_ref()
+                .and_then(|injector| injector.next_s(work_left));
+            let next_restart = self.scheduler.next_restart_s();
+            let next_change = [next_arrival, next_completion, next_failure, next_restart]
                 .into_iter()
                 .flatten()
                 .min_by(f64::total_cmp);
@@ -595,6 +717,9 @@ impl Replay {
             world.note_first_estimates(&mut self.scheduler, &step, clock, &self.options);
             let pending = self.scheduler.pending_count();
             peak_pending = peak_pending.max(pending);
+            if world.injector.is_some() {
+                integrals.note_states(&self.scheduler);
+            }
             if pending > 0 {
                 frag_sum += self.fragmentation(&world.shapes);
                 frag_cycles += 1;
@@ -621,6 +746,8 @@ impl Replay {
             estimates,
             last_end,
             progress,
+            injector,
+            mut losses,
             ..
         } = world;
         progress(finished);
@@ -629,7 +756,12 @@ impl Replay {
         // ended: leaving it out would make a scheduler that starves jobs look fast.
         for job in live.values() {
             waits.record(job, now);
+            if let Some(failed) = job.failed_s {
+                losses.restart_waits.push(now - failed);
+            }
         }
+        let failures = injector
+            .map(|injector| self.failure_report(&injector, losses, &integrals, now - first_submit));
         let window_gpu_s = (last_submit - first_submit) * total_gpus as f64;
         let queues = self.queue_reports(&mut waits, &integrals, window_gpu_s, total_gpus);
         let all_waits: Vec<f64> = waits.by_queue.concat();
@@ -669,6 +801,7 @@ impl Replay {
             estimates: estimate_report(&estimates, self.options.known_future),
             first_estimates: estimates,
             fragmentation: round6(ratio(frag_sum, frag_cycles as f64)),
+            failures,
             makespan_s: round6(last_end - first_submit),
             cycles,
             decisions,
@@ -715,6 +848,71 @@ impl Replay {
             }
         }
         queues
+    }
+
+    /// What failures did, from the injector's signals, the losses booked and the states
+    /// integrated over `span_s`.
+    fn failure_report(
+        &self,
+        injector: &Injector,
+        losses: Losses,
+        integrals: &Integrals,
+        span_s: f64,
+    ) -> FailureReport {
+        let lifecycle = self.scheduler.lifecycle();
+        let model = match self.scheduler.config.mode {
+            Mode::Gantry => {
+                "the gang is stopped whole at the signal (its pods evicted) and tried first in \
+                 the same cycle, before the nodes it freed go to anyone else (its recreated pods \
+                 bind as they appear); it keeps its place at the head of its queue and avoids \
+                 the failed node; a repaired node is tested again before it takes work; the \
+                 breaker caps automated cordons"
+            }
+            Mode::Kueue => {
+                "the gang halts: its other pods hold their GPUs, doing no work, until their \
+                 collective times out (600 s); Kueue then evicts the workload (waitForPodsReady) \
+                 and requeues it at the tail after 60 s; nothing remembers the failed node; a \
+                 repaired node is Ready at once; no breaker"
+            }
+            _ => {
+                "the gang halts: its other pods hold their GPUs, doing no work, until their \
+                 collective times out (600 s); the Job controller recreates the pods after its \
+                 10 s backoff, at the tail of the queue; nothing remembers the failed node; a \
+                 repaired node is Ready at once; no breaker"
+            }
+        };
+        let lost = losses.failure_gpu_s + losses.preemption_gpu_s;
+        let names = gantry_core::NodeState::ALL.map(|s| s.name().to_string());
+        FailureReport {
+            model: model.to_string(),
+            signals: injector
+                .signals
+                .iter()
+                .map(|(k, v)| ((*k).to_string(), *v))
+                .collect(),
+            failures_hitting_jobs: losses.failures_hitting_jobs,
+            jobs_stopped: losses.jobs_stopped,
+            gpu_hours_lost_to_failures: round6(
+                (losses.failure_gpu_s + losses.halted_gpu_s) / 3600.0,
+            ),
+            gpu_hours_lost_since_checkpoint: round6(losses.failure_gpu_s / 3600.0),
+            gpu_hours_idle_while_halted: round6(losses.halted_gpu_s / 3600.0),
+            gpu_hours_lost_to_preemption: round6(losses.preemption_gpu_s / 3600.0),
+            goodput: round6(ratio(integrals.busy - lost, integrals.allocated_all)),
+            failure_to_restart_wait: wait_stats(losses.restart_waits),
+            nodes_by_state_mean: names
+                .iter()
+                .zip(integrals.state_node_s)
+                .map(|(n, v)| (n.clone(), round6(ratio(v, span_s))))
+                .collect(),
+            nodes_by_state_peak: names
+                .iter()
+                .zip(integrals.state_peak)
+                .map(|(n, v)| (n.clone(), v))
+                .collect(),
+            peak_nodes_out: integrals.peak_out,
+            breaker_tripped: lifecycle.breaker.tripped.clone(),
+        }
     }
 
     /// Free GPUs that no pending job's pod shape can use, over all free GPUs.
@@ -772,6 +970,15 @@ struct Integrals {
     /// Per queue, its GPU-seconds and its max-min fair target's, within the common window.
     window_queue: Vec<f64>,
     window_target: Vec<f64>,
+    /// GPU-seconds allocated to any pod (a partly placed gang's too) from the first
+    /// submission on: goodput's denominator.
+    allocated_all: f64,
+    /// With a failure model: node-seconds in each lifecycle state, the most nodes in each at
+    /// once, and the most out at once (see [`Integrals::note_states`]).
+    state_node_s: [f64; 7],
+    state_now: [u32; 7],
+    state_peak: [u32; 7],
+    peak_out: u32,
 }
 
 impl Integrals {
@@ -784,6 +991,28 @@ impl Integrals {
             window_allocated: 0.0,
             window_queue: vec![0.0; queue_count],
             window_target: vec![0.0; queue_count],
+            allocated_all: 0.0,
+            state_node_s: [0.0; 7],
+            state_now: [0; 7],
+            state_peak: [0; 7],
+            peak_out: 0,
+        }
+    }
+
+    /// The nodes' lifecycle states after a step, for the next interval's integral and the
+    /// peaks.
+    fn note_states(&mut self, scheduler: &Scheduler) {
+        let lifecycle = scheduler.lifecycle();
+        self.state_now = lifecycle.counts();
+        let out: u32 = gantry_core::NodeState::ALL
+            .iter()
+            .zip(self.state_now)
+            .filter(|(s, _)| s.out())
+            .map(|(_, n)| n)
+            .sum();
+        self.peak_out = self.peak_out.max(out);
+        for (peak, now) in self.state_peak.iter_mut().zip(self.state_now) {
+            *peak = (*peak).max(now);
         }
     }
 
@@ -807,6 +1036,16 @@ impl Integrals {
         let queue_running = subtree_sums(queues, &world.own_running);
         if now >= first_submit {
             self.busy += running * dt;
+            if world.injector.is_some() {
+                let nodes = &scheduler.state.nodes;
+                let free: u64 = nodes.gpu_free.iter().map(|&g| u64::from(g)).sum();
+                self.allocated_all += (total_gpus - free) as f64 * dt;
+            }
+        }
+        if world.injector.is_some() {
+            for (integral, &n) in self.state_node_s.iter_mut().zip(&self.state_now) {
+                *integral += f64::from(n) * dt;
+            }
         }
         if scheduler.pending_count() > 0 {
             self.queued_time += dt;
@@ -838,6 +1077,12 @@ struct World<'a, 'b> {
     arrivals: std::iter::Peekable<std::vec::IntoIter<TraceJob>>,
     /// The futures a drawn `--known-future` mode hands the forecast.
     oracle: Option<Oracle>,
+    /// Node failures, when the run has a failure model.
+    injector: Option<Injector>,
+    /// The checkpoint interval of a job that declares none.
+    default_checkpoint_s: Option<f64>,
+    /// What failures and preemptions cost.
+    losses: Losses,
     live: BTreeMap<JobId, Live>,
     /// Completions: (end time, job, generation); an eviction bumps the job's generation so
     /// its completion goes stale, and stale ones are swept once they outnumber the others.
@@ -880,6 +1125,9 @@ impl<'a, 'b> World<'a, 'b> {
             binds_pods,
             arrivals: jobs.into_iter().peekable(),
             oracle: None,
+            injector: None,
+            default_checkpoint_s: None,
+            losses: Losses::default(),
             live: BTreeMap::new(),
             completions: BinaryHeap::new(),
             stale: 0,
@@ -906,6 +1154,26 @@ impl<'a, 'b> World<'a, 'b> {
 }
 
 impl World<'_, '_> {
+    /// A node failure stopped `id` at `at_s` (the scheduler has put it back in its queue): its
+    /// run ends, losing the work since its last checkpoint, and it waits to restart.
+    fn stopped(&mut self, id: JobId, at_s: f64) {
+        let Some(job) = self.live.get_mut(&id) else {
+            return;
+        };
+        self.losses.jobs_stopped += 1;
+        if job.run_started_s.is_some() {
+            // A run ends: its completion goes stale, and it waits to run again. (A baseline's
+            // partly placed gang had no run to end; it only waits on.)
+            self.losses.failure_gpu_s += job.end_run(at_s);
+            job.generation += 1;
+            self.stale += 1;
+            job.failed_s = Some(at_s);
+            job.evicted_s = Some(at_s);
+            self.own_running[job.queue] -= job.gpus;
+            self.shapes.add(job.shape);
+        }
+    }
+
     /// Notes the first estimate each pending job shows after a step, as a user polling
     /// `/api/explain` would read it, whether or not the cycle tried the job (a job parked
     /// since its first attempt is tried again only when woken). In the known-future mode a
@@ -1027,6 +1295,10 @@ impl gantry_core::ClusterSource for World<'_, '_> {
                     preempted: false,
                     partial: false,
                     decided: false,
+                    checkpoint_s: job.checkpoint_s.or(self.default_checkpoint_s),
+                    done_s: 0.0,
+                    run_started_s: None,
+                    failed_s: None,
                 },
             );
         }
@@ -1060,6 +1332,22 @@ impl gantry_core::ClusterSource for World<'_, '_> {
                 }
             }
         }
+        if let Some(injector) = self.injector.as_mut() {
+            for hit in injector.apply(scheduler, now_s) {
+                changes.nodes += 1;
+                self.losses.failures_hitting_jobs += 1;
+                for id in hit.stopped {
+                    if scheduler.is_running(id)
+                        && let Some(job) = self.live.get(&id)
+                    {
+                        // An anchor's halted gang: it holds its GPUs until torn down.
+                        self.losses.halted_gpu_s +=
+                            job.gpus as f64 * gantry_core::scheduler::HALT_S;
+                    }
+                    self.stopped(id, hit.at_s);
+                }
+            }
+        }
         changes
     }
 }
@@ -1079,6 +1367,7 @@ impl gantry_core::Binder for World<'_, '_> {
         for &victim in &output.evicted {
             self.preemptions += 1;
             if let Some(job) = self.live.get_mut(&victim) {
+                self.losses.preemption_gpu_s += job.end_run(now_s);
                 job.generation += 1;
                 self.stale += 1;
                 job.preempted = true;
@@ -1143,8 +1432,12 @@ impl gantry_core::Binder for World<'_, '_> {
                     }
                 }
             }
+            if let Some(failed) = job.failed_s.take() {
+                self.losses.restart_waits.push(now_s - failed);
+            }
+            job.run_started_s = Some(now_s);
             self.completions.push(Reverse((
-                Seconds(now_s + job.duration_s),
+                Seconds(now_s + (job.duration_s - job.done_s)),
                 id,
                 job.generation,
             )));

@@ -47,13 +47,16 @@ pub const MAX_NODES: u64 = 1_000_000;
 /// A cluster spec as written in YAML. Kept separate from [`Cluster`] so that a spec can be
 /// checked, printed and written back (the node-list importer produces one) before any symbol is
 /// interned.
-#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
 #[serde(deny_unknown_fields)]
 pub struct ClusterSpec {
     pub name: String,
     pub node_pools: Vec<NodePoolSpec>,
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
     pub queues: Vec<QueueSpec>,
+    /// How its nodes fail, when the replay (or the demo) should fail them.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub failures: Option<crate::failures::FailureModel>,
 }
 
 /// A run of identical nodes. Pools, not nodes, because real GPU fleets are bought in batches of
@@ -132,11 +135,13 @@ impl QueueSpec {
 /// A spec turned into the core's model: what the simulated cluster source hands the scheduler.
 /// The node table is built once here, with every column filled, so the cycle never needs the
 /// spec again.
-#[derive(Debug, Clone, PartialEq, Eq)]
+#[derive(Debug, Clone, PartialEq)]
 pub struct Cluster {
     pub name: String,
     pub nodes: NodeTable,
     pub queues: Vec<QueueSpec>,
+    /// The spec's failure model, if it has one.
+    pub failures: Option<crate::failures::FailureModel>,
 }
 
 impl Cluster {
@@ -189,6 +194,8 @@ pub enum SpecError {
     /// Bad YAML, a wrong type or an unknown field; the message carries the YAML line and column.
     #[error("{file}: {message}")]
     Yaml { file: String, message: String },
+    #[error("{file}: failures: {message}")]
+    Failures { file: String, message: String },
     #[error("{file}: field node_pools: is empty; a cluster needs at least one node pool")]
     NoPools { file: String },
     /// An entry of a named list (`node_pools`, `queues`) without a name.
@@ -316,6 +323,12 @@ impl ClusterSpec {
     /// in code, such as the Alibaba node-list importer's.
     pub fn validate(&self, file: &str) -> Result<(), SpecError> {
         let file = || file.to_owned();
+        if let Some(model) = &self.failures {
+            model.validate().map_err(|message| SpecError::Failures {
+                file: file(),
+                message,
+            })?;
+        }
         if self.node_pools.is_empty() {
             return Err(SpecError::NoPools { file: file() });
         }
@@ -600,6 +613,7 @@ impl ClusterSpec {
             name: self.name.clone(),
             nodes,
             queues: self.queues.clone(),
+            failures: self.failures.clone(),
         }
     }
 }

@@ -59,18 +59,23 @@ impl SyntheticConfig {
     }
 }
 
-/// A small deterministic generator (xorshift).
+/// A small deterministic generator (xorshift): the demo's load and the failure injector draw
+/// from it, so a seed fixes a run.
 #[derive(Debug, Clone)]
-struct Rng(u64);
+pub(crate) struct Rng(u64);
 
 impl Rng {
-    fn next(&mut self) -> u64 {
+    /// A generator for `seed` (any value, 0 included).
+    pub(crate) fn new(seed: u64) -> Self {
+        Rng(seed.max(1).wrapping_mul(0x9E37_79B9_7F4A_7C15))
+    }
+    pub(crate) fn next(&mut self) -> u64 {
         self.0 ^= self.0 << 13;
         self.0 ^= self.0 >> 7;
         self.0 ^= self.0 << 17;
         self.0
     }
-    fn unit(&mut self) -> f64 {
+    pub(crate) fn unit(&mut self) -> f64 {
         (self.next() >> 11) as f64 / (1u64 << 53) as f64
     }
     fn pick<'a, T>(&mut self, items: &'a [T]) -> &'a T {
@@ -129,7 +134,7 @@ impl SyntheticLoad {
             .collect();
         let warm_from = if config.warm_start { -WARM_S } else { 0.0 };
         Self {
-            rng: Rng(config.seed.max(1).wrapping_mul(0x9E37_79B9_7F4A_7C15)),
+            rng: Rng::new(config.seed),
             config,
             queues,
             next_arrival_s: warm_from,

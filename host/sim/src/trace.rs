@@ -13,6 +13,7 @@
 //! | `gpu_type` | no | empty = any |
 //! | `cpu_milli`, `memory_mib` | no | integer ≥ 0; empty = not constrained |
 //! | `expected_runtime_s` | no | float > 0: the runtime the job declares (what the scheduler is told, unlike `duration_s`); empty = not declared |
+//! | `checkpoint_s` | no | float > 0: how often the job checkpoints (a node failure loses the work since the last one); empty = never |
 //!
 //! Columns may come in any order and unknown ones are ignored. Every broken rule is an error
 //! naming the line (the header is line 1) and the column; no row is skipped.
@@ -55,6 +56,9 @@ pub struct TraceJob {
     /// The runtime the job declares, which the scheduler is told (`duration_s` it never is);
     /// `None` = not declared, so the planner estimates it from finished jobs.
     pub expected_runtime_s: Option<f64>,
+    /// How often the job checkpoints, in seconds: a failure or a preemption loses only the
+    /// work since the last checkpoint. `None` = never (a restart starts over).
+    pub checkpoint_s: Option<f64>,
     /// The source line this job came from (header = line 1), so that later errors about the
     /// job, such as a queue the cluster lacks, can point the reader at it.
     pub line: u64,
@@ -120,6 +124,7 @@ impl Trace {
         let cpu_milli = col("cpu_milli", false)?;
         let memory_mib = col("memory_mib", false)?;
         let expected_runtime_s = col("expected_runtime_s", false)?;
+        let checkpoint_s = col("checkpoint_s", false)?;
 
         let mut jobs = Vec::new();
         let mut seen = JobIds::default();
@@ -140,6 +145,10 @@ impl Trace {
                 expected_runtime_s: match row.optional(expected_runtime_s) {
                     None => None,
                     Some(_) => Some(row.float(expected_runtime_s, Bound::AboveZero)?),
+                },
+                checkpoint_s: match row.optional(checkpoint_s) {
+                    None => None,
+                    Some(_) => Some(row.float(checkpoint_s, Bound::AboveZero)?),
                 },
                 line: row.line,
                 job_id: id,

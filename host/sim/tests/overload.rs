@@ -54,6 +54,7 @@ fn overloaded_trace(jobs: usize, seed: u64) -> Vec<TraceJob> {
                 cpu_milli: None,
                 memory_mib: None,
                 expected_runtime_s: None,
+                checkpoint_s: None,
                 line: i as u64 + 2,
             }
         })

@@ -2,13 +2,14 @@
 //! Rust, measured in one run on one core. Figures, not thresholds: the README quotes them.
 //!
 //! Every benchmark lives in this folder, none in a library crate: `activate` (activation
-//! latency through the API), `cluster` and `kube` (`gantry bench pods|watch|bind`, racing
+//! latency through the API), `failures` (what node failures cost each scheduler), `cluster` and `kube` (`gantry bench pods|watch|bind`, racing
 //! schedulers on a real API server), `faults` (hostile policies under load), `server` (what
 //! viewers' uploads, slow requests and heavy reads cost the API), `store` (the decision
 //! store's append rate); here, the policy, schedule and store commands.
 
 pub mod activate;
 pub mod cluster;
+pub mod failures;
 pub mod faults;
 pub mod kube;
 pub mod server;
@@ -38,6 +39,9 @@ pub enum BenchCommand {
     Activate(activate::ActivateBenchArgs),
     /// Cycle latency with a faulting policy (active, then in shadow) and during uploads.
     Faults(faults::FaultsBenchArgs),
+    /// What node failures cost Gantry and every anchor on one trace: goodput, GPU-hours lost,
+    /// the wait from failure to restart.
+    Failures(failures::FailuresBenchArgs),
     /// The API under viewers' large uploads, slow requests and heavy reads: RSS and probes.
     Server(server::ServerBenchArgs),
 }
@@ -48,6 +52,7 @@ pub fn run(command: BenchCommand) -> anyhow::Result<()> {
         BenchCommand::Policy(args) => run_policy(args),
         BenchCommand::Activate(args) => activate::run(args),
         BenchCommand::Faults(args) => faults::run(args),
+        BenchCommand::Failures(args) => failures::run(args),
         BenchCommand::Server(args) => server::run(args),
         BenchCommand::Store(args) => run_store(args),
         BenchCommand::Schedule(args) => run_schedule(args),
