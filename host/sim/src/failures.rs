@@ -267,8 +267,16 @@ impl Injector {
     }
 
     /// Applies everything due by `now_s` to `scheduler`: failures (stopping the jobs on the
-    /// node), repairs and test ends. The failures that stopped jobs are returned.
+    /// node), repairs and test ends. The failures that stopped jobs are returned. Random
+    /// failures fall only while something runs, as [`Injector::next_s`] steps to them.
     pub fn apply(&mut self, scheduler: &mut Scheduler, now_s: f64) -> Vec<Hit> {
+        if scheduler.running().next().is_none() {
+            // Nothing runs that a failure could hit (the trace is over, or not begun): the
+            // random failures of the gap are not caught up later in one burst.
+            while let Some(t) = self.next_random_s.filter(|&t| t <= now_s) {
+                self.next_random_s = Some(t + self.draw_gap());
+            }
+        }
         while let Some(t) = self.next_random_s.filter(|&t| t <= now_s) {
             let node = (self.rng.next() % self.nodes.max(1) as u64) as usize;
             self.schedule(
