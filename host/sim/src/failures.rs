@@ -6,14 +6,16 @@
 //! - [`FailureModel`]: the YAML section: a per-node MTBF, explicit events, a correlated burst,
 //!   the repair and preflight times, the lifecycle's knobs.
 //! - [`Injector`]: the model on a virtual clock, deterministic for a seed.
+//! - [`FailureReport`]: what failures cost a replay, and what the replay tallies for it.
 
 use std::cmp::Reverse;
 use std::collections::{BTreeMap, BinaryHeap};
 
 use gantry_core::health::{HealthConfig, NodeState, Verdict};
-use gantry_core::{JobId, Scheduler, Seconds};
+use gantry_core::{JobId, Mode, Scheduler, Seconds};
 use serde::{Deserialize, Serialize};
 
+use crate::replay::{WaitStats, ratio, round6, wait_stats};
 use crate::synthetic::Rng;
 
 /// How nodes fail, as a cluster spec's `failures:` section or a `--failures` file gives it.
@@ -330,6 +332,167 @@ impl Injector {
             }
         }
         hits
+    }
+}
+
+/// What the replay integrates for the failure report: GPU-seconds allocated to any pod (a
+/// partly placed gang's too, goodput's denominator), node-seconds in each lifecycle state,
+/// the most nodes in each at once, and the most out at once.
+#[derive(Debug, Default)]
+pub(crate) struct StateIntegrals {
+    pub(crate) allocated_all: f64,
+    state_node_s: [f64; 7],
+    state_now: [u32; 7],
+    state_peak: [u32; 7],
+    peak_out: u32,
+}
+
+impl StateIntegrals {
+    /// The nodes' lifecycle states after a step, for the next interval's integral and the
+    /// peaks.
+    pub(crate) fn note(&mut self, scheduler: &Scheduler) {
+        let lifecycle = scheduler.lifecycle();
+        self.state_now = lifecycle.counts();
+        let out: u32 = gantry_core::NodeState::ALL
+            .iter()
+            .zip(self.state_now)
+            .filter(|(s, _)| s.out())
+            .map(|(_, n)| n)
+            .sum();
+        self.peak_out = self.peak_out.max(out);
+        for (peak, now) in self.state_peak.iter_mut().zip(self.state_now) {
+            *peak = (*peak).max(now);
+        }
+    }
+
+    /// GPUs allocated to any pod over `dt`.
+    pub(crate) fn add_allocated(&mut self, scheduler: &Scheduler, total_gpus: u64, dt: f64) {
+        let free: u64 = scheduler
+            .state
+            .nodes
+            .gpu_free
+            .iter()
+            .map(|&g| u64::from(g))
+            .sum();
+        self.allocated_all += (total_gpus - free) as f64 * dt;
+    }
+
+    /// The nodes in each state over `dt`, as last noted.
+    pub(crate) fn add_states(&mut self, dt: f64) {
+        for (integral, &n) in self.state_node_s.iter_mut().zip(&self.state_now) {
+            *integral += f64::from(n) * dt;
+        }
+    }
+}
+
+/// What failures and preemptions cost, as the replay books them.
+#[derive(Default)]
+pub(crate) struct Losses {
+    pub(crate) failures_hitting_jobs: u64,
+    pub(crate) jobs_stopped: u64,
+    pub(crate) failure_gpu_s: f64,
+    pub(crate) halted_gpu_s: f64,
+    pub(crate) preemption_gpu_s: f64,
+    /// Per restart, the wait from its failure.
+    pub(crate) restart_waits: Vec<f64>,
+}
+
+/// What node failures did to a run (with a failure model only).
+#[derive(Debug, Clone, Serialize, PartialEq)]
+pub struct FailureReport {
+    /// How the scheduler's runs are modelled after a failure, in words.
+    pub model: String,
+    /// Failure signals, by what became of them: `cordoned`, `held_by_breaker`,
+    /// `on_a_node_not_ready` (already out or in a test).
+    pub signals: BTreeMap<String, u64>,
+    /// Failures that stopped at least one job.
+    pub failures_hitting_jobs: u64,
+    /// Jobs stopped by a failure (a job stopped twice counts twice).
+    pub jobs_stopped: u64,
+    /// GPU-hours failures cost: the two parts below together.
+    pub gpu_hours_lost_to_failures: f64,
+    /// Work run since the stopped job's last checkpoint, in GPU-hours.
+    pub gpu_hours_lost_since_checkpoint: f64,
+    /// GPU-hours a halted gang's other pods held, doing no work, until it was torn down (the
+    /// anchors; 0 for Gantry, which stops the gang at the signal).
+    pub gpu_hours_idle_while_halted: f64,
+    /// GPU-hours of work lost to preemptions, the same way.
+    pub gpu_hours_lost_to_preemption: f64,
+    /// GPU-seconds of work kept over GPU-seconds allocated (a partly placed gang's GPUs are
+    /// allocated and do no work), from the first submission on.
+    pub goodput: f64,
+    /// From a failure to the stopped job's restart; a job never restarted counts until the end.
+    pub failure_to_restart_wait: WaitStats,
+    /// Nodes in each lifecycle state, time-averaged over the run, and at most at once.
+    pub nodes_by_state_mean: BTreeMap<String, f64>,
+    pub nodes_by_state_peak: BTreeMap<String, u32>,
+    /// Most nodes out for health at once (suspect, draining, repair or retired).
+    pub peak_nodes_out: u32,
+    /// When the breaker tripped and why; `None` if it never did.
+    pub breaker_tripped: Option<gantry_core::health::Trip>,
+}
+
+/// What failures did to a replay, from the injector's signals, the losses booked, the
+/// states integrated over `span_s` and the GPU-seconds of work (`busy_gpu_s`).
+pub(crate) fn report(
+    scheduler: &Scheduler,
+    injector: &Injector,
+    losses: Losses,
+    integrals: &StateIntegrals,
+    busy_gpu_s: f64,
+    span_s: f64,
+) -> FailureReport {
+    let lifecycle = scheduler.lifecycle();
+    let model = match scheduler.config.mode {
+        Mode::Gantry => {
+            "the gang is stopped whole at the signal (its pods evicted) and tried first in \
+                 the same cycle, before the nodes it freed go to anyone else (its recreated pods \
+                 bind as they appear); it keeps its place at the head of its queue and avoids \
+                 the failed node; a repaired node is tested again before it takes work; the \
+                 breaker caps automated cordons"
+        }
+        Mode::Kueue => {
+            "the gang halts: its other pods hold their GPUs, doing no work, until their \
+                 collective times out (600 s); Kueue then evicts the workload (waitForPodsReady) \
+                 and requeues it at the tail after 60 s; nothing remembers the failed node; a \
+                 repaired node is Ready at once; no breaker"
+        }
+        _ => {
+            "the gang halts: its other pods hold their GPUs, doing no work, until their \
+                 collective times out (600 s); the Job controller recreates the pods after its \
+                 10 s backoff, at the tail of the queue; nothing remembers the failed node; a \
+                 repaired node is Ready at once; no breaker"
+        }
+    };
+    let lost = losses.failure_gpu_s + losses.preemption_gpu_s;
+    let names = gantry_core::NodeState::ALL.map(|s| s.name().to_string());
+    FailureReport {
+        model: model.to_string(),
+        signals: injector
+            .signals
+            .iter()
+            .map(|(k, v)| ((*k).to_string(), *v))
+            .collect(),
+        failures_hitting_jobs: losses.failures_hitting_jobs,
+        jobs_stopped: losses.jobs_stopped,
+        gpu_hours_lost_to_failures: round6((losses.failure_gpu_s + losses.halted_gpu_s) / 3600.0),
+        gpu_hours_lost_since_checkpoint: round6(losses.failure_gpu_s / 3600.0),
+        gpu_hours_idle_while_halted: round6(losses.halted_gpu_s / 3600.0),
+        gpu_hours_lost_to_preemption: round6(losses.preemption_gpu_s / 3600.0),
+        goodput: round6(ratio(busy_gpu_s - lost, integrals.allocated_all)),
+        failure_to_restart_wait: wait_stats(losses.restart_waits),
+        nodes_by_state_mean: names
+            .iter()
+            .zip(integrals.state_node_s)
+            .map(|(n, v)| (n.clone(), round6(ratio(v, span_s))))
+            .collect(),
+        nodes_by_state_peak: names
+            .iter()
+            .zip(integrals.state_peak)
+            .map(|(n, v)| (n.clone(), v))
+            .collect(),
+        peak_nodes_out: integrals.peak_out,
+        breaker_tripped: lifecycle.breaker.tripped.clone(),
     }
 }
 

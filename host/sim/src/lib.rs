@@ -23,7 +23,7 @@ pub mod synthetic;
 pub mod trace;
 
 pub use alibaba::{PodListImport, SkippedPod, import_node_list, import_pod_list};
-pub use failures::{FailureModel, FailureModelError};
+pub use failures::{FailureModel, FailureModelError, FailureReport};
 pub use oracle::KnownFutureMode;
 pub use replay::{
     FirstEstimate, Replay, ReplayError, ReplayOptions, Report, write_first_estimates,

@@ -14,7 +14,7 @@ use gantry_core::{
 };
 use serde::Serialize;
 
-use crate::failures::{FailureModel, Injector};
+use crate::failures::{FailureModel, FailureReport, Injector, Losses, StateIntegrals};
 use crate::fair;
 use crate::oracle::{KnownFutureMode, Oracle};
 use crate::spec::Cluster;
@@ -355,41 +355,6 @@ pub struct Report {
     pub wall_clock: WallClock,
 }
 
-/// What node failures did to a run (with a failure model only).
-#[derive(Debug, Clone, Serialize, PartialEq)]
-pub struct FailureReport {
-    /// How the scheduler's runs are modelled after a failure, in words.
-    pub model: String,
-    /// Failure signals, by what became of them: `cordoned`, `held_by_breaker`,
-    /// `on_a_node_not_ready` (already out or in a test).
-    pub signals: BTreeMap<String, u64>,
-    /// Failures that stopped at least one job.
-    pub failures_hitting_jobs: u64,
-    /// Jobs stopped by a failure (a job stopped twice counts twice).
-    pub jobs_stopped: u64,
-    /// GPU-hours failures cost: the two parts below together.
-    pub gpu_hours_lost_to_failures: f64,
-    /// Work run since the stopped job's last checkpoint, in GPU-hours.
-    pub gpu_hours_lost_since_checkpoint: f64,
-    /// GPU-hours a halted gang's other pods held, doing no work, until it was torn down (the
-    /// anchors; 0 for Gantry, which stops the gang at the signal).
-    pub gpu_hours_idle_while_halted: f64,
-    /// GPU-hours of work lost to preemptions, the same way.
-    pub gpu_hours_lost_to_preemption: f64,
-    /// GPU-seconds of work kept over GPU-seconds allocated (a partly placed gang's GPUs are
-    /// allocated and do no work), from the first submission on.
-    pub goodput: f64,
-    /// From a failure to the stopped job's restart; a job never restarted counts until the end.
-    pub failure_to_restart_wait: WaitStats,
-    /// Nodes in each lifecycle state, time-averaged over the run, and at most at once.
-    pub nodes_by_state_mean: BTreeMap<String, f64>,
-    pub nodes_by_state_peak: BTreeMap<String, u32>,
-    /// Most nodes out for health at once (suspect, draining, repair or retired).
-    pub peak_nodes_out: u32,
-    /// When the breaker tripped and why; `None` if it never did.
-    pub breaker_tripped: Option<gantry_core::health::Trip>,
-}
-
 /// The only part of the report that varies between identical runs.
 #[derive(Debug, Clone, Serialize, PartialEq)]
 pub struct WallClock {
@@ -465,18 +430,6 @@ impl Live {
         self.done_s += kept;
         (ran - kept) * self.gpus as f64
     }
-}
-
-/// What failures and preemptions cost, as the replay books them.
-#[derive(Default)]
-struct Losses {
-    failures_hitting_jobs: u64,
-    jobs_stopped: u64,
-    failure_gpu_s: f64,
-    halted_gpu_s: f64,
-    preemption_gpu_s: f64,
-    /// Per restart, the wait from its failure.
-    restart_waits: Vec<f64>,
 }
 
 /// A pod shape as fragmentation sees it.
@@ -658,26 +611,10 @@ impl Replay {
             .iter()
             .map(|&g| u64::from(g))
             .sum();
-        let first_submit = self
-            .jobs
-            .iter()
-            .map(|j| j.submit_s)
-            .reduce(f64::min)
-            .unwrap_or(0.0);
-        let last_submit = self
-            .jobs
-            .iter()
-            .map(|j| j.submit_s)
-            .fold(first_submit, f64::max);
+        let (first_submit, last_submit) = self.trace_window();
         let jobs_submitted = self.jobs.len();
         let queue_count = self.scheduler.queues.len();
-        let binds_pods = matches!(self.scheduler.config.mode, Mode::K8sDefault | Mode::Kueue);
-        let jobs = std::mem::take(&mut self.jobs);
-        let oracle = self.oracle_of(&jobs);
-        let mut world = World::new(jobs, binds_pods, queue_count, progress, on_decision);
-        world.oracle = oracle;
-        world.injector = self.injector.take();
-        world.default_checkpoint_s = self.options.default_checkpoint_s;
+        let mut world = self.world(progress, on_decision);
         let mut cycles = 0u64;
         let mut peak_pending = 0usize;
         let window = (first_submit, last_submit);
@@ -686,24 +623,7 @@ impl Replay {
         let mut now = 0.0f64;
         let mut clock = VirtualClock::at(now);
         loop {
-            let next_arrival = world.arrivals.peek().map(|j| j.submit_s);
-            let next_completion = world
-                .completions
-                .peek()
-                .map(|Reverse((Seconds(t), _, _))| *t);
-            // With work pending, the clock also retries every `RETRY_S` when no job arrives
-            // or ends, until a few retries in a row change nothing and nothing runs that could.
-            // Nodes fail only while there is work a failure could touch.
-            let work_left = next_arrival.is_some() || self.scheduler.running().next().is_some();
-            let next_failure = world
-                .injector
-                .as_ref()
-                .and_then(|injector| injector.next_s(work_left));
-            let next_restart = self.scheduler.next_restart_s();
-            let next_change = [next_arrival, next_completion, next_failure, next_restart]
-                .into_iter()
-                .flatten()
-                .min_by(f64::total_cmp);
+            let next_change = self.next_change(&mut world);
             let Some(next) = clock.advance(&self.scheduler, next_change) else {
                 break;
             };
@@ -718,7 +638,7 @@ impl Replay {
             let pending = self.scheduler.pending_count();
             peak_pending = peak_pending.max(pending);
             if world.injector.is_some() {
-                integrals.note_states(&self.scheduler);
+                integrals.states.note(&self.scheduler);
             }
             if pending > 0 {
                 frag_sum += self.fragmentation(&world.shapes);
@@ -760,8 +680,18 @@ impl Replay {
                 losses.restart_waits.push(now - failed);
             }
         }
-        let failures = injector
-            .map(|injector| self.failure_report(&injector, losses, &integrals, now - first_submit));
+        let failures = injector.map(|injector| {
+            let (busy, span_s) = (integrals.busy, now - first_submit);
+            let scheduler = &self.scheduler;
+            crate::failures::report(
+                scheduler,
+                &injector,
+                losses,
+                &integrals.states,
+                busy,
+                span_s,
+            )
+        });
         let window_gpu_s = (last_submit - first_submit) * total_gpus as f64;
         let queues = self.queue_reports(&mut waits, &integrals, window_gpu_s, total_gpus);
         let all_waits: Vec<f64> = waits.by_queue.concat();
@@ -814,6 +744,57 @@ impl Replay {
         })
     }
 
+    /// The world the replay runs in, its trace taken out of the replay.
+    fn world<'a, 'b>(
+        &mut self,
+        progress: &'a mut dyn FnMut(usize),
+        on_decision: &'a mut OnDecision<'b>,
+    ) -> World<'a, 'b> {
+        let binds_pods = matches!(self.scheduler.config.mode, Mode::K8sDefault | Mode::Kueue);
+        let jobs = std::mem::take(&mut self.jobs);
+        let oracle = self.oracle_of(&jobs);
+        let queue_count = self.scheduler.queues.len();
+        let mut world = World::new(jobs, binds_pods, queue_count, progress, on_decision);
+        world.oracle = oracle;
+        world.injector = self.injector.take();
+        world.default_checkpoint_s = self.options.default_checkpoint_s;
+        world
+    }
+
+    /// When the world next changes: an arrival, a completion, a node failure, repair or test
+    /// (failures only while work is left that they could touch), a stopped job moving on.
+    /// With work pending, the clock also retries every `RETRY_S` when none of these comes,
+    /// until a few retries in a row change nothing and nothing runs that could.
+    fn next_change(&self, world: &mut World<'_, '_>) -> Option<f64> {
+        let next_arrival = world.arrivals.peek().map(|j| j.submit_s);
+        let next_completion = world
+            .completions
+            .peek()
+            .map(|Reverse((Seconds(t), _, _))| *t);
+        let work_left = next_arrival.is_some() || self.scheduler.running().next().is_some();
+        let next_failure = world
+            .injector
+            .as_ref()
+            .and_then(|injector| injector.next_s(work_left));
+        let next_restart = self.scheduler.next_restart_s();
+        [next_arrival, next_completion, next_failure, next_restart]
+            .into_iter()
+            .flatten()
+            .min_by(f64::total_cmp)
+    }
+
+    /// The trace's first and last submission.
+    fn trace_window(&self) -> (f64, f64) {
+        let first = self
+            .jobs
+            .iter()
+            .map(|j| j.submit_s)
+            .reduce(f64::min)
+            .unwrap_or(0.0);
+        let last = self.jobs.iter().map(|j| j.submit_s).fold(first, f64::max);
+        (first, last)
+    }
+
     /// Per queue (every leaf, and a parent with jobs of its own): its waits, its share of
     /// the GPUs while work waited and within the common window (`window_gpu_s`), and its
     /// max-min fair target there.
@@ -848,71 +829,6 @@ impl Replay {
             }
         }
         queues
-    }
-
-    /// What failures did, from the injector's signals, the losses booked and the states
-    /// integrated over `span_s`.
-    fn failure_report(
-        &self,
-        injector: &Injector,
-        losses: Losses,
-        integrals: &Integrals,
-        span_s: f64,
-    ) -> FailureReport {
-        let lifecycle = self.scheduler.lifecycle();
-        let model = match self.scheduler.config.mode {
-            Mode::Gantry => {
-                "the gang is stopped whole at the signal (its pods evicted) and tried first in \
-                 the same cycle, before the nodes it freed go to anyone else (its recreated pods \
-                 bind as they appear); it keeps its place at the head of its queue and avoids \
-                 the failed node; a repaired node is tested again before it takes work; the \
-                 breaker caps automated cordons"
-            }
-            Mode::Kueue => {
-                "the gang halts: its other pods hold their GPUs, doing no work, until their \
-                 collective times out (600 s); Kueue then evicts the workload (waitForPodsReady) \
-                 and requeues it at the tail after 60 s; nothing remembers the failed node; a \
-                 repaired node is Ready at once; no breaker"
-            }
-            _ => {
-                "the gang halts: its other pods hold their GPUs, doing no work, until their \
-                 collective times out (600 s); the Job controller recreates the pods after its \
-                 10 s backoff, at the tail of the queue; nothing remembers the failed node; a \
-                 repaired node is Ready at once; no breaker"
-            }
-        };
-        let lost = losses.failure_gpu_s + losses.preemption_gpu_s;
-        let names = gantry_core::NodeState::ALL.map(|s| s.name().to_string());
-        FailureReport {
-            model: model.to_string(),
-            signals: injector
-                .signals
-                .iter()
-                .map(|(k, v)| ((*k).to_string(), *v))
-                .collect(),
-            failures_hitting_jobs: losses.failures_hitting_jobs,
-            jobs_stopped: losses.jobs_stopped,
-            gpu_hours_lost_to_failures: round6(
-                (losses.failure_gpu_s + losses.halted_gpu_s) / 3600.0,
-            ),
-            gpu_hours_lost_since_checkpoint: round6(losses.failure_gpu_s / 3600.0),
-            gpu_hours_idle_while_halted: round6(losses.halted_gpu_s / 3600.0),
-            gpu_hours_lost_to_preemption: round6(losses.preemption_gpu_s / 3600.0),
-            goodput: round6(ratio(integrals.busy - lost, integrals.allocated_all)),
-            failure_to_restart_wait: wait_stats(losses.restart_waits),
-            nodes_by_state_mean: names
-                .iter()
-                .zip(integrals.state_node_s)
-                .map(|(n, v)| (n.clone(), round6(ratio(v, span_s))))
-                .collect(),
-            nodes_by_state_peak: names
-                .iter()
-                .zip(integrals.state_peak)
-                .map(|(n, v)| (n.clone(), v))
-                .collect(),
-            peak_nodes_out: integrals.peak_out,
-            breaker_tripped: lifecycle.breaker.tripped.clone(),
-        }
     }
 
     /// Free GPUs that no pending job's pod shape can use, over all free GPUs.
@@ -970,15 +886,8 @@ struct Integrals {
     /// Per queue, its GPU-seconds and its max-min fair target's, within the common window.
     window_queue: Vec<f64>,
     window_target: Vec<f64>,
-    /// GPU-seconds allocated to any pod (a partly placed gang's too) from the first
-    /// submission on: goodput's denominator.
-    allocated_all: f64,
-    /// With a failure model: node-seconds in each lifecycle state, the most nodes in each at
-    /// once, and the most out at once (see [`Integrals::note_states`]).
-    state_node_s: [f64; 7],
-    state_now: [u32; 7],
-    state_peak: [u32; 7],
-    peak_out: u32,
+    /// With a failure model: what goodput and the nodes by state need.
+    states: StateIntegrals,
 }
 
 impl Integrals {
@@ -991,28 +900,7 @@ impl Integrals {
             window_allocated: 0.0,
             window_queue: vec![0.0; queue_count],
             window_target: vec![0.0; queue_count],
-            allocated_all: 0.0,
-            state_node_s: [0.0; 7],
-            state_now: [0; 7],
-            state_peak: [0; 7],
-            peak_out: 0,
-        }
-    }
-
-    /// The nodes' lifecycle states after a step, for the next interval's integral and the
-    /// peaks.
-    fn note_states(&mut self, scheduler: &Scheduler) {
-        let lifecycle = scheduler.lifecycle();
-        self.state_now = lifecycle.counts();
-        let out: u32 = gantry_core::NodeState::ALL
-            .iter()
-            .zip(self.state_now)
-            .filter(|(s, _)| s.out())
-            .map(|(_, n)| n)
-            .sum();
-        self.peak_out = self.peak_out.max(out);
-        for (peak, now) in self.state_peak.iter_mut().zip(self.state_now) {
-            *peak = (*peak).max(now);
+            states: StateIntegrals::default(),
         }
     }
 
@@ -1037,15 +925,11 @@ impl Integrals {
         if now >= first_submit {
             self.busy += running * dt;
             if world.injector.is_some() {
-                let nodes = &scheduler.state.nodes;
-                let free: u64 = nodes.gpu_free.iter().map(|&g| u64::from(g)).sum();
-                self.allocated_all += (total_gpus - free) as f64 * dt;
+                self.states.add_allocated(scheduler, total_gpus, dt);
             }
         }
         if world.injector.is_some() {
-            for (integral, &n) in self.state_node_s.iter_mut().zip(&self.state_now) {
-                *integral += f64::from(n) * dt;
-            }
+            self.states.add_states(dt);
         }
         if scheduler.pending_count() > 0 {
             self.queued_time += dt;
@@ -1500,15 +1384,15 @@ fn subtree_sums(queues: &gantry_core::Queues, own: &[u64]) -> Vec<u64> {
     sums
 }
 
-fn ratio(a: f64, b: f64) -> f64 {
+pub(crate) fn ratio(a: f64, b: f64) -> f64 {
     if b > 0.0 { a / b } else { 0.0 }
 }
 
-fn round6(x: f64) -> f64 {
+pub(crate) fn round6(x: f64) -> f64 {
     (x * 1e6).round() / 1e6
 }
 
-fn wait_stats(mut waits: Vec<f64>) -> WaitStats {
+pub(crate) fn wait_stats(mut waits: Vec<f64>) -> WaitStats {
     waits.sort_by(f64::total_cmp);
     let pct = |p: f64| gantry_core::percentile(&waits, p);
     WaitStats {

@@ -4,7 +4,8 @@
 //! nominal quota, at a rate that asks for a chosen share of the cluster on average; balloon
 //! pods hold idle capacity. The binder binds every placement at once and starts the job's run;
 //! the source ends it when its run is over. A job's run length is the simulated world's own:
-//! the scheduler never sees it.
+//! the scheduler never sees it. With a failure model ([`SyntheticLoad::with_failures`]) it
+//! fails nodes too, and counts the work the failures cost.
 
 use std::cmp::Reverse;
 use std::collections::{BinaryHeap, HashMap};
@@ -13,6 +14,8 @@ use gantry_core::{
     BindOutcome, Binder, Changes, ClusterSource, CycleOutput, JobId, JobSpec, PodShape, QueueId,
     Scheduler, Seconds, TopologyPref,
 };
+
+use crate::failures::{FailureModel, Injector};
 
 /// Gang sizes of the synthetic load, each as likely.
 const GANG_PODS: [u32; 7] = [2, 4, 8, 16, 32, 64, 128];
@@ -100,6 +103,21 @@ pub struct SyntheticLoad {
     /// Per job in the world: its run length (drawn at arrival, kept across preemptions) and
     /// the number of its current run. Jobs leave when they end.
     job_to_run: HashMap<JobId, (f64, u32)>,
+    /// Node failures, when the demo runs with a failure model.
+    injector: Option<Injector>,
+    /// Per running job (balloons not counted): when its run started and its GPUs, so a run
+    /// cut short counts what it lost.
+    job_to_started: HashMap<JobId, (f64, u64)>,
+    /// What the runs that ended (finished, preempted or stopped by a failure) held, in
+    /// GPU-seconds, and what of that the cut-short ones lost (a demo job keeps no checkpoint):
+    /// goodput is the one over the other.
+    pub run_gpu_s: f64,
+    /// See `run_gpu_s`: lost to failures, and to preemptions.
+    pub lost_to_failures_gpu_s: f64,
+    /// See `run_gpu_s`.
+    pub lost_to_preemption_gpu_s: f64,
+    /// Jobs a failure stopped.
+    pub stopped_by_failures: u64,
     /// Jobs submitted (balloons not counted), their pods, and jobs finished.
     pub submitted: u64,
     /// See `submitted`.
@@ -142,10 +160,44 @@ impl SyntheticLoad {
             warm_to_left_s: HashMap::new(),
             ends: BinaryHeap::new(),
             job_to_run: HashMap::new(),
+            injector: None,
+            job_to_started: HashMap::new(),
+            run_gpu_s: 0.0,
+            lost_to_failures_gpu_s: 0.0,
+            lost_to_preemption_gpu_s: 0.0,
+            stopped_by_failures: 0,
             submitted: 0,
             pods_submitted: 0,
             finished: 0,
         }
+    }
+
+    /// Fails nodes as `model` says, over `scheduler`'s nodes (an event naming a node the
+    /// cluster lacks is refused).
+    pub fn with_failures(
+        mut self,
+        model: FailureModel,
+        scheduler: &mut Scheduler,
+    ) -> Result<Self, String> {
+        scheduler.lifecycle_mut().config = model.health.clone();
+        self.injector = Some(Injector::new(model, scheduler, self.config.seed, true)?);
+        Ok(self)
+    }
+
+    /// The failure signals so far, by what became of them (see [`Injector::signals`]).
+    pub fn failure_signals(&self) -> Option<&std::collections::BTreeMap<&'static str, u64>> {
+        self.injector.as_ref().map(|injector| &injector.signals)
+    }
+
+    /// A run ends at `now_s`: what it held, in GPU-seconds, all of it lost when the run was
+    /// cut short (a demo job keeps no checkpoint).
+    fn run_ended(&mut self, job: JobId, now_s: f64) -> f64 {
+        let Some((started, gpus)) = self.job_to_started.remove(&job) else {
+            return 0.0;
+        };
+        let gpu_s = (now_s - started).max(0.0) * gpus as f64;
+        self.run_gpu_s += gpu_s;
+        gpu_s
     }
 
     fn pick_queue(&mut self) -> (String, QueueId) {
@@ -252,10 +304,25 @@ impl ClusterSource for SyntheticLoad {
             self.ends.pop();
             let current = self.job_to_run.get(&job).map(|r| r.1);
             if current == Some(run) && scheduler.is_running(job) {
+                self.run_ended(job, now_s);
                 scheduler.finish(job);
                 self.job_to_run.remove(&job);
                 self.finished += 1;
                 changes.ended += 1;
+            }
+        }
+        if let Some(injector) = self.injector.as_mut() {
+            let hits = injector.apply(scheduler, now_s);
+            for hit in hits {
+                changes.nodes += 1;
+                for job in hit.stopped {
+                    // Its run is cut short: its end no longer counts, its work is lost.
+                    if let Some(run) = self.job_to_run.get_mut(&job) {
+                        run.1 += 1;
+                        self.stopped_by_failures += 1;
+                    }
+                    self.lost_to_failures_gpu_s += self.run_ended(job, hit.at_s);
+                }
             }
         }
         changes
@@ -274,6 +341,7 @@ impl Binder for SyntheticLoad {
             if let Some(run) = self.job_to_run.get_mut(victim) {
                 run.1 += 1;
             }
+            self.lost_to_preemption_gpu_s += self.run_ended(*victim, now_s);
         }
         let mut outcomes = Vec::new();
         for decision in output.decisions.iter().filter(|d| d.placed) {
@@ -293,6 +361,8 @@ impl Binder for SyntheticLoad {
             };
             self.ends
                 .push(Reverse((Seconds(now_s + run_s), job, run.1)));
+            let gpus = scheduler.job(job).total().gpus;
+            self.job_to_started.insert(job, (now_s, gpus));
         }
         outcomes
     }

@@ -104,6 +104,8 @@ fn measure(args: &ActivateBenchArgs, dir: &std::path::Path) -> anyhow::Result<se
         warm_start: false,
         duration_s: None,
         log_every_s: None,
+        // Activation latency, not the health lifecycle, is measured here.
+        failures: None,
     };
     let scheduler = {
         let live = live.clone();

@@ -60,6 +60,11 @@ pub struct ServeArgs {
     /// (a warm start applies to --load only, never to --jobs-per-s).
     #[arg(long)]
     cold_start: bool,
+    /// Node failures in the simulated cluster: `on` (the default: a node fails every few
+    /// minutes, far faster than real fleets, so the lifecycle shows), `off`, or a failure
+    /// model file (YAML, as a cluster spec's `failures:` section).
+    #[arg(long, default_value = "on", value_name = "on|off|FILE.yaml")]
+    failures: String,
     /// Stop submitting new work after this many pods (the balloons not counted).
     #[arg(long)]
     max_pods: Option<u64>,

@@ -62,6 +62,53 @@ pub struct Load {
     pub duration_s: Option<f64>,
     /// Progress lines on stdout every so often; `None` is quiet.
     pub log_every_s: Option<f64>,
+    /// How nodes fail; `None`: they never do.
+    pub failures: Option<gantry_sim::FailureModel>,
+}
+
+/// The demo's default failure rate: one node failure this often, whatever the cluster's
+/// size. Real fleets fail far less often (Llama 3's rate is about one an hour at 7,500
+/// nodes); the demo is faster so that a visitor sees the lifecycle.
+pub const DEMO_FAILURE_EVERY_S: f64 = 180.0;
+
+/// `--failures`: `on` (the demo's default model), `off`, or a model file.
+fn failure_model(arg: &str, nodes: usize) -> anyhow::Result<Option<gantry_sim::FailureModel>> {
+    Ok(match arg {
+        "off" => None,
+        "on" => {
+            let mut model: gantry_sim::FailureModel =
+                serde_yaml::from_str("{repair_s: 600, preflight_s: 120}")
+                    .expect("the demo's failure model reads");
+            model.mtbf_node_days = Some(nodes as f64 * DEMO_FAILURE_EVERY_S / 86_400.0);
+            Some(model)
+        }
+        path => Some(gantry_sim::FailureModel::load(std::path::Path::new(path))?),
+    })
+}
+
+/// What `gantry serve --report` writes: the engine's figures of the run, and what node
+/// failures cost.
+#[derive(Debug, Clone, serde::Serialize)]
+pub struct DemoReport {
+    #[serde(flatten)]
+    pub stats: gantry_engine::RunStats,
+    /// `None` with `--failures off`.
+    pub failures: Option<DemoFailures>,
+}
+
+/// What node failures did in the demo.
+#[derive(Debug, Clone, serde::Serialize)]
+pub struct DemoFailures {
+    /// Failure signals, by what became of them (cordoned, held by the breaker, …).
+    pub signals: std::collections::BTreeMap<String, u64>,
+    /// Jobs a failure stopped.
+    pub jobs_stopped: u64,
+    /// GPU-seconds of work kept over GPU-seconds held, over the runs that ended (finished,
+    /// preempted or stopped; balloons not counted). A demo job keeps no checkpoint.
+    pub goodput: f64,
+    /// GPU-hours of runs cut short by failures, and by preemption.
+    pub gpu_hours_lost_to_failures: f64,
+    pub gpu_hours_lost_to_preemption: f64,
 }
 
 /// What a run did, for the last line.
@@ -83,6 +130,12 @@ pub(super) fn serve(args: ServeArgs) -> anyhow::Result<()> {
     };
     let mut sim = SimCluster::load(&cluster, &symbols)?;
     args.rule.set_on(&mut sim.scheduler)?;
+    let failures = failure_model(&args.failures, sim.scheduler.state.len())?;
+    if let Some(model) = &failures {
+        // Refused here, naming the field, rather than once the loop runs.
+        gantry_sim::failures::Injector::new(model.clone(), &sim.scheduler, args.seed, true)
+            .map_err(|message| anyhow::anyhow!("--failures {}: {message}", args.failures))?;
+    }
     outln!(
         "gantry serve: simulating {} ({} nodes, {} GPUs) under synthetic load; Ctrl-C stops",
         sim.name,
@@ -129,6 +182,11 @@ pub(super) fn serve(args: ServeArgs) -> anyhow::Result<()> {
         "  synthetic load: {jobs_per_s:.2} jobs/s (about {:.0}% of the GPUs on average)",
         100.0 * share
     );
+    if args.failures == "on" {
+        outln!(
+            "  node failures: one every {DEMO_FAILURE_EVERY_S:.0} s on average, far more often than a real fleet, so the lifecycle shows (--failures off turns them off)"
+        );
+    }
     let load = Load {
         jobs_per_s,
         seed: args.seed,
@@ -139,6 +197,7 @@ pub(super) fn serve(args: ServeArgs) -> anyhow::Result<()> {
         warm_start: !args.cold_start && args.jobs_per_s.is_none(),
         duration_s: args.duration_s,
         log_every_s: Some(args.log_every_s),
+        failures,
     };
     let (summary, stats) = run_loop(sim, live.clone(), &stop, &load);
     stop.trigger();
@@ -148,21 +207,31 @@ pub(super) fn serve(args: ServeArgs) -> anyhow::Result<()> {
         outln!(
             "  report in {}: GPU allocation {:.1}% ({:.1}% by work) after the first {:.0} s; idle while wanted {:.2}%; pending mean {:.0} (minutes 2-5) and {:.0} (last 5 minutes); cycle p50 {:.1} ms, p99 {:.1} ms",
             path.display(),
-            stats.gpu_allocation * 100.0,
-            stats.gpu_allocation_by_work * 100.0,
-            stats.warmup_s,
-            stats.idle_while_wanted * 100.0,
-            stats.pending_mean_minutes_2_5,
-            stats.pending_mean_last_5_minutes,
-            stats.cycle_ms_p50,
-            stats.cycle_ms_p99
+            stats.stats.gpu_allocation * 100.0,
+            stats.stats.gpu_allocation_by_work * 100.0,
+            stats.stats.warmup_s,
+            stats.stats.idle_while_wanted * 100.0,
+            stats.stats.pending_mean_minutes_2_5,
+            stats.stats.pending_mean_last_5_minutes,
+            stats.stats.cycle_ms_p50,
+            stats.stats.cycle_ms_p99
         );
         outln!(
             "  gangs in one block: {} of the {} that one block's free and balloon nodes could hold ({} balloons evicted for it)",
-            stats.topology.gangs_in_one_domain,
-            stats.topology.gangs_one_domain_possible,
-            stats.topology.balloons_evicted_for_topology
+            stats.stats.topology.gangs_in_one_domain,
+            stats.stats.topology.gangs_one_domain_possible,
+            stats.stats.topology.balloons_evicted_for_topology
         );
+        if let Some(f) = &stats.failures {
+            outln!(
+                "  failures: {} signals, {} jobs stopped; goodput {:.1}%; {:.1} GPU-hours lost to failures, {:.1} to preemption",
+                f.signals.values().sum::<u64>(),
+                f.jobs_stopped,
+                f.goodput * 100.0,
+                f.gpu_hours_lost_to_failures,
+                f.gpu_hours_lost_to_preemption
+            );
+        }
     }
     live.store.flush()?;
     Shutdown::join_by(api, API_PATIENCE);
@@ -184,9 +253,9 @@ pub fn run_loop(
     live: Arc<gantry_engine::Live>,
     stop: &Shutdown,
     load: &Load,
-) -> (LoopSummary, gantry_engine::RunStats) {
+) -> (LoopSummary, DemoReport) {
     let SimCluster {
-        scheduler,
+        mut scheduler,
         leaves,
         name,
         total_gpus,
@@ -202,6 +271,26 @@ pub fn run_loop(
             warm_start: load.warm_start,
         },
     );
+    if let Some(model) = load.failures.clone() {
+        // `serve` checked the model against these nodes already.
+        world = match world.with_failures(model, &mut scheduler) {
+            Ok(world) => world,
+            Err(message) => {
+                outln!("  node failures off: {message}");
+                gantry_sim::SyntheticLoad::new(
+                    &scheduler,
+                    &leaves,
+                    gantry_sim::SyntheticConfig {
+                        jobs_per_s: load.jobs_per_s,
+                        seed: load.seed,
+                        balloons: load.balloons,
+                        max_pods: load.max_pods,
+                        warm_start: load.warm_start,
+                    },
+                )
+            }
+        };
+    }
     let mut engine = gantry_engine::Engine::new(
         live,
         scheduler,
@@ -259,7 +348,24 @@ pub fn run_loop(
         },
     );
     engine.publish();
-    let stats = engine.stats();
+    let failures = world.failure_signals().map(|signals| DemoFailures {
+        signals: signals
+            .iter()
+            .map(|(k, v)| ((*k).to_string(), *v))
+            .collect(),
+        jobs_stopped: world.stopped_by_failures,
+        goodput: if world.run_gpu_s > 0.0 {
+            1.0 - (world.lost_to_failures_gpu_s + world.lost_to_preemption_gpu_s) / world.run_gpu_s
+        } else {
+            0.0
+        },
+        gpu_hours_lost_to_failures: world.lost_to_failures_gpu_s / 3600.0,
+        gpu_hours_lost_to_preemption: world.lost_to_preemption_gpu_s / 3600.0,
+    });
+    let stats = DemoReport {
+        stats: engine.stats(),
+        failures,
+    };
     (
         LoopSummary {
             submitted,
