@@ -64,6 +64,14 @@ pub struct Metrics {
     /// had lost its Lease. The fence on every write keeps it 0; anything else is a bug to page
     /// on, as GPUs may be booked twice.
     pub bind_after_lease_loss: IntCounter,
+    /// `gantry_nodes{state}`: nodes in each health-lifecycle state (`ready`, `suspect`,
+    /// `repair`, …), so on-call sees the fleet's health at a glance.
+    pub nodes_by_state: IntGaugeVec,
+    /// `gantry_health_breaker_tripped`: 1 while the breaker holds automated cordons back (a
+    /// correlated failure, waiting for an admin), else 0. Page on it.
+    pub breaker_tripped: IntGauge,
+    /// `gantry_failure_stops_total`: jobs stopped whole because a node failed under them.
+    pub failure_stops: IntCounter,
 }
 
 impl Default for Metrics {
@@ -183,8 +191,26 @@ impl Metrics {
             "Bindings answered as applied after this replica had lost its Lease.",
         )
         .expect("valid metric");
+        let nodes_by_state = IntGaugeVec::new(
+            Opts::new("gantry_nodes", "Nodes in each health-lifecycle state."),
+            &["state"],
+        )
+        .expect("valid metric");
+        let breaker_tripped = IntGauge::new(
+            "gantry_health_breaker_tripped",
+            "1 while the health breaker holds automated cordons back, else 0.",
+        )
+        .expect("valid metric");
+        let failure_stops = IntCounter::new(
+            "gantry_failure_stops_total",
+            "Jobs stopped whole because a node failed under them.",
+        )
+        .expect("valid metric");
         for collector in [
             Box::new(attempts.clone()) as Box<dyn prometheus::core::Collector>,
+            Box::new(nodes_by_state.clone()),
+            Box::new(breaker_tripped.clone()),
+            Box::new(failure_stops.clone()),
             Box::new(bind_after_lease_loss.clone()),
             Box::new(attempt_duration.clone()),
             Box::new(pending_pods_vec.clone()),
@@ -221,6 +247,9 @@ impl Metrics {
             budget_exhausted,
             forecast_duration,
             bind_after_lease_loss,
+            nodes_by_state,
+            breaker_tripped,
+            failure_stops,
         }
     }
 
@@ -233,6 +262,7 @@ impl Metrics {
     pub fn observe_cycle(&self, output: &CycleOutput, elapsed: Duration) {
         self.cycles.inc();
         self.preemptions.inc_by(output.evicted.len() as u64);
+        self.failure_stops.inc_by(output.stopped.len() as u64);
         if output.budget_spent {
             self.budget_exhausted.inc();
         }
@@ -362,4 +392,38 @@ fn escape(value: &str) -> String {
         .replace('\\', "\\\\")
         .replace('"', "\\\"")
         .replace('\n', "\\n")
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn jobs_a_failure_stopped_are_counted_and_every_metric_registers() {
+        let metrics = Metrics::new();
+        let output = CycleOutput {
+            stopped: vec![3, 4],
+            ..CycleOutput::default()
+        };
+        metrics.observe_cycle(&output, Duration::from_millis(1));
+        assert_eq!(metrics.failure_stops.get(), 2);
+        metrics
+            .nodes_by_state
+            .with_label_values(&["suspect"])
+            .set(1);
+        metrics.breaker_tripped.set(1);
+        let names: Vec<String> = metrics
+            .registry
+            .gather()
+            .iter()
+            .map(|family| family.name().to_string())
+            .collect();
+        for name in [
+            "gantry_nodes",
+            "gantry_health_breaker_tripped",
+            "gantry_failure_stops_total",
+        ] {
+            assert!(names.iter().any(|n| n == name), "{name} not in {names:?}");
+        }
+    }
 }

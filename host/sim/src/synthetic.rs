@@ -175,13 +175,18 @@ impl SyntheticLoad {
     /// Fails nodes as `model` says, over `scheduler`'s nodes (an event naming a node the
     /// cluster lacks is refused).
     pub fn with_failures(
-        mut self,
+        &mut self,
         model: FailureModel,
         scheduler: &mut Scheduler,
-    ) -> Result<Self, String> {
-        scheduler.lifecycle_mut().config = model.health.clone();
-        self.injector = Some(Injector::new(model, scheduler, self.config.seed, true)?);
-        Ok(self)
+    ) -> Result<(), String> {
+        self.injector = Some(Injector::new(
+            model.clone(),
+            scheduler,
+            self.config.seed,
+            true,
+        )?);
+        scheduler.lifecycle_mut().config = model.health;
+        Ok(())
     }
 
     /// The failure signals so far, by what became of them (see [`Injector::signals`]).

@@ -734,27 +734,23 @@ impl Scheduler {
         self.queue = queue;
         let policies = hooks.policies();
         let mut position = 0u32;
-        for id in std::mem::take(&mut self.restart_first) {
-            if !self.queue.contains(id) {
-                continue;
-            }
-            let spec = self.job_to_entry[&id].spec.clone();
-            let mut decision = self.attempt(id, &spec, now_s, position, hooks, &mut out);
-            position += 1;
-            decision.explanation.policy_set = version;
-            decision.explanation.policies.clone_from(&policies);
-            out.decisions.push(decision);
-        }
+        // Gangs a node failure stopped go first, before the nodes they freed go to anyone.
+        let mut restart_first = std::mem::take(&mut self.restart_first).into_iter();
         while (out.attempts as usize) < self.config.max_attempts {
-            if out.attempts > 0 && hooks.budget_spent() {
-                out.budget_spent = true;
-                break;
-            }
-            let queues = &self.queues;
-            let Some(next) = self.queue.next_queue(&|q| queues.fair_share_key(q)) else {
-                break;
+            let id = match restart_first.find(|&id| self.queue.contains(id)) {
+                Some(id) => id,
+                None => {
+                    if out.attempts > 0 && hooks.budget_spent() {
+                        out.budget_spent = true;
+                        break;
+                    }
+                    let queues = &self.queues;
+                    let Some(next) = self.queue.next_queue(&|q| queues.fair_share_key(q)) else {
+                        break;
+                    };
+                    self.queue.head(next).expect("the chosen queue has a head")
+                }
             };
-            let id = self.queue.head(next).expect("the chosen queue has a head");
             let spec = self.job_to_entry[&id].spec.clone();
             let mut decision = self.attempt(id, &spec, now_s, position, hooks, &mut out);
             position += 1;

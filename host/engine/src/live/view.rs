@@ -274,6 +274,16 @@ impl Live {
             .find(|&id| queues.children(id).is_empty())
             .map(|id| scheduler.usage(id));
         self.metrics.pending_pods.set(total.pending_pods as i64);
+        let lifecycle = scheduler.lifecycle();
+        for (state, nodes) in gantry_core::NodeState::ALL.iter().zip(lifecycle.counts()) {
+            self.metrics
+                .nodes_by_state
+                .with_label_values(&[state.name()])
+                .set(i64::from(nodes));
+        }
+        self.metrics
+            .breaker_tripped
+            .set(i64::from(lifecycle.breaker.tripped.is_some()));
         for (state, pods) in [
             ("pending", total.balloon_pods.pending),
             ("running", total.balloon_pods.running),

@@ -271,25 +271,11 @@ pub fn run_loop(
             warm_start: load.warm_start,
         },
     );
-    if let Some(model) = load.failures.clone() {
-        // `serve` checked the model against these nodes already.
-        world = match world.with_failures(model, &mut scheduler) {
-            Ok(world) => world,
-            Err(message) => {
-                outln!("  node failures off: {message}");
-                gantry_sim::SyntheticLoad::new(
-                    &scheduler,
-                    &leaves,
-                    gantry_sim::SyntheticConfig {
-                        jobs_per_s: load.jobs_per_s,
-                        seed: load.seed,
-                        balloons: load.balloons,
-                        max_pods: load.max_pods,
-                        warm_start: load.warm_start,
-                    },
-                )
-            }
-        };
+    // `serve` checked the model against these nodes already.
+    if let Some(model) = load.failures.clone()
+        && let Err(message) = world.with_failures(model, &mut scheduler)
+    {
+        outln!("  node failures off: {message}");
     }
     let mut engine = gantry_engine::Engine::new(
         live,
