@@ -104,7 +104,8 @@ pub struct Transition {
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
 #[serde(deny_unknown_fields, default)]
 pub struct HealthConfig {
-    /// Automated cordons stop while more than this share of the nodes is out (0–1).
+    /// Automated cordons stop while more than this share of the nodes is out (0–1; one node
+    /// may always be out, so that a small cluster can cordon at all).
     pub max_out_share: f64,
     /// Automated cordons stop once more than this many happened in the last hour.
     pub max_cordons_per_hour: u32,
@@ -291,8 +292,9 @@ impl Lifecycle {
                 self.breaker.recent_s.pop_front();
             }
             let nodes = self.node_to_state.len().max(1);
-            let share_after = (self.out + 1) as f64 / nodes as f64;
-            let reason = if share_after > self.config.max_out_share {
+            // At least one node may be out, so that a small cluster can cordon at all.
+            let cap = ((self.config.max_out_share * nodes as f64).floor() as usize).max(1);
+            let reason = if self.out + 1 > cap {
                 Some(format!(
                     "one more cordon would put {} of {} nodes out, over the {}% cap",
                     self.out + 1,

@@ -8,7 +8,7 @@ use crate::explain::Outcome;
 use crate::health::{Lifecycle, NodeState, Verdict};
 use crate::words::duration_text;
 
-use super::{Decision, JobId, Mode, Scheduler};
+use super::{Decision, JobId, Mode, RestartBy, Scheduler};
 
 /// Under the anchors nothing stops the gang: its other ranks block in their collective until
 /// it times out (PyTorch's default NCCL timeout, 10 min), holding their GPUs and doing no work.
@@ -112,7 +112,11 @@ impl Scheduler {
     fn stop_for_node(&mut self, id: JobId, node: usize, cause: &str, now_s: f64) {
         let name = self.node_name(node);
         let gantry = self.config.mode == Mode::Gantry;
-        if gantry {
+        let recreated = self.config.restart == RestartBy::Recreated;
+        if gantry && recreated {
+            // Its pods are evicted by the binder; the job leaves once they are gone, and
+            // the recreated pods come back through `restarted`.
+        } else if gantry {
             // Evicted through the Eviction API, the gang is placed again first thing in the
             // next cycle, before the nodes it freed go to anyone else; its recreated pods bind
             // there as they appear (about a second later).
@@ -128,7 +132,14 @@ impl Scheduler {
             self.halted.push((now_s + HALT_S, id));
         }
         let entry = self.job_to_entry.get_mut(&id).expect("a running job");
-        let waiting_for = if gantry {
+        let waiting_for = if gantry && recreated {
+            format!(
+                "a restart: node {name} reported {cause}; the gang was stopped whole, its pods \
+                 are evicted, and when its controller recreates them they go to the head of its \
+                 queue, avoiding {name} for {}",
+                duration_text(self.lifecycle.config.avoid_s)
+            )
+        } else if gantry {
             let avoid_s = self.lifecycle.config.avoid_s;
             format!(
                 "a restart: node {name} reported {cause}; the gang was stopped whole and goes \
@@ -218,6 +229,27 @@ impl Scheduler {
                 .map(|b| b.node)
                 .collect()
         })
+    }
+
+    /// The nodes `id` avoids because they failed under it, each with until when: what a
+    /// live cluster hands on to the job of the stopped gang's recreated pods.
+    pub fn avoided(&self, id: JobId) -> &[BadNode] {
+        self.job_to_bad_nodes.get(&id).map_or(&[], Vec::as_slice)
+    }
+
+    /// `id` is the recreated pods of a gang a node failure stopped (see
+    /// [`RestartBy::Recreated`]): it is tried before any other job in the next cycle and
+    /// avoids `bad` (the stopped job's [`Scheduler::avoided`]) while each lasts.
+    pub fn restarted(&mut self, id: JobId, bad: Vec<BadNode>) {
+        if !self.job_to_entry.contains_key(&id) {
+            return;
+        }
+        if !bad.is_empty() {
+            self.job_to_bad_nodes.insert(id, bad);
+        }
+        if !self.restart_first.contains(&id) {
+            self.restart_first.push(id);
+        }
     }
 
     /// The stops decided since the last cycle, for that cycle's output.

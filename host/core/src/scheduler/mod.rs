@@ -272,6 +272,22 @@ pub struct SchedulerConfig {
     /// nodes alone would spread it over several (see `place`); off, a gang takes the free
     /// nodes as they are.
     pub balloons_for_topology: bool,
+    /// How a gang stopped by a node failure comes back ([`Scheduler::node_failed`]).
+    pub restart: RestartBy,
+}
+
+/// How a gang stopped by a node failure comes back. The simulator owns its jobs and sends the
+/// same one back to the queue; a live cluster's pods are evicted and recreated by their
+/// controller, and the recreated pods are a new job.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+pub enum RestartBy {
+    /// The job is released at once and goes back to its place at the head of its queue.
+    #[default]
+    Requeue,
+    /// The job stays placed while its pods are evicted (a terminating pod still holds its
+    /// GPUs); the recreated pods' job is put first by [`Scheduler::restarted`], with the
+    /// nodes the stopped one avoided ([`Scheduler::avoided`]).
+    Recreated,
 }
 
 impl Default for SchedulerConfig {
@@ -283,6 +299,7 @@ impl Default for SchedulerConfig {
             mode: Mode::Gantry,
             min_feasible_nodes: 100,
             balloons_for_topology: true,
+            restart: RestartBy::Requeue,
         }
     }
 }
