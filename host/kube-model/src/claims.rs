@@ -76,6 +76,8 @@ pub struct DraView {
     inventory: Inventory,
     /// GPUs each node's slices publish ([`dra::gpus_on_node`]): added to its GPU column.
     node_to_gpus: HashMap<String, u32>,
+    /// The DRA taints on each node's devices, by node name: health signals.
+    node_to_device_taints: HashMap<String, Vec<crate::health::DeviceTaint>>,
     /// Each device's node and whether it is a whole GPU: how an allocation is charged.
     device_to_node: HashMap<DeviceId, (String, bool)>,
     /// Every DeviceClass: a claim's requests name one.
@@ -93,8 +95,8 @@ pub struct DraView {
 }
 
 impl DraView {
-    /// New slices: rebuilds the inventory. `true` when a node's GPU count changed (the node
-    /// table must be rebuilt).
+    /// New slices: rebuilds the inventory. `true` when a node's GPU count or device taints
+    /// changed (the node table must be rebuilt).
     pub fn set_slices(&mut self, slices: &[ResourceSlice]) -> bool {
         let inventory = Inventory::from_slices(slices);
         for ignored in &inventory.ignored {
@@ -119,10 +121,18 @@ impl DraView {
                 (d.id.clone(), (n.node.clone(), gpu))
             })
             .collect();
+        let node_to_device_taints: HashMap<String, Vec<crate::health::DeviceTaint>> = inventory
+            .nodes
+            .values()
+            .filter(|n| !n.device_taints.is_empty())
+            .map(|n| (n.node.clone(), n.device_taints.clone()))
+            .collect();
         self.inventory = inventory;
         self.lock_classes().clear();
-        let changed = node_to_gpus != self.node_to_gpus;
+        let changed = node_to_gpus != self.node_to_gpus
+            || node_to_device_taints != self.node_to_device_taints;
         self.node_to_gpus = node_to_gpus;
+        self.node_to_device_taints = node_to_device_taints;
         changed
     }
 
@@ -167,9 +177,15 @@ impl DraView {
         self.node_to_gpus.get(node).copied().unwrap_or(0)
     }
 
-    /// GPUs by node, for the node table.
-    pub fn gpus_by_node(&self) -> &HashMap<String, u32> {
-        &self.node_to_gpus
+    /// What the node table reads of `node`'s devices: their GPUs and their taints.
+    pub fn node_devices(&self, node: &str) -> crate::mapping::NodeDra<'_> {
+        crate::mapping::NodeDra {
+            gpus: self.node_gpus(node),
+            device_taints: self
+                .node_to_device_taints
+                .get(node)
+                .map_or(&[], Vec::as_slice),
+        }
     }
 
     /// The claims `pod` names, resolved, or why the pod cannot be scheduled yet: the claim
@@ -503,6 +519,31 @@ pub(crate) mod tests {
 
     fn key(name: &str) -> PodKey {
         ("default".into(), name.into())
+    }
+
+    #[test]
+    fn a_tainted_device_is_left_out_and_its_taint_is_a_health_signal() {
+        let mut view = DraView::default();
+        assert!(view.set_slices(&[slice("n0")]));
+        assert!(view.node_devices("n0").device_taints.is_empty());
+        let mut tainted = slice("n0");
+        tainted.spec.devices.as_mut().unwrap()[3].taints =
+            Some(vec![k8s_openapi::api::resource::v1::DeviceTaint {
+                key: "gpu.nvidia.com/xid".into(),
+                value: Some("48".into()),
+                effect: "NoSchedule".into(),
+                ..Default::default()
+            }]);
+        assert!(view.set_slices(&[tainted.clone()]), "a new taint rebuilds");
+        let devices = view.node_devices("n0");
+        assert_eq!(devices.gpus, 7, "the tainted GPU is left out");
+        assert_eq!(devices.device_taints.len(), 1);
+        assert_eq!(devices.device_taints[0].key, "gpu.nvidia.com/xid");
+        assert_eq!(
+            devices.device_taints[0].text,
+            "gpu.nvidia.com/xid=48:NoSchedule on gpu.nvidia.com/n0/gpu-3"
+        );
+        assert!(!view.set_slices(&[tainted]), "the same slices change nothing");
     }
 
     #[test]

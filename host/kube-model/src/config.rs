@@ -77,6 +77,9 @@ pub struct KubeConfig {
     /// Namespaces whose pods may be balloons whatever their PriorityClass
     /// (`--balloon-namespace`).
     pub balloon_namespaces: BTreeSet<String>,
+    /// Which node signals mean a node is failing, and the lifecycle's knobs
+    /// (`--health-config`); by default none beyond `Ready` and cordons.
+    pub health: crate::health::HealthSignals,
 }
 
 impl Default for KubeConfig {
@@ -99,6 +102,7 @@ impl Default for KubeConfig {
             balloon_label: "gantry.dev/balloon".into(),
             balloon_priority_classes: [DEFAULT_BALLOON_PRIORITY_CLASS.to_string()].into(),
             balloon_namespaces: BTreeSet::new(),
+            health: crate::health::HealthSignals::default(),
         }
     }
 }

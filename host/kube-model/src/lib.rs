@@ -21,6 +21,8 @@
 //!   claims with their DeviceClasses and CEL selectors, and all-or-nothing allocation of
 //!   devices on one node; [`claims`] resolves a pod's claims and keeps the DRA objects the
 //!   tracker reads.
+//! - **Health signals** ([`health`]): which node conditions, taints and DRA device taints
+//!   mean a node is failing (`--health-config`); the tracker reports each change of them.
 //! - **Settings** ([`config`]) and **quantities** ([`quantity`]): the labels and names Gantry
 //!   reads, and Kubernetes quantities as counts.
 
@@ -31,6 +33,7 @@ pub mod config;
 pub mod dra;
 #[cfg(any(test, feature = "fixtures"))]
 pub mod fixtures;
+pub mod health;
 pub mod mapping;
 pub mod podspec;
 pub mod quantity;

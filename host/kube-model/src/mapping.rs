@@ -13,6 +13,7 @@ use gantry_core::{
 use k8s_openapi::api::core::v1::{Node, Pod};
 
 use crate::config::KubeConfig;
+use crate::health::Firing;
 use crate::quantity;
 
 /// A pod Gantry is deciding about, with what the binder needs to act on it.
@@ -335,9 +336,24 @@ pub(crate) fn widen(shape: &mut PodShape, other: &PodShape) {
     shape.resources.sort_unstable();
 }
 
-fn node_health(node: &Node) -> Health {
+/// What the node table reads of a node's DRA devices.
+#[derive(Debug, Clone, Copy, Default)]
+pub struct NodeDra<'a> {
+    /// The GPUs its ResourceSlices publish ([`crate::dra::gpus_on_node`]).
+    pub gpus: u32,
+    /// Its devices' taints: health signals.
+    pub device_taints: &'a [crate::health::DeviceTaint],
+}
+
+/// A node's health as the node shows it: a cordon is Cordoned, a `not_ready` signal or its
+/// `Ready` condition NotReady. A suspect signal is the lifecycle's to act on (and its breaker's
+/// to hold): the cluster source hands it to `Scheduler::node_failed`.
+fn node_health(node: &Node, firing: &Firing) -> Health {
     if node.spec.as_ref().and_then(|s| s.unschedulable) == Some(true) {
         return Health::Cordoned;
+    }
+    if !firing.not_ready.is_empty() {
+        return Health::NotReady;
     }
     let ready = node
         .status
@@ -364,6 +380,8 @@ pub struct NodeDigest {
     topology: Vec<Option<String>>,
     taints: Vec<(String, String, String)>,
     pub(crate) health: Health,
+    /// The configured health signals it shows (see [`crate::health`]).
+    pub(crate) firing: Firing,
     /// Every label, for node selectors and affinity.
     labels: std::collections::BTreeMap<String, String>,
     /// Allocatable beyond GPUs, CPU and memory (`pods`, `ephemeral-storage`, extended
@@ -372,9 +390,12 @@ pub struct NodeDigest {
 }
 
 impl NodeDigest {
-    /// `dra_gpus`: the GPUs the node's ResourceSlices publish ([`crate::dra::gpus_on_node`]),
-    /// counted in the GPU column like the GPU resource, so policies and quotas see both alike.
-    pub(crate) fn of(node: &Node, config: &KubeConfig, dra_gpus: u32) -> Self {
+    /// `dra`: the GPUs the node's ResourceSlices publish ([`crate::dra::gpus_on_node`]),
+    /// counted in the GPU column like the GPU resource, so policies and quotas see both alike,
+    /// and its devices' taints.
+    pub(crate) fn of(node: &Node, config: &KubeConfig, dra: NodeDra<'_>) -> Self {
+        let dra_gpus = dra.gpus;
+        let firing = config.health.firing(node, dra.device_taints);
         let allocatable = node.status.as_ref().and_then(|s| s.allocatable.as_ref());
         let get = |key: &str, parse: fn(&str) -> Option<u64>| {
             allocatable
@@ -411,7 +432,8 @@ impl NodeDigest {
                     )
                 })
                 .collect(),
-            health: node_health(node),
+            health: node_health(node, &firing),
+            firing,
             labels: labels.cloned().unwrap_or_default(),
             other: allocatable
                 .into_iter()
@@ -430,19 +452,20 @@ impl NodeDigest {
     pub(crate) fn same_but_health(&self, other: &Self) -> bool {
         Self {
             health: other.health,
+            firing: other.firing.clone(),
             ..self.clone()
         } == *other
     }
 }
 
 /// The node table of `nodes` (in name order, so indexes are stable while the node set is),
-/// the node names by index, and each node's digest. `dra_gpus`: the GPUs each node's
-/// ResourceSlices publish, by node name.
+/// the node names by index, and each node's digest. `dra`: what each node's ResourceSlices
+/// publish (GPUs, device taints).
 pub fn node_table(
     nodes: &[Arc<Node>],
     config: &KubeConfig,
     symbols: &Symbols,
-    dra_gpus: &HashMap<String, u32>,
+    dra: &crate::claims::DraView,
 ) -> (NodeTable, Vec<String>, HashMap<String, NodeDigest>) {
     let mut nodes: Vec<&Node> = nodes.iter().map(Arc::as_ref).collect();
     nodes.sort_by(|a, b| a.metadata.name.cmp(&b.metadata.name));
@@ -454,7 +477,7 @@ pub fn node_table(
     let mut digests = HashMap::with_capacity(nodes.len());
     for node in &nodes {
         let name = node.metadata.name.clone().unwrap_or_default();
-        let digest = NodeDigest::of(node, config, dra_gpus.get(&name).copied().unwrap_or(0));
+        let digest = NodeDigest::of(node, config, dra.node_devices(&name));
         let (gpus, cpu, memory) = digest.allocatable;
         let taints: Vec<Taint> = digest
             .taints

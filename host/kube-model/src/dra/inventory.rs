@@ -110,6 +110,9 @@ pub struct NodeDevices {
     /// Pools `(driver, pool)` of which not every slice of the newest generation is published
     /// yet: `All` requests are refused on this node until they are, as kube-scheduler does.
     pub incomplete_pools: BTreeSet<(String, String)>,
+    /// The DRA taints on the node's devices (tainted devices are left out, but their taints
+    /// are health signals a `--health-config` may name).
+    pub device_taints: Vec<crate::health::DeviceTaint>,
 }
 
 /// Something [`Inventory::from_slices`] left out, and why, for logs and refusals.
@@ -246,6 +249,17 @@ impl Inventory {
                         pool: pool.clone(),
                         device: d.name.clone(),
                     };
+                    for t in d.taints.iter().flatten() {
+                        entry.device_taints.push(crate::health::DeviceTaint {
+                            key: t.key.clone(),
+                            text: format!(
+                                "{}={}:{} on {id}",
+                                t.key,
+                                t.value.as_deref().unwrap_or(""),
+                                t.effect
+                            ),
+                        });
+                    }
                     match device_from_api(&id, d) {
                         Ok(device) => entry.devices.push(device),
                         Err(reason) => inventory.ignored.push(Ignored {

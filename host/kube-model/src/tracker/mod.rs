@@ -21,7 +21,8 @@
 //! Its parts, one per kind of change: `nodes` (health in place, or a rebuild), `pods` (pending
 //! gangs, bound pods, assumed bindings), `queues` (the queue tree and tenancy), `groups`
 //! (PodGroups' sizes and policies), `dra` (claims' GPUs), `sync` (the end of a sync: gangs to
-//! jobs, preemptors moved on) and `jobs` (what the binder asks and tells).
+//! jobs, preemptors moved on), `health` (node signals out, stopped gangs' restarts in) and
+//! `jobs` (what the binder asks and tells).
 
 use std::collections::{BTreeMap, BTreeSet, HashMap, HashSet};
 use std::sync::Arc;
@@ -37,6 +38,7 @@ use crate::tenancy::Tenancy;
 
 mod dra;
 mod groups;
+mod health;
 mod jobs;
 mod nodes;
 mod pods;
@@ -47,6 +49,7 @@ mod sync;
 mod tests;
 
 pub use crate::PodKey;
+pub use health::NodeSignal;
 
 /// How long a pod this process bound counts as bound before the bound-pod cache confirms it
 /// (kube-scheduler's assume cache).
@@ -154,6 +157,13 @@ pub struct Tracker {
     /// The DRA objects: GPUs the nodes' ResourceSlices publish, and the pods' claims (their
     /// GPUs join the pods' requests; a claim Gantry cannot honour makes its pod wait).
     dra: DraView,
+    /// Changes of the nodes' suspect signals not yet taken by the cluster source.
+    node_signals: Vec<NodeSignal>,
+    /// Gangs a node failure stopped, by gang: what their recreated pods inherit.
+    gang_to_restart: HashMap<Gang, health::Restart>,
+    /// Nodes showing a suspect signal, by name, with one cause: few, so the cluster source
+    /// walks them at each sync.
+    suspect_to_cause: BTreeMap<String, String>,
 }
 
 /// Whole-cluster inputs of a rebuild.
@@ -196,6 +206,9 @@ impl Tracker {
             assumed: HashSet::new(),
             pod_to_job: Vec::new(),
             dra: DraView::default(),
+            node_signals: Vec::new(),
+            gang_to_restart: HashMap::new(),
+            suspect_to_cause: BTreeMap::new(),
         }
     }
 

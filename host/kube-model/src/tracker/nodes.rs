@@ -25,12 +25,13 @@ impl Tracker {
             // Added, or removed.
             return node.is_some() || self.name_to_digest.contains_key(name);
         };
-        let digest = NodeDigest::of(node, &self.config, self.dra.node_gpus(name));
+        let digest = NodeDigest::of(node, &self.config, self.dra.node_devices(name));
         if digest == *old {
             return false;
         }
         if digest.same_but_health(old) {
             let index = self.name_to_node[name];
+            self.note_signals(name, &old.firing.suspect.clone(), &digest.firing.suspect);
             scheduler.state.set_health(index, digest.health);
             self.name_to_digest.insert(name.to_string(), digest);
             return false;
@@ -60,12 +61,21 @@ impl Tracker {
                 Some((key.clone(), Arc::new(object), at))
             })
             .collect();
-        let (table, names, digests) = mapping::node_table(
-            world.nodes,
-            &self.config,
-            &self.symbols,
-            self.dra.gpus_by_node(),
-        );
+        let (table, names, digests) =
+            mapping::node_table(world.nodes, &self.config, &self.symbols, &self.dra);
+        // A node known before whose signals changed (a taint is part of the table, so a taint
+        // signal arrives here) is reported as in the in-place path; a node new to the table
+        // reports nothing: what it showed before Gantry saw it is no event.
+        for (name, digest) in &digests {
+            if let Some(old) = self.name_to_digest.get(name) {
+                let before = old.firing.suspect.clone();
+                self.note_signals(name, &before, &digest.firing.suspect);
+            }
+        }
+        self.suspect_to_cause = digests
+            .iter()
+            .filter_map(|(name, d)| Some((name.clone(), d.firing.suspect.iter().next()?.clone())))
+            .collect();
         self.capacity = Resources {
             gpus: table.gpu_total.iter().map(|&g| u64::from(g)).sum(),
             cpu_milli: table.cpu_free_milli.iter().map(|&c| u64::from(c)).sum(),

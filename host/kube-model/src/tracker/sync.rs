@@ -262,7 +262,11 @@ impl Tracker {
         shape.name = self.symbols.intern(&name);
         shape.queue = self.symbols.intern(&queue);
         shape.gang_size = members.len() as u32;
-        let submit_s = self.run_s(&first);
+        // The recreated pods of a gang a node failure stopped keep its place.
+        let restart = self.take_restart(gang);
+        let submit_s = restart
+            .as_ref()
+            .map_or(self.run_s(&first), |r| r.submit_s.min(self.run_s(&first)));
         self.ensure_queue(scheduler, &queue);
         let spec = JobSpec {
             name: name.clone(),
@@ -278,6 +282,11 @@ impl Tracker {
         };
         let (spec, warning) = declared_runtime(spec, &members);
         let id = scheduler.submit(spec);
+        if let Some(restart) = restart {
+            let bad = self.bad_nodes(&restart);
+            tracing::info!(job = id, gang = ?gang, avoiding = ?restart.avoid, "recreated pods of a stopped gang: restarted first");
+            scheduler.restarted(id, bad);
+        }
         if let Some(warning) = warning {
             self.job_to_warning.insert(id, warning);
         }

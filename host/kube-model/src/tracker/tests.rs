@@ -1060,3 +1060,103 @@ fn while_queues_are_unknown_a_pod_naming_one_waits_saying_why() {
     assert_eq!((changes.submitted, s.pending_count()), (1, 2));
     assert!(tracker.waiting().is_empty());
 }
+
+/// `node` with a condition of `kind` at status True, for `reason`.
+fn with_condition(node: &Arc<Node>, kind: &str, reason: &str) -> Arc<Node> {
+    let mut node = (**node).clone();
+    let status = node.status.get_or_insert_with(Default::default);
+    status.conditions.get_or_insert_with(Vec::new).push(
+        k8s_openapi::api::core::v1::NodeCondition {
+            type_: kind.into(),
+            status: "True".into(),
+            reason: Some(reason.into()),
+            ..Default::default()
+        },
+    );
+    Arc::new(node)
+}
+
+#[test]
+fn a_suspect_signal_stops_its_gang_and_the_recreated_pods_restart_first_elsewhere() {
+    let nodes = [
+        node("a", 8, &[], true),
+        node("b", 8, &[], true),
+        node("c", 8, &[], true),
+    ];
+    let pg = [("scheduling.x-k8s.io/pod-group", "pg")];
+    let bound = [pod("p0", 8, &pg, Some("a")), pod("p1", 8, &pg, Some("b"))];
+    let (mut tracker, mut s) = build(&nodes, &bound, &[], &[("pg", 2)], &[]);
+    tracker.config.health =
+        crate::health::HealthSignals::parse("signals:\n- condition: GpuXidError\n").unwrap();
+    s.config.restart = gantry_core::RestartBy::Recreated;
+    let running = s.running().next().unwrap();
+
+    // Node a reports an Xid: reported once, and only once.
+    let sick = with_condition(&nodes[0], "GpuXidError", "Xid79");
+    assert!(
+        !tracker.node_changed(&mut s, "a", Some(&sick)),
+        "a health change"
+    );
+    let cause = "condition GpuXidError=True (Xid79)".to_string();
+    assert_eq!(
+        tracker.take_node_signals(),
+        [NodeSignal::Failed {
+            node: "a".into(),
+            cause: cause.clone()
+        }]
+    );
+    assert!(!tracker.node_changed(&mut s, "a", Some(&sick)));
+    assert!(tracker.take_node_signals().is_empty());
+    assert_eq!(
+        tracker.suspect_nodes().get("a").map(String::as_str),
+        Some(cause.as_str())
+    );
+    // The node's health is the lifecycle's to set: the breaker may hold it.
+    assert_eq!(s.state.nodes.health(0), Health::Healthy);
+
+    // What the cluster source does with it: the gang stops whole, and stays placed while its
+    // pods are evicted.
+    let failure = s.node_failed(0, &cause, 10.0);
+    assert_eq!(failure.stopped, [running]);
+    tracker.stopping(&s, running);
+    assert!(s.is_running(running));
+    let out = s.cycle(10.0, &mut BuiltinOnly);
+    assert_eq!(out.stopped, [running]);
+
+    // The node is repaired (the signal clears); the pods are gone and recreated, later.
+    assert!(!tracker.node_changed(&mut s, "a", Some(&nodes[0])));
+    assert_eq!(
+        tracker.take_node_signals(),
+        [NodeSignal::Cleared { node: "a".into() }]
+    );
+    s.lifecycle_mut().repaired(0, false, 20.0);
+    for name in ["p0", "p1"] {
+        tracker.pod_changed(&mut s, key(name), None, None);
+    }
+    let later = |name: &str| {
+        let mut p = (*pod(name, 8, &pg, None)).clone();
+        p.metadata.creation_timestamp = Some(k8s_openapi::apimachinery::pkg::apis::meta::v1::Time(
+            k8s_openapi::jiff::Timestamp::from_second(100).unwrap(),
+        ));
+        Arc::new(p)
+    };
+    for name in ["q0", "q1"] {
+        tracker.pod_changed(&mut s, key(name), Some(&later(name)), None);
+    }
+    tracker.finish_sync(&mut s, Duration::from_secs(120));
+    assert!(
+        s.get(running).is_none(),
+        "the stopped job left with its pods"
+    );
+    let restarted = s.pending()[0];
+    assert_eq!(
+        s.job(restarted).submit_s,
+        0.0,
+        "the recreated pods keep the stopped gang's submission time, not their own (100 s)"
+    );
+    assert_eq!(s.avoided(restarted).len(), 1);
+    let out = s.cycle(30.0, &mut BuiltinOnly);
+    assert!(out.decisions.iter().any(|d| d.job == restarted && d.placed));
+    let on: Vec<u32> = s.slots(restarted).iter().map(|slot| slot.node).collect();
+    assert!(!on.contains(&0), "avoids node a, healthy again: {on:?}");
+}
