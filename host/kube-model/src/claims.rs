@@ -543,7 +543,10 @@ pub(crate) mod tests {
             devices.device_taints[0].text,
             "gpu.nvidia.com/xid=48:NoSchedule on gpu.nvidia.com/n0/gpu-3"
         );
-        assert!(!view.set_slices(&[tainted]), "the same slices change nothing");
+        assert!(
+            !view.set_slices(&[tainted]),
+            "the same slices change nothing"
+        );
     }
 
     #[test]

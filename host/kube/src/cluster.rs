@@ -19,7 +19,7 @@ use crate::Result;
 use crate::config::KubeConfig;
 use crate::connect::{CALL_TIMEOUT, client, client_with, runtime};
 use crate::leader::Leadership;
-use crate::tracker::Tracker;
+use crate::tracker::{NodeSignal, Tracker};
 use crate::watch::Watch;
 use crate::write::Writer;
 
@@ -103,6 +103,65 @@ impl KubeCluster {
     }
 }
 
+impl KubeCluster {
+    /// Hands the nodes' signal changes to the lifecycle: a suspect signal that starts firing
+    /// stops the node's gangs whole (`Scheduler::node_failed`; the next bind pass evicts their
+    /// pods, and their recreated pods go first); one that clears brings the node back. A
+    /// rebuilt scheduler starts its lifecycle afresh: a node still showing a signal goes
+    /// straight back to repair.
+    fn node_signals(&mut self, scheduler: &mut Scheduler, now_s: f64, rebuilt: bool) {
+        let mut failed = std::collections::BTreeSet::new();
+        for signal in self.tracker.take_node_signals() {
+            match signal {
+                NodeSignal::Failed { node, cause } => {
+                    let Some(index) = self.tracker.node_index(&node) else {
+                        continue;
+                    };
+                    failed.insert(node.clone());
+                    let failure = scheduler.node_failed(index, &cause, now_s);
+                    tracing::warn!(
+                        node,
+                        cause,
+                        verdict = ?failure.verdict,
+                        stopped = failure.stopped.len(),
+                        "node signal"
+                    );
+                    for job in failure.stopped {
+                        self.tracker.stopping(scheduler, job);
+                    }
+                }
+                NodeSignal::Cleared { node } => {
+                    let Some(index) = self.tracker.node_index(&node) else {
+                        continue;
+                    };
+                    tracing::info!(node, "node signals cleared: back to ready");
+                    // Its health is what the node shows (a cordon stays), set already.
+                    scheduler.lifecycle_mut().repaired(index, false, now_s);
+                }
+            }
+        }
+        for (node, cause) in self.tracker.suspect_nodes() {
+            let Some(index) = self.tracker.node_index(node) else {
+                continue;
+            };
+            if rebuilt && !failed.contains(node) {
+                let cause = format!("still reports {cause}");
+                scheduler.set_node_state(index, gantry_core::NodeState::Repair, &cause, now_s);
+            }
+            // Out of the scheduler's hands whatever an in-place health change set (a node the
+            // breaker held stays Ready, and schedulable).
+            if scheduler.lifecycle().state(index).out() {
+                scheduler.sync_health(index);
+            }
+        }
+        let names = self.tracker.node_names();
+        for t in scheduler.lifecycle_mut().take_transitions() {
+            let node = names.get(t.node).map_or("?", String::as_str);
+            tracing::info!(node, from = t.from.name(), to = t.to.name(), cause = %t.cause, "node health");
+        }
+    }
+}
+
 impl ClusterSource for KubeCluster {
     /// Applies what the watch caches changed since the last sync: the changed keys only, or
     /// everything after a relist or a node-set change.
@@ -127,6 +186,7 @@ impl ClusterSource for KubeCluster {
         }
         self.writer.gone.extend(synced.gone);
         let mut changes = self.tracker.finish_sync(scheduler, crate::evict::GIVE_UP);
+        self.node_signals(scheduler, now_s, synced.rebuilt);
         changes.nodes = synced.nodes;
         changes.queues = synced.queues_changed;
         changes.rebuilt = synced.rebuilt;

@@ -6,7 +6,8 @@ use std::time::Duration;
 
 use clap::Args;
 use gantry_core::{
-    BindOutcome, ClusterState, NodeTable, Queues, Resources, Scheduler, SchedulerConfig, Symbols,
+    BindOutcome, ClusterState, NodeTable, Queues, Resources, RestartBy, Scheduler, SchedulerConfig,
+    Symbols,
 };
 use gantry_engine::{Engine, EngineConfig, Shutdown};
 use gantry_kube::{KubeCluster, LeaderSettings};
@@ -39,6 +40,13 @@ pub struct KubeArgs {
     /// whatever their PriorityClass (repeatable; default none).
     #[arg(long = "balloon-namespace", requires = "kubeconfig")]
     balloon_namespaces: Vec<String>,
+    /// With --kubeconfig: which node conditions, taints and DRA device taints mean a node is
+    /// failing (YAML: `signals:` and the lifecycle's knobs; see README "Node health"). A
+    /// suspect signal cordons the node and stops its gangs whole, through the Eviction API;
+    /// their recreated pods go first, avoiding the node. Default: none beyond Ready and
+    /// cordons.
+    #[arg(long, requires = "kubeconfig")]
+    health_config: Option<PathBuf>,
     #[command(flatten)]
     leader: LeaderArgs,
 }
@@ -73,6 +81,15 @@ pub(super) fn serve(kubeconfig: PathBuf, opts: ServeArgs) -> anyhow::Result<()> 
     };
     config.balloon_priority_classes = named(&kube.balloon_priority_classes);
     config.balloon_namespaces = named(&kube.balloon_namespaces);
+    if let Some(path) = &kube.health_config {
+        let text = std::fs::read_to_string(path).map_err(|e| {
+            anyhow::anyhow!("cannot read the health config {}: {e}", path.display())
+        })?;
+        config.health = gantry_kube::health::HealthSignals::parse(&text)
+            .map_err(|e| anyhow::anyhow!("health config {}: {e}", path.display()))?;
+    }
+    let lifecycle = config.health.lifecycle.clone();
+    let signals = config.health.signals.len();
     let scheduler_name = config.scheduler_name.clone();
     let list = |names: &std::collections::BTreeSet<String>| {
         if names.is_empty() {
@@ -92,6 +109,13 @@ pub(super) fn serve(kubeconfig: PathBuf, opts: ServeArgs) -> anyhow::Result<()> 
         kubeconfig.display()
     );
     outln!("{trusted}");
+    if signals > 0 {
+        outln!(
+            "  health: {signals} node signal(s) read; suspect nodes are cordoned and their gangs stopped whole (breaker at {}% of nodes out or {} cordons an hour)",
+            lifecycle.max_out_share * 100.0,
+            lifecycle.max_cordons_per_hour
+        );
+    }
     let (live, tokens) = start_live(
         &opts.server,
         symbols.clone(),
@@ -133,9 +157,12 @@ pub(super) fn serve(kubeconfig: PathBuf, opts: ServeArgs) -> anyhow::Result<()> 
             max_attempts: 5000,
             // Victims are evicted through the Eviction API (see gantry_kube::evict).
             preemption: true,
+            // A stopped gang's pods are evicted; their controller recreates them.
+            restart: RestartBy::Recreated,
             ..SchedulerConfig::default()
         },
     );
+    scheduler.lifecycle_mut().config = lifecycle;
     opts.rule.set_on(&mut scheduler)?;
     let mut engine = Engine::new(
         live.clone(),

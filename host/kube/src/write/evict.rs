@@ -103,9 +103,12 @@ pub async fn start(
         Some((pod, node)) => format!("Preempted by pod {} on node {node}", pod.key()),
         None => "Preempted".to_string(),
     };
-    let results =
-        futures::future::join_all(victims.iter().map(|v| evict(client, leadership, v, &note)))
-            .await;
+    let results = futures::future::join_all(
+        victims
+            .iter()
+            .map(|v| evict(client, leadership, v, PREEMPTED, &note)),
+    )
+    .await;
     let victims = victims
         .into_iter()
         .zip(results)
@@ -146,7 +149,7 @@ pub async fn retry_blocked<K: std::fmt::Debug>(
             .iter_mut()
             .filter(|v| v.blocked.is_some())
         {
-            victim.blocked = evict(client, leadership, &victim.pod, &note).await;
+            victim.blocked = evict(client, leadership, &victim.pod, PREEMPTED, &note).await;
             if victim.blocked.is_none() {
                 tracing::info!(preemptor = ?job, victim = %victim.pod.key(), "blocked eviction went through");
             }
@@ -179,12 +182,16 @@ pub(super) async fn post_eviction(
         .await
 }
 
-/// Evicts `victim`, fenced by the Lease (see [`super::fenced`]); `None` when it is evicted
-/// (or gone), else why not.
-async fn evict(
+/// The Event a preemption's eviction posts: reason and action.
+const PREEMPTED: (&str, &str) = ("Preempted", "Preempting");
+
+/// Evicts `victim`, fenced by the Lease (see [`super::fenced`]), and posts `event` (reason,
+/// action) with `note`; `None` when it is evicted (or gone), else why not.
+pub(super) async fn evict(
     client: &Client,
     leadership: Option<&Leadership>,
     victim: &PendingPod,
+    event: (&str, &str),
     note: &str,
 ) -> Option<String> {
     let result = match super::fenced(leadership, post_eviction(client, victim)).await {
@@ -194,8 +201,7 @@ async fn evict(
     match result {
         Ok(_) => {
             if let Err(error) =
-                super::report::event(client, victim, "Normal", "Preempted", "Preempting", note)
-                    .await
+                super::report::event(client, victim, "Normal", event.0, event.1, note).await
             {
                 tracing::warn!(pod = %victim.key(), %error, "cannot post the Preempted event");
             }

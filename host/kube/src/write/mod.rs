@@ -1,4 +1,5 @@
-//! What goes out: bindings ([`bind`]), evictions ([`evict`]), DRA claim writes ([`claims`]),
+//! What goes out: bindings ([`bind`]), evictions ([`evict`]), gangs stopped by a failing node
+//! ([`stop`]), DRA claim writes ([`claims`]),
 //! Events and the PodScheduled condition ([`report`]), and PodGroup and Queue statuses
 //! ([`status`]). [`Writer`] holds the write clients and what it remembers between passes;
 //! it reads the tracker and the watch caches, and checks the Lease before each write.
@@ -8,6 +9,7 @@ mod claims;
 pub mod evict;
 mod report;
 mod status;
+mod stop;
 #[cfg(test)]
 mod tests;
 
@@ -136,6 +138,8 @@ pub(crate) struct Writer {
     pub(crate) gone: Vec<(String, String)>,
     /// Jobs the last cycle evicted: they leave the scheduler on the next sync.
     evicted: Vec<JobId>,
+    /// Pods of stopped gangs whose eviction a budget blocked: tried again (see [`stop`]).
+    blocked_stops: Vec<stop::BlockedStop>,
     /// Bindings answered as applied after this replica had lost the Lease, since it started
     /// (`gantry_bind_after_lease_loss_total`): the fence keeps it 0.
     pub(crate) binds_after_lease_loss: u64,
@@ -163,6 +167,7 @@ impl Writer {
             unanswered: Vec::new(),
             gone: Vec::new(),
             evicted: Vec::new(),
+            blocked_stops: Vec::new(),
             binds_after_lease_loss: 0,
         }
     }
@@ -200,6 +205,7 @@ impl Writer {
         let groups = watched.groups;
         let mut pass = Pass::default();
         self.release_claims(tracker);
+        self.stop_gangs(tracker, output);
         let victim_nodes = self.preempt(tracker, scheduler, output, &mut pass);
         self.bind_placed(tracker, groups, scheduler, output, &victim_nodes, &mut pass);
         self.report_waiting(tracker, groups, scheduler, output, pass.failed);

@@ -88,7 +88,8 @@ impl Writer {
             if decision.placed || estimate.is_some() {
                 self.job_to_unestimated_reason.remove(&job);
             }
-            if decision.placed {
+            // A stopped gang's pods get their Stopped Event with the eviction (see `stop`).
+            if decision.placed || output.stopped.contains(&job) {
                 continue;
             }
             let reason = decision.explanation.summary();
