@@ -37,8 +37,10 @@ pub async fn client(kubeconfig: &Path) -> Client {
     Client::try_from(config).unwrap()
 }
 
-/// A failure guard for waits, never a performance bound.
-pub const PATIENCE: Duration = Duration::from_secs(90);
+/// A failure guard for waits, never a performance bound. Generous: kube_e2e runs five control
+/// planes and five schedulers at once, and on a 2-core CI machine under load 90 s was once not
+/// enough for four pods to bind.
+pub const PATIENCE: Duration = Duration::from_secs(180);
 
 pub fn repo() -> PathBuf {
     Path::new(env!("CARGO_MANIFEST_DIR")).join("../..")
