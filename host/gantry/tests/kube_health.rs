@@ -47,7 +47,8 @@ fn a_failing_node_stops_its_gang_whole_and_the_recreated_pods_bind_elsewhere() {
             (0..2)
                 .map(|i| {
                     let labels = json!({"scheduling.x-k8s.io/pod-group": "train", "try": tag});
-                    pod(&format!("train-{i}"), 8, labels)
+                    // Grace 0: no kubelet runs here to finish a graceful termination.
+                    with_priority(pod(&format!("train-{i}"), 8, labels), None, 0)
                 })
                 .collect()
         };
