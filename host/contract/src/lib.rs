@@ -17,7 +17,9 @@
 //!   [`HistoryQuery`], [`JobQuery`]);
 //! - [`views`]: what the scheduling loop publishes (queues, jobs, feed events, queue history,
 //!   shadow reports, upload validations), which the engine fills;
-//! - [`estimates`]: start estimates and what-if questions and answers, with their words.
+//! - [`estimates`]: start estimates and what-if questions and answers, with their words;
+//! - [`health`]: the node health lifecycle: nodes per state, the breaker, each node's steps
+//!   ([`HealthView`], [`NodeHealthView`], [`TransitionView`], [`BreakerReset`]).
 //!
 //! The store's records and the core's explanations derive their schema beside the code that
 //! makes them, behind their crates' `schema` feature, and are re-exported here, so a client
@@ -31,6 +33,7 @@ pub mod cluster;
 pub mod error;
 pub mod estimates;
 pub mod explain;
+pub mod health;
 pub mod jobs;
 pub mod policies;
 pub mod query;
@@ -42,6 +45,7 @@ pub use error::ErrorBody;
 pub use explain::{
     Explain, ExplainKind, ExplainState, JobEvent, JobEventKind, not_attempted_waiting_for,
 };
+pub use health::{BreakerReset, BreakerView, HealthView, NodeHealthView, TransitionView};
 pub use jobs::JobRow;
 pub use policies::{ConfigQuery, NewSet, RunningPolicy, SetList, ShadowStart, WasmModule};
 pub use query::{HistoryQuery, JobQuery, JobSort, JobState, Limit, TimeRange};
@@ -50,7 +54,7 @@ pub use estimates::{
     EstimateView, WhatIfAnswer, WhatIfJob, WhatIfOutcome, WhatIfShape, count_text, duration_text,
     estimate_text,
 };
-pub use gantry_core::{Admission, Explanation, Outcome, PolicyRef};
+pub use gantry_core::{Admission, Explanation, NodeState, Outcome, PolicyRef};
 pub use gantry_store::{
     AuditEntry, DecisionRecord, FailurePolicy, PolicyManifest, PolicyRole, PolicySet, SetEntry,
 };
