@@ -241,6 +241,10 @@ impl Engine {
             output,
             outcomes,
         } = step;
+        // One take holds what the source's sync (failures, repairs, tests) and the cycle did
+        // to the lifecycle; a follower's step ends after its sync, and it is taken there too.
+        // Taken every pass, the transitions never pile up in the scheduler.
+        self.live.take_health(&mut self.scheduler, time_ms);
         if !leading {
             self.live.beat();
             return Pass {
@@ -359,6 +363,8 @@ impl Engine {
             }
             // Questions asked while the loop waited, from the plan as the last pass left it.
             self.live.answer_what_ifs(&self.scheduler);
+            // An admin's breaker reset, made here so that no cycle runs while it changes.
+            self.live.answer_breaker_resets(&mut self.scheduler);
             let pass = self.step(cluster, now_s);
             if last_publish.is_none_or(|t| t.elapsed() >= self.config.publish_every) {
                 self.publish();
@@ -532,8 +538,8 @@ mod tests {
     use std::collections::BTreeSet;
 
     use gantry_core::{
-        ClusterSource, ClusterState, JobId, JobSpec, LevelColumn, NodeTable, Outcome, PodShape,
-        QueueDef, Queues, Resources, SchedulerConfig, Symbols, TopologyPref,
+        ClusterSource, ClusterState, JobId, JobSpec, LevelColumn, NodeState, NodeTable, Outcome,
+        PodShape, QueueDef, Queues, Resources, SchedulerConfig, Symbols, TopologyPref,
     };
     use gantry_policy::{PolicyEngine, PolicySet};
     use gantry_store::Store;
@@ -907,6 +913,71 @@ mod tests {
                 .map(|d| BindOutcome::Bound { job: d.job })
                 .collect()
         }
+    }
+
+    /// Flips node 1 between Ready and Repair `flips` times a sync, each with its own cause.
+    struct Flapping {
+        flips: usize,
+        done: usize,
+    }
+
+    impl ClusterSource for Flapping {
+        fn sync(&mut self, scheduler: &mut Scheduler, now_s: f64) -> Changes {
+            for _ in 0..self.flips {
+                let to = if scheduler.lifecycle().state(1) == NodeState::Ready {
+                    NodeState::Repair
+                } else {
+                    NodeState::Ready
+                };
+                scheduler.set_node_state(1, to, &format!("flip {}", self.done), now_s);
+                self.done += 1;
+            }
+            Changes::default()
+        }
+    }
+
+    impl gantry_core::Binder for Flapping {
+        fn bind(&mut self, _: &Scheduler, _: &CycleOutput, _: f64) -> Vec<BindOutcome> {
+            Vec::new()
+        }
+    }
+
+    #[test]
+    fn the_loop_takes_every_transition_and_keeps_the_latest_ten_thousand() {
+        let dir = tempfile::tempdir().expect("tempdir");
+        let mut engine = engine(dir.path());
+        let mut cluster = Flapping {
+            flips: 3_000,
+            done: 0,
+        };
+        for t in 0..5 {
+            engine.step(&mut cluster, f64::from(t));
+            // Nothing piles up in the scheduler between passes.
+            assert!(
+                engine
+                    .scheduler
+                    .lifecycle_mut()
+                    .take_transitions()
+                    .is_empty()
+            );
+        }
+        let health = engine.live().health(usize::MAX);
+        assert_eq!(health.transitions_kept, crate::live::TRANSITIONS_KEPT);
+        assert_eq!(health.transitions.len(), crate::live::TRANSITIONS_KEPT);
+        // Newest first, named, the oldest 5,000 of 15,000 gone.
+        let newest = &health.transitions[0];
+        assert_eq!(
+            (newest.node.as_str(), newest.cause.as_str(), newest.at_s),
+            ("node-1", "flip 14999", 4.0)
+        );
+        assert_eq!(
+            health.transitions.last().map(|t| t.cause.as_str()),
+            Some("flip 5000")
+        );
+        // 15,000 flips from Ready end in Ready; the counts say so.
+        assert_eq!(health.nodes["ready"], 4);
+        assert_eq!(health.nodes["repair"], 0);
+        assert!(!health.breaker.tripped);
     }
 
     #[test]

@@ -4,7 +4,8 @@
 //!   binding through a [`gantry_core::Binder`], recording what the binder says happened,
 //!   retention, the heartbeat, and the run's figures ([`RunStats`]);
 //! - `live`: [`Live`], the policy-set registry (upload, validate, activate, shadow), the
-//!   decision recorder (store and SSE feed), and the read-only cluster view the API serves;
+//!   decision recorder (store and SSE feed), the read-only cluster view the API serves, and
+//!   the node health record (transitions, breaker) with the breaker resets the loop makes;
 //! - `metrics`: the Prometheus registry, named like kube-scheduler's;
 //! - `whatif`: "when would a job of this shape start", answered by the loop from its plan, and
 //!   the words estimates are shown in;
@@ -24,8 +25,8 @@ pub use engine::{Engine, EngineConfig, Pass, RunStats};
 pub use error::{EngineError, Result};
 pub use live::{
     BalloonPods, ClusterView, DecisionEvent, HISTORY_EVERY, HISTORY_KEEP, JobView, Live,
-    LiveConfig, QueueHistoryView, QueueSeries, QueueView, ShadowDisagreement, ShadowReport, Upload,
-    Validation, lent_gpus,
+    LiveConfig, QueueHistoryView, QueueSeries, QueueView, RESET_WITHIN, ResetError,
+    ShadowDisagreement, ShadowReport, TRANSITIONS_KEPT, Upload, Validation, lent_gpus,
 };
 pub use metrics::Metrics;
 pub use shutdown::Shutdown;

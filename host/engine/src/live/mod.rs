@@ -5,8 +5,9 @@
 //! the policy sets. The loop never waits on a request, and a request never waits on a cycle.
 //!
 //! Its parts: `view` (the published picture and the feed's events), `history` (queue samples
-//! over time), `registry` (upload, validation, sets, activation) and `shadow` (a candidate set
-//! deciding beside the active one); here, [`Live`] itself, the cycle's decide and record, and
+//! over time), `health` (the node lifecycle's transitions and breaker, and breaker resets),
+//! `registry` (upload, validation, sets, activation) and `shadow` (a candidate set deciding
+//! beside the active one); here, [`Live`] itself, the cycle's decide and record, and
 //! the loop's heartbeat and wake-ups.
 
 use std::collections::{BTreeMap, HashMap, HashSet, VecDeque};
@@ -32,6 +33,7 @@ use crate::error::{EngineError, Result};
 use crate::metrics::Metrics;
 use crate::whatif::{WhatIfAnswer, WhatIfDesk, WhatIfError, WhatIfJob};
 
+mod health;
 mod history;
 mod registry;
 mod shadow;
@@ -42,6 +44,7 @@ pub use gantry_contract::{
     DecisionEvent, JobView, QueueHistoryView, QueueSeries, QueueView, ShadowDisagreement,
     ShadowReport, Upload, Validation,
 };
+pub use health::{RESET_WITHIN, ResetError, TRANSITIONS_KEPT};
 use history::*;
 pub use history::{HISTORY_EVERY, HISTORY_KEEP};
 use shadow::*;
@@ -137,6 +140,13 @@ pub struct Live {
     /// this one leads, or nothing is elected): the API refuses writes here with 409 naming
     /// it. Written once per pass, read per write request; held only to copy.
     leader_elsewhere: Mutex<Option<String>>,
+    /// The node lifecycle as the loop last took it: the latest transitions (bounded), each
+    /// node's state, the counts and the breaker. The loop writes it after each pass and at
+    /// each publish, the health handlers copy out of it; each holds the lock only for that.
+    health: Mutex<health::HealthRecord>,
+    /// Breaker resets admins asked for, made by the loop between cycles (the breaker is the
+    /// scheduler's, which only the loop touches); held only to push or take them.
+    breaker_resets: Mutex<Vec<health::ResetAsk>>,
 }
 
 /// A pending job's last stored decision, as `Live::worth_storing` keeps it.
@@ -183,6 +193,8 @@ impl Live {
             job_to_last_stored: Mutex::new(HashMap::new()),
             history: Mutex::new(QueueHistory::default()),
             leader_elsewhere: Mutex::new(None),
+            health: Mutex::new(health::HealthRecord::default()),
+            breaker_resets: Mutex::new(Vec::new()),
         })
     }
 

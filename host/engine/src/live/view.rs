@@ -284,6 +284,7 @@ impl Live {
         self.metrics
             .breaker_tripped
             .set(i64::from(lifecycle.breaker.tripped.is_some()));
+        self.refresh_health(scheduler);
         for (state, pods) in [
             ("pending", total.balloon_pods.pending),
             ("running", total.balloon_pods.running),
