@@ -62,6 +62,9 @@ const PUBLIC: [&str; 4] = ["/healthz", "/readyz", "/metrics", "/api/openapi.json
         api::queue_history,
         api::jobs,
         api::what_if,
+        api::health,
+        api::reset_breaker,
+        api::node_health,
     ),
     // The feed's events are not a response body, but the UI reads them; the job list's filters
     // are named by their parameters only.
@@ -183,6 +186,9 @@ mod tests {
             "/api/jobs",
             "/api/whatif",
             "/api/queues/history",
+            "/api/health",
+            "/api/health/reset",
+            "/api/nodes/{name}/health",
             "/metrics",
         ] {
             assert!(paths.contains_key(path), "{path} missing");

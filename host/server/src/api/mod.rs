@@ -11,10 +11,14 @@
 //! - [`probes`]: health, readiness, metrics, the OpenAPI document, who am I;
 //! - [`policies`]: policies, sets, activation and shadow mode;
 //! - [`decisions`]: the audit log, decisions, explanations and the what-if;
-//! - [`cluster`]: the cluster summary, nodes, queues and jobs.
+//! - [`cluster`]: the cluster summary, nodes, queues and jobs;
+//! - [`health`]: the node health lifecycle, and the breaker's reset.
 
 mod cluster;
 mod decisions;
+mod health;
+#[cfg(test)]
+mod health_tests;
 mod policies;
 mod probes;
 #[cfg(test)]
@@ -24,6 +28,7 @@ pub(crate) mod tests;
 // OpenAPI document name them.
 pub(crate) use cluster::*;
 pub(crate) use decisions::*;
+pub(crate) use health::*;
 pub(crate) use policies::*;
 pub(crate) use probes::*;
 
@@ -45,11 +50,11 @@ use axum::{Json, Router};
 // Every type a route takes or answers comes from the contract; the ones only named in the
 // `#[utoipa::path]` attributes are imported for those.
 use gantry_contract::{
-    AuditEntry, Caller, ClusterSummary, ConfigQuery, DomainUse, ErrorBody, Explain, ExplainKind,
-    ExplainState, HistoryQuery, JobEvent, JobEventKind, JobQuery, JobRow, LevelUse, Limit, NewSet,
-    NodeColumns, NodeDetail, PolicyManifest, PolicySet, QueueHistoryView, QueueView, RunningPolicy,
-    SetList, ShadowReport, ShadowStart, TimeRange, Upload, Validation, WasmModule, WhatIfAnswer,
-    WhatIfJob,
+    AuditEntry, BreakerReset, Caller, ClusterSummary, ConfigQuery, DomainUse, ErrorBody, Explain,
+    ExplainKind, ExplainState, HealthView, HistoryQuery, JobEvent, JobEventKind, JobQuery, JobRow,
+    LevelUse, Limit, NewSet, NodeColumns, NodeDetail, NodeHealthView, PolicyManifest, PolicySet,
+    QueueHistoryView, QueueView, RunningPolicy, SetList, ShadowReport, ShadowStart, TimeRange,
+    Upload, Validation, WasmModule, WhatIfAnswer, WhatIfJob,
 };
 use gantry_core::Outcome;
 use gantry_store::DecisionRecord;
@@ -434,6 +439,12 @@ pub fn router(state: Arc<AppState>) -> Router {
         .route("/api/queues/history", get(queue_history))
         .route("/api/jobs", get(jobs))
         .route("/api/whatif", post(what_if))
+        .route("/api/health", get(health))
+        .route(
+            "/api/health/reset",
+            post(reset_breaker).route_layer(admin_write("reset the node health breaker")),
+        )
+        .route("/api/nodes/{name}/health", get(node_health))
         .layer(TimeoutLayer::with_status_code(
             StatusCode::REQUEST_TIMEOUT,
             REQUEST_TIMEOUT,
