@@ -4,9 +4,9 @@
 //! This file is the command line and its dispatch only; each command lives in its own place:
 //! `serve/` (the scheduler, simulated or on a live cluster, with its API), `simulate` (trace
 //! replays), `policy/` (policy components: new, validate, test, and the set commands),
-//! `client/` (calls to a running server: the policy set commands, `explain`, `whatif`),
-//! `bench/` (every benchmark), `kube` (a live cluster's objects) and `sample` (the sample
-//! cluster, pods and quota case that `validate` and the benches use).
+//! `client/` (calls to a running server: the policy set commands, `explain`, `whatif`,
+//! `health`), `bench/` (every benchmark), `kube` (a live cluster's objects) and `sample` (the
+//! sample cluster, pods and quota case that `validate` and the benches use).
 
 /// `println!` for everything the CLI prints on stdout: a reader that closes the pipe early
 /// (`gantry explain X | head -1`) ends the command quietly and successfully, as `cat` or `git`
@@ -62,6 +62,9 @@ enum Command {
     /// When a job of this shape would start, without submitting it, and what would start
     /// sooner (fewer GPUs per pod, fewer pods, another queue or GPU type).
     Whatif(client::WhatIfArgs),
+    /// Nodes per health state, the circuit breaker and the latest transitions; `reset`
+    /// clears a tripped breaker (admin), `node NAME` shows one node.
+    Health(client::HealthArgs),
     /// Work with a live cluster's objects.
     #[command(subcommand)]
     Kube(kube::KubeCommand),
@@ -74,6 +77,7 @@ fn main() -> ExitCode {
         Command::Policy(command) => policy::run(command),
         Command::Explain(args) => client::explain(args),
         Command::Whatif(args) => client::what_if(args),
+        Command::Health(args) => client::health(args),
         Command::Bench(command) => bench::run(command).map(|()| ExitCode::SUCCESS),
         Command::Kube(command) => kube::run(command).map(|()| ExitCode::SUCCESS),
         Command::Simulate(args) => simulate::run(args).map(|()| ExitCode::SUCCESS),

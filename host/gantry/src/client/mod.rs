@@ -1,10 +1,13 @@
-//! The CLI against a running server: `gantry policy push|list|activate|rollback|shadow` and
-//! `gantry explain`. Each prints what an admin or researcher reads, and the server's own error
+//! The CLI against a running server: `gantry policy push|list|activate|rollback|shadow`,
+//! `gantry explain` and `gantry health` (in `health`). Each prints what an admin or researcher reads, and the server's own error
 //! sentence when a request is refused. Requests and answers are the server's own types, from
 //! `gantry-contract`: a field the server drops or renames breaks this build, not a user's run.
 //! `compose` holds the edits `gantry policy compose` applies, apart from the HTTP calls.
 
 mod compose;
+mod health;
+
+pub use health::{HealthArgs, health};
 
 use std::path::PathBuf;
 use std::process::ExitCode;
