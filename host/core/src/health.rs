@@ -379,8 +379,11 @@ impl Lifecycle {
 
     /// An admin resets the breaker: automated cordons resume. `None` when it was not tripped.
     pub fn reset_breaker(&mut self) -> Option<Trip> {
+        let trip = self.breaker.tripped.take()?;
         self.breaker.recent_s.clear();
-        self.breaker.tripped.take()
+        // `held` counts the signals held since this trip: the next trip counts afresh.
+        self.breaker.held = 0;
+        Some(trip)
     }
 }
 

@@ -154,11 +154,6 @@ impl KubeCluster {
                 scheduler.sync_health(index);
             }
         }
-        let names = self.tracker.node_names();
-        for t in scheduler.lifecycle_mut().take_transitions() {
-            let node = names.get(t.node).map_or("?", String::as_str);
-            tracing::info!(node, from = t.from.name(), to = t.to.name(), cause = %t.cause, "node health");
-        }
     }
 }
 

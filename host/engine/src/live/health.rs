@@ -130,6 +130,7 @@ impl Live {
             if let Some(state) = record.node_to_state.get_mut(t.node) {
                 *state = t.to;
             }
+            tracing::info!(%node, from = t.from.name(), to = t.to.name(), cause = %t.cause, "node health");
             let at_ms = record.wall_ms(t.at_s);
             record.transitions.push_back(TransitionView {
                 node,
@@ -271,9 +272,6 @@ impl Live {
             .map_err(|e| ResetError::Audit(e.to_string()))?;
         let lifecycle = scheduler.lifecycle_mut();
         lifecycle.reset_breaker();
-        // `held` counts the signals held since the breaker tripped; the core's reset leaves
-        // it counting, so the next trip would start from this one's.
-        lifecycle.breaker.held = 0;
         self.health
             .lock()
             .unwrap_or_else(|e| e.into_inner())
