@@ -19,32 +19,33 @@ use kube::api::{ListParams, PostParams};
 use serde_json::json;
 
 /// The health lifecycle on a live cluster: a node that starts showing a configured suspect
-/// signal (here the taint `nvidia.com/gpu-xid-error`, as NVSentinel-style tools set it) has
-/// its running PodGroup stopped whole through the Eviction API, with a Stopped Event naming
-/// the node and the signal on every pod; the node is in repair (`gantry_nodes`), and the pods
-/// recreated as their controller would bind elsewhere.
+/// signal (here an `Xid 79` condition, `GpuXidError` as NVSentinel-style tools set it) has its
+/// running 4-pod PodGroup stopped whole through the Eviction API, in one decision: a Stopped
+/// Event naming the node and the signal on every pod, and the job's explanation says so; the
+/// node is in repair (`gantry_nodes`), and the pods recreated as their controller would bind
+/// on other nodes.
 #[test]
 #[ignore = "needs tests/cluster: scripts/test.sh runs it with --include-ignored"]
 fn a_failing_node_stops_its_gang_whole_and_the_recreated_pods_bind_elsewhere() {
     let bin = cluster_bin("kube health e2e");
     let plane = ControlPlane::start(&bin);
     let kubeconfig = plane.kubeconfig();
-    create_gpu_nodes(&kubeconfig, "hx", 3, 8);
+    create_gpu_nodes(&kubeconfig, "hx", 6, 8);
     let runtime = test_runtime();
     runtime.block_on(async {
         let client = client(&kubeconfig).await;
-        create_first_pod_group(&client, "train", 2).await;
+        create_first_pod_group(&client, "train", 4).await;
         let dir = tempfile::tempdir().unwrap();
         let health = dir.path().join("health.yaml");
         std::fs::write(
             &health,
-            "signals:\n- taint: nvidia.com/gpu-xid-error\nlifecycle: {max_out_share: 0.5}\n",
+            "signals:\n- condition: GpuXidError\n- taint: nvidia.com/gpu-xid-error\n",
         )
         .unwrap();
         let replica = Replica::start(&kubeconfig, &["--health-config", health.to_str().unwrap()]);
         let pods: Api<Pod> = Api::namespaced(client.clone(), "default");
         let members = |tag: &str| -> Vec<Pod> {
-            (0..2)
+            (0..4)
                 .map(|i| {
                     let labels = json!({"scheduling.x-k8s.io/pod-group": "train", "try": tag});
                     // Grace 0: no kubelet runs here to finish a graceful termination.
@@ -61,24 +62,26 @@ fn a_failing_node_stops_its_gang_whole_and_the_recreated_pods_bind_elsewhere() {
                 .into_iter()
                 .filter_map(|(name, node)| Some((name, node?)))
                 .collect();
-            (on.len() == 2).then_some(on)
+            (on.len() == 4).then_some(on)
         })
         .await;
         let failing = first["train-0"].clone();
 
         let nodes: Api<Node> = Api::all(client.clone());
-        let taint = json!({"spec": {"taints": [
-            {"key": "nvidia.com/gpu-xid-error", "value": "79", "effect": "NoSchedule"}
-        ]}});
+        // As node-problem-detector would set it: a condition in the node's status.
+        let xid = json!({"status": {"conditions": [{
+            "type": "GpuXidError", "status": "True", "reason": "Xid79",
+            "message": "GPU 3 has fallen off the bus",
+        }]}});
         nodes
-            .patch(
+            .patch_status(
                 &failing,
                 &kube::api::PatchParams::default(),
-                &kube::api::Patch::Merge(&taint),
+                &kube::api::Patch::Strategic(&xid),
             )
             .await
             .unwrap();
-        // Both pods go, the one on the healthy node too: an MPI gang stops whole.
+        // Every pod goes, those on healthy nodes too: an MPI gang stops whole.
         until("the gang's pods to be evicted", || async {
             let list = pods.list(&ListParams::default()).await.ok()?;
             list.items
@@ -88,7 +91,7 @@ fn a_failing_node_stops_its_gang_whole_and_the_recreated_pods_bind_elsewhere() {
         })
         .await;
         let events: Api<Event> = Api::namespaced(client.clone(), "default");
-        for name in ["train-0", "train-1"] {
+        for name in ["train-0", "train-1", "train-2", "train-3"] {
             let note = until(&format!("{name}'s Stopped Event"), || async {
                 let list = events.list(&ListParams::default()).await.ok()?;
                 notes(&list.items, name, "Stopped").into_iter().next()
@@ -96,7 +99,7 @@ fn a_failing_node_stops_its_gang_whole_and_the_recreated_pods_bind_elsewhere() {
             .await;
             assert!(
                 note.contains(&format!(
-                    "node {failing} reported taint nvidia.com/gpu-xid-error=79"
+                    "node {failing} reported condition GpuXidError=True (Xid79)"
                 )) && note.contains("stopped whole"),
                 "{note}"
             );
@@ -108,11 +111,24 @@ fn a_failing_node_stops_its_gang_whole_and_the_recreated_pods_bind_elsewhere() {
         })
         .await;
         assert!(
-            metrics.contains("gantry_nodes{state=\"ready\"} 2"),
+            metrics.contains("gantry_nodes{state=\"ready\"} 5"),
             "{metrics}"
         );
+        // One decision, with the reason, in the job's history.
+        let (_, history) = replica
+            .get("/api/decisions/job/default%2Ftrain")
+            .expect("the decisions API answers");
+        let records: serde_json::Value = serde_json::from_str(&history).unwrap();
+        let phrase = format!("a restart: node {failing} reported condition GpuXidError");
+        let stops = records
+            .as_array()
+            .into_iter()
+            .flatten()
+            .filter(|d| d.to_string().contains(&phrase))
+            .count();
+        assert_eq!(stops, 1, "{history}");
 
-        // The controller recreates the pods: they bind on the two healthy nodes.
+        // The controller recreates the pods: they bind on the healthy nodes.
         until("the evicted pods to be gone", || async {
             let list = pods.list(&ListParams::default()).await.ok()?;
             list.items.is_empty().then_some(())
@@ -124,7 +140,7 @@ fn a_failing_node_stops_its_gang_whole_and_the_recreated_pods_bind_elsewhere() {
         let second = until("the recreated gang to bind", || async {
             let nodes = nodes_by_pod(&pods).await;
             let on: BTreeSet<String> = nodes.into_values().flatten().collect();
-            (on.len() == 2).then_some(on)
+            (on.len() == 4).then_some(on)
         })
         .await;
         assert!(!second.contains(&failing), "{second:?} avoids {failing}");

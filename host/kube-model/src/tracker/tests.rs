@@ -1160,3 +1160,49 @@ fn a_suspect_signal_stops_its_gang_and_the_recreated_pods_restart_first_elsewher
     let on: Vec<u32> = s.slots(restarted).iter().map(|slot| slot.node).collect();
     assert!(!on.contains(&0), "avoids node a, healthy again: {on:?}");
 }
+
+#[test]
+fn a_taint_signal_arrives_through_a_rebuild_and_a_new_node_reports_nothing() {
+    let nodes = [node("a", 8, &[], true), node("b", 8, &[], true)];
+    let (mut tracker, mut s) = build(&nodes, &[], &[], &[], &[]);
+    tracker.config.health =
+        crate::health::HealthSignals::parse("signals:\n- taint: nvidia.com/gpu-xid-error\n")
+            .unwrap();
+    let tainted = |n: &Arc<Node>| {
+        let mut n = (**n).clone();
+        n.spec.as_mut().unwrap().taints = Some(vec![KTaint {
+            key: "nvidia.com/gpu-xid-error".into(),
+            value: Some("79".into()),
+            effect: "NoSchedule".into(),
+            ..KTaint::default()
+        }]);
+        Arc::new(n)
+    };
+    let sick = tainted(&nodes[1]);
+    assert!(
+        tracker.node_changed(&mut s, "b", Some(&sick)),
+        "a taint rebuilds"
+    );
+    // A node new to the table that already shows the signal is no event, but it is suspect.
+    let fresh = tainted(&node("c", 8, &[], true));
+    let world = [nodes[0].clone(), sick, fresh];
+    tracker.rebuild(
+        &mut s,
+        &World {
+            nodes: &world,
+            bound: &[],
+            pending: &[],
+        },
+    );
+    assert_eq!(
+        tracker.take_node_signals(),
+        [NodeSignal::Failed {
+            node: "b".into(),
+            cause: "taint nvidia.com/gpu-xid-error=79".into()
+        }]
+    );
+    assert_eq!(
+        tracker.suspect_nodes().keys().collect::<Vec<_>>(),
+        ["b", "c"]
+    );
+}
