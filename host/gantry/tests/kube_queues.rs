@@ -305,11 +305,18 @@ fn queue_objects_bound_and_lend_gpus() {
             },
         )
         .await;
-        let (_, _, message) = scheduled_condition(&pods.get(&held).await.unwrap()).unwrap();
-        assert!(
-            message.contains(" Expected to start in about "),
-            "{message}"
-        );
+        // The condition is written beside the Event, not with it: read until it agrees.
+        until(
+            "the held pod's PodScheduled condition to carry it too",
+            || async {
+                let pod = pods.get(&held).await.ok()?;
+                let (_, _, message) = scheduled_condition(&pod)?;
+                message
+                    .contains(" Expected to start in about ")
+                    .then_some(())
+            },
+        )
+        .await;
         eprintln!("queues e2e: the held pod was told: {told}");
         // The leader writes each Queue's status: its use, its queue, or why it is left out.
         until("the capped Queue's status", || async {
