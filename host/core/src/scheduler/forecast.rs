@@ -270,7 +270,16 @@ impl WhatIfRun {
                 .flatten()
                 .fold(f64::NEG_INFINITY, f64::max)
         });
-        let Some(forecast) = forecasts.job_to_forecast.get(&self.id) else {
+        // Tried after a job that has no start now, in this run or as estimated, it has none
+        // either: a start for it would be earlier than that job's.
+        let like_unreached = self.like.is_some_and(|(like, estimate_s)| {
+            estimate_s.is_none() && !forecasts.job_to_forecast.contains_key(&like)
+        });
+        let reached = forecasts
+            .job_to_forecast
+            .get(&self.id)
+            .filter(|_| !like_unreached);
+        let Some(forecast) = reached else {
             // Not before the forecast's horizon, nor before the work ahead of it in its queue
             // (GPU-seconds by learned runtimes) could run on the most GPUs the queue may use.
             let work_ahead: f64 = ahead.iter().map(|other| base.work_gpu_s(other)).sum();
