@@ -275,6 +275,23 @@ impl Lifecycle {
         true
     }
 
+    /// Records a step the cluster source took outside the lifecycle, so that the node's history
+    /// shows it: a live cluster's node table is rebuilt when a taint changes, and the rebuilt
+    /// lifecycle starts each node in the state its health shows (a node tainted for preflight
+    /// starts in Preflight), with no step recorded. Nothing when `from` is where it is.
+    pub fn record(&mut self, node: usize, from: NodeState, cause: &str, now_s: f64) {
+        let to = self.state(node);
+        if from != to {
+            self.transitions.push(Transition {
+                node,
+                from,
+                to,
+                cause: cause.to_string(),
+                at_s: now_s,
+            });
+        }
+    }
+
     /// A passive failure signal on `node`: a Ready node turns Suspect, unless the breaker is
     /// tripped or this cordon would trip it.
     pub fn failure(&mut self, node: usize, cause: &str, now_s: f64) -> Verdict {

@@ -80,6 +80,9 @@ pub struct HealthSignals {
     pub signals: Vec<Signal>,
     /// The breaker's and the bad-node list's knobs.
     pub lifecycle: HealthConfig,
+    /// The test run on each node tainted `gantry.dev/preflight`; `None`: Gantry runs none,
+    /// and such a node waits for whatever removes the taint.
+    pub preflight: Option<crate::preflight::PreflightTemplate>,
 }
 
 /// One entry of `signals:` as written.
@@ -101,6 +104,8 @@ struct HealthFile {
     signals: Vec<SignalEntry>,
     #[serde(default)]
     lifecycle: HealthConfig,
+    #[serde(default)]
+    preflight: Option<crate::preflight::PreflightTemplate>,
 }
 
 impl HealthSignals {
@@ -110,6 +115,9 @@ impl HealthSignals {
         file.lifecycle
             .validate()
             .map_err(|e| format!("lifecycle: {e}"))?;
+        if let Some(template) = &file.preflight {
+            template.validate().map_err(|e| format!("preflight: {e}"))?;
+        }
         let mut signals = Vec::new();
         for (i, entry) in file.signals.into_iter().enumerate() {
             let named = |field: &str| format!("signals[{i}]: {field}");
@@ -151,6 +159,7 @@ impl HealthSignals {
         Ok(Self {
             signals,
             lifecycle: file.lifecycle,
+            preflight: file.preflight,
         })
     }
 
@@ -274,6 +283,10 @@ mod tests {
         assert!(err.contains("unknown variant `drain`"), "{err}");
         let err = HealthSignals::parse("lifecycle: {max_out_share: 3}\n").unwrap_err();
         assert!(err.starts_with("lifecycle: field max_out_share"), "{err}");
+        let err = HealthSignals::parse("preflight: {command: [dcgmi]}\n").unwrap_err();
+        assert!(err.contains("preflight: missing field `image`"), "{err}");
+        let err = HealthSignals::parse("preflight: {image: ''}\n").unwrap_err();
+        assert!(err.starts_with("preflight: field image"), "{err}");
         let err = HealthSignals::parse("signal: []\n").unwrap_err();
         assert!(err.contains("unknown field `signal`"), "{err}");
     }

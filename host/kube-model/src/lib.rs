@@ -23,6 +23,8 @@
 //!   tracker reads.
 //! - **Health signals** ([`health`]): which node conditions, taints and DRA device taints
 //!   mean a node is failing (`--health-config`); the tracker reports each change of them.
+//! - **Preflight** ([`preflight`]): nodes tainted `gantry.dev/preflight`, the test pod Gantry
+//!   runs on each, and what its status says.
 //! - **Settings** ([`config`]) and **quantities** ([`quantity`]): the labels and names Gantry
 //!   reads, and Kubernetes quantities as counts.
 
@@ -36,6 +38,7 @@ pub mod fixtures;
 pub mod health;
 pub mod mapping;
 pub mod podspec;
+pub mod preflight;
 pub mod quantity;
 pub mod queues;
 pub mod selector;

@@ -14,6 +14,7 @@ use k8s_openapi::api::core::v1::{Node, Pod};
 
 use crate::config::KubeConfig;
 use crate::health::Firing;
+use crate::preflight::NodeStatus as PreflightStatus;
 use crate::quantity;
 
 /// A pod Gantry is deciding about, with what the binder needs to act on it.
@@ -345,10 +346,16 @@ pub struct NodeDra<'a> {
     pub device_taints: &'a [crate::health::DeviceTaint],
 }
 
-/// A node's health as the node shows it: a cordon is Cordoned, a `not_ready` signal or its
+/// A node's health as the node shows it: a failed preflight is Unhealthy and a pending one
+/// Preflight (see [`crate::preflight`]), a cordon is Cordoned, a `not_ready` signal or its
 /// `Ready` condition NotReady. A suspect signal is the lifecycle's to act on (and its breaker's
 /// to hold): the cluster source hands it to `Scheduler::node_failed`.
-fn node_health(node: &Node, firing: &Firing) -> Health {
+fn node_health(node: &Node, firing: &Firing, preflight: Option<&PreflightStatus>) -> Health {
+    match preflight {
+        Some(PreflightStatus::Failed(_)) => return Health::Unhealthy,
+        Some(PreflightStatus::Testing) => return Health::Preflight,
+        None => {}
+    }
     if node.spec.as_ref().and_then(|s| s.unschedulable) == Some(true) {
         return Health::Cordoned;
     }
@@ -382,6 +389,8 @@ pub struct NodeDigest {
     pub(crate) health: Health,
     /// The configured health signals it shows (see [`crate::health`]).
     pub(crate) firing: Firing,
+    /// Its preflight, while it carries the taint (see [`crate::preflight`]).
+    pub(crate) preflight: Option<PreflightStatus>,
     /// Every label, for node selectors and affinity.
     labels: std::collections::BTreeMap<String, String>,
     /// Allocatable beyond GPUs, CPU and memory (`pods`, `ephemeral-storage`, extended
@@ -396,6 +405,7 @@ impl NodeDigest {
     pub(crate) fn of(node: &Node, config: &KubeConfig, dra: NodeDra<'_>) -> Self {
         let dra_gpus = dra.gpus;
         let firing = config.health.firing(node, dra.device_taints);
+        let preflight = crate::preflight::node_status(node);
         let allocatable = node.status.as_ref().and_then(|s| s.allocatable.as_ref());
         let get = |key: &str, parse: fn(&str) -> Option<u64>| {
             allocatable
@@ -432,8 +442,9 @@ impl NodeDigest {
                     )
                 })
                 .collect(),
-            health: node_health(node, &firing),
+            health: node_health(node, &firing, preflight.as_ref()),
             firing,
+            preflight,
             labels: labels.cloned().unwrap_or_default(),
             other: allocatable
                 .into_iter()
@@ -453,6 +464,7 @@ impl NodeDigest {
         Self {
             health: other.health,
             firing: other.firing.clone(),
+            preflight: other.preflight.clone(),
             ..self.clone()
         } == *other
     }

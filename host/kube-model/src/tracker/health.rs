@@ -12,6 +12,7 @@ use gantry_core::Scheduler;
 use gantry_core::scheduler::BadNode;
 
 use crate::mapping::Gang;
+use crate::preflight::NodeStatus as PreflightStatus;
 
 use super::Tracker;
 
@@ -33,6 +34,15 @@ pub enum NodeSignal {
     Cleared {
         /// The node's name.
         node: String,
+    },
+    /// A node known before was tainted `gantry.dev/preflight`, or its failed preflight's
+    /// annotation was removed: it is tested (again) before it takes work. A node new to the
+    /// table reports nothing: it starts in Preflight.
+    PreflightDue {
+        /// The node's name.
+        node: String,
+        /// Whether its last preflight had failed (an admin cleared the failure).
+        after_failure: bool,
     },
 }
 
@@ -71,6 +81,32 @@ impl Tracker {
                 node: name.to_string(),
             });
         }
+    }
+
+    /// Records what changed between a node's preflight status `before` and `now`.
+    pub(super) fn note_preflight(
+        &mut self,
+        name: &str,
+        before: Option<&PreflightStatus>,
+        now: Option<&PreflightStatus>,
+    ) {
+        match now {
+            Some(status) => self
+                .preflight_nodes
+                .insert(name.to_string(), status.clone()),
+            None => self.preflight_nodes.remove(name),
+        };
+        if now == Some(&PreflightStatus::Testing) && before != now {
+            self.node_signals.push(NodeSignal::PreflightDue {
+                node: name.to_string(),
+                after_failure: matches!(before, Some(PreflightStatus::Failed(_))),
+            });
+        }
+    }
+
+    /// The nodes tainted for preflight now, by name, with their status.
+    pub fn preflight_nodes(&self) -> &BTreeMap<String, PreflightStatus> {
+        &self.preflight_nodes
     }
 
     /// The signal changes since the last call, oldest first.

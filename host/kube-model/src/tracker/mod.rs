@@ -164,6 +164,9 @@ pub struct Tracker {
     /// Nodes showing a suspect signal, by name, with one cause: few, so the cluster source
     /// walks them at each sync.
     suspect_to_cause: BTreeMap<String, String>,
+    /// Nodes tainted for preflight, by name, with their status: few, so the cluster source
+    /// walks them at each sync to start their tests.
+    preflight_nodes: BTreeMap<String, crate::preflight::NodeStatus>,
 }
 
 /// Whole-cluster inputs of a rebuild.
@@ -209,6 +212,7 @@ impl Tracker {
             node_signals: Vec::new(),
             gang_to_restart: HashMap::new(),
             suspect_to_cause: BTreeMap::new(),
+            preflight_nodes: BTreeMap::new(),
         }
     }
 

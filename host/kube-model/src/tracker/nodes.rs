@@ -31,7 +31,9 @@ impl Tracker {
         }
         if digest.same_but_health(old) {
             let index = self.name_to_node[name];
-            self.note_signals(name, &old.firing.suspect.clone(), &digest.firing.suspect);
+            let (suspect, preflight) = (old.firing.suspect.clone(), old.preflight.clone());
+            self.note_signals(name, &suspect, &digest.firing.suspect);
+            self.note_preflight(name, preflight.as_ref(), digest.preflight.as_ref());
             scheduler.state.set_health(index, digest.health);
             self.name_to_digest.insert(name.to_string(), digest);
             return false;
@@ -68,10 +70,15 @@ impl Tracker {
         // reports nothing: what it showed before Gantry saw it is no event.
         for (name, digest) in &digests {
             if let Some(old) = self.name_to_digest.get(name) {
-                let before = old.firing.suspect.clone();
-                self.note_signals(name, &before, &digest.firing.suspect);
+                let (suspect, preflight) = (old.firing.suspect.clone(), old.preflight.clone());
+                self.note_signals(name, &suspect, &digest.firing.suspect);
+                self.note_preflight(name, preflight.as_ref(), digest.preflight.as_ref());
             }
         }
+        self.preflight_nodes = digests
+            .iter()
+            .filter_map(|(name, d)| Some((name.clone(), d.preflight.clone()?)))
+            .collect();
         self.suspect_to_cause = digests
             .iter()
             .filter_map(|(name, d)| Some((name.clone(), d.firing.suspect.iter().next()?.clone())))

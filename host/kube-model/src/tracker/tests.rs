@@ -1206,3 +1206,66 @@ fn a_taint_signal_arrives_through_a_rebuild_and_a_new_node_reports_nothing() {
         ["b", "c"]
     );
 }
+
+#[test]
+fn a_preflight_taint_is_due_through_a_rebuild_and_a_cleared_failure_in_place() {
+    use crate::preflight::{FAILED_ANNOTATION, NodeStatus, PREFLIGHT_TAINT};
+    let nodes = [node("a", 8, &[], true), node("b", 8, &[], true)];
+    let (mut tracker, mut s) = build(&nodes, &[], &[], &[], &[]);
+    let tainted = |n: &Arc<Node>, failed: Option<&str>| {
+        let mut n = (**n).clone();
+        n.spec.as_mut().unwrap().taints = Some(vec![KTaint {
+            key: PREFLIGHT_TAINT.into(),
+            effect: "NoSchedule".into(),
+            ..KTaint::default()
+        }]);
+        if let Some(reason) = failed {
+            n.metadata.annotations =
+                Some([(FAILED_ANNOTATION.to_string(), reason.to_string())].into());
+        }
+        Arc::new(n)
+    };
+    let retest = tainted(&nodes[1], None);
+    assert!(tracker.node_changed(&mut s, "b", Some(&retest)));
+    // A new node that joins tainted starts in Preflight: no event.
+    let fresh = tainted(&node("c", 8, &[], true), None);
+    let world = [nodes[0].clone(), retest.clone(), fresh];
+    let world = World {
+        nodes: &world,
+        bound: &[],
+        pending: &[],
+    };
+    tracker.rebuild(&mut s, &world);
+    assert_eq!(
+        tracker.take_node_signals(),
+        [NodeSignal::PreflightDue {
+            node: "b".into(),
+            after_failure: false
+        }]
+    );
+    let (b, c) = (
+        tracker.node_index("b").unwrap(),
+        tracker.node_index("c").unwrap(),
+    );
+    assert_eq!(s.state.nodes.health(b), Health::Preflight);
+    assert_eq!(s.lifecycle().state(c), gantry_core::NodeState::Preflight);
+    // Its test fails: the annotation is a health change in place (Unhealthy), no event.
+    let failed = tainted(&nodes[1], Some("container preflight exited 1"));
+    assert!(!tracker.node_changed(&mut s, "b", Some(&failed)));
+    assert_eq!(s.state.nodes.health(b), Health::Unhealthy);
+    assert_eq!(
+        tracker.preflight_nodes()["b"],
+        NodeStatus::Failed("container preflight exited 1".into())
+    );
+    assert!(tracker.take_node_signals().is_empty());
+    // An admin removes the annotation: tested again.
+    assert!(!tracker.node_changed(&mut s, "b", Some(&retest)));
+    assert_eq!(
+        tracker.take_node_signals(),
+        [NodeSignal::PreflightDue {
+            node: "b".into(),
+            after_failure: true
+        }]
+    );
+    assert_eq!(s.state.nodes.health(b), Health::Preflight);
+}
