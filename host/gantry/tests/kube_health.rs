@@ -147,3 +147,139 @@ fn a_failing_node_stops_its_gang_whole_and_the_recreated_pods_bind_elsewhere() {
         eprintln!("health e2e: gang on {first:?}; {failing} failed; recreated on {second:?}");
     });
 }
+
+/// Preflight on a live cluster: three new nodes carry the `gantry.dev/preflight` taint, and
+/// each gets a preflight pod from the health config's template. kwok (`kwok-stages.yaml`)
+/// completes pf-good's: its taint goes, and an 8-GPU pod waiting since the start binds there.
+/// It fails pf-bad's: the node stays tainted, annotated with the container's exit reason, in
+/// repair. pf-stuck's never ends: out of time, the same with the timeout as the reason.
+#[test]
+#[ignore = "needs tests/cluster: scripts/test.sh runs it with --include-ignored"]
+fn new_nodes_pass_or_fail_their_preflight_before_they_take_work() {
+    use gantry_kube::preflight::{FAILED_ANNOTATION, PREFLIGHT_TAINT};
+    let bin = cluster_bin("kube preflight e2e");
+    let plane = ControlPlane::start(&bin);
+    let kubeconfig = plane.kubeconfig();
+    let config = gantry_kube::KubeConfig::default();
+    let names = ["pf-good", "pf-bad", "pf-stuck"];
+    let nodes = names
+        .iter()
+        .map(|name| {
+            gantry_kube::nodes::node_object(
+                &gantry_kube::nodes::NodeDef {
+                    name: name.to_string(),
+                    gpus: 8,
+                    gpu_type: Some("H100".into()),
+                    cpu_milli: 64_000,
+                    memory_mib: 512 * 1024,
+                    topology: vec![("rack".into(), "rack-0".into())],
+                    taints: vec![(PREFLIGHT_TAINT.into(), String::new(), "NoSchedule".into())],
+                },
+                &config,
+            )
+        })
+        .collect();
+    gantry_kube::nodes::create_nodes(&kubeconfig, nodes).expect("create the new nodes");
+    let runtime = test_runtime();
+    runtime.block_on(async {
+        let client = client(&kubeconfig).await;
+        let dir = tempfile::tempdir().unwrap();
+        let health = dir.path().join("health.yaml");
+        std::fs::write(
+            &health,
+            "preflight:\n  image: registry.example/dcgm:4\n  command: [dcgmi, diag, -r, '2']\n  timeout_s: 20\n",
+        )
+        .unwrap();
+        let replica = Replica::start(&kubeconfig, &["--health-config", health.to_str().unwrap()]);
+        let pods: Api<Pod> = Api::namespaced(client.clone(), "default");
+        // Work that fits only a whole node: it waits until one passes.
+        let work = with_priority(pod("work", 8, json!({})), None, 0);
+        pods.create(&PostParams::default(), &work).await.unwrap();
+
+        let events: Api<Event> = Api::namespaced(client.clone(), "default");
+        for name in names {
+            let note = until(&format!("{name}'s PreflightStarted Event"), || async {
+                let list = events.list(&ListParams::default()).await.ok()?;
+                notes(&list.items, name, "PreflightStarted").into_iter().next()
+            })
+            .await;
+            assert!(note.contains(&format!("gantry-preflight-{name}")), "{note}");
+        }
+        let nodes: Api<Node> = Api::all(client.clone());
+        let tainted = |node: &Node| {
+            node.spec
+                .as_ref()
+                .and_then(|s| s.taints.as_ref())
+                .is_some_and(|t| t.iter().any(|t| t.key == PREFLIGHT_TAINT))
+        };
+        until("pf-good's taint to go", || async {
+            let node = nodes.get("pf-good").await.ok()?;
+            (!tainted(&node)).then_some(())
+        })
+        .await;
+        let bound = until("the waiting pod to bind", || async {
+            node_of(&pods.get("work").await.ok()?)
+        })
+        .await;
+        assert_eq!(bound, "pf-good");
+        let annotation = |name: &'static str| {
+            let nodes = nodes.clone();
+            async move {
+                let node = nodes.get(name).await.ok()?;
+                let reason = node.metadata.annotations.as_ref()?.get(FAILED_ANNOTATION)?;
+                Some((reason.clone(), tainted(&node)))
+            }
+        };
+        let (bad, bad_tainted) = until("pf-bad's failure annotation", || annotation("pf-bad")).await;
+        assert_eq!(
+            bad,
+            "container preflight exited 1 (Error): dcgmi diag -r 2: GPU 3 failed the memory test"
+        );
+        assert!(bad_tainted, "a failed node keeps its taint");
+        let (stuck, stuck_tainted) =
+            until("pf-stuck's timeout annotation", || annotation("pf-stuck")).await;
+        assert!(
+            stuck.starts_with("the preflight pod did not finish within 20 s"),
+            "{stuck}"
+        );
+        assert!(stuck_tainted, "a timed-out node keeps its taint");
+        let failed = until("pf-bad's PreflightFailed Event", || async {
+            let list = events.list(&ListParams::default()).await.ok()?;
+            notes(&list.items, "pf-bad", "PreflightFailed").into_iter().next()
+        })
+        .await;
+        assert!(failed.contains("GPU 3 failed the memory test"), "{failed}");
+        // The preflight pods are gone once their results are written.
+        until("the preflight pods to be deleted", || async {
+            let list = pods.list(&ListParams::default()).await.ok()?;
+            let left: Vec<String> = list
+                .items
+                .iter()
+                .filter_map(|p| p.metadata.name.clone())
+                .filter(|n| n.starts_with("gantry-preflight-"))
+                .collect();
+            left.is_empty().then_some(())
+        })
+        .await;
+        // The lifecycle says the same, with the reasons.
+        let (_, bad_health) = replica
+            .get("/api/nodes/pf-bad/health")
+            .expect("the node health API answers");
+        assert!(
+            bad_health.contains("\"repair\"")
+                && bad_health.contains("preflight failed: container preflight exited 1"),
+            "{bad_health}"
+        );
+        let (_, good_health) = replica.get("/api/nodes/pf-good/health").unwrap();
+        assert!(good_health.contains("preflight passed"), "{good_health}");
+        let metrics = until("gantry_nodes to count the two in repair", || async {
+            let (_, body) = replica.get("/metrics")?;
+            (body.contains("gantry_nodes{state=\"repair\"} 2")
+                && body.contains("gantry_nodes{state=\"ready\"} 1"))
+            .then_some(body)
+        })
+        .await;
+        drop(metrics);
+        eprintln!("preflight e2e: pf-good passed and took work; pf-bad: {bad}; pf-stuck: {stuck}");
+    });
+}

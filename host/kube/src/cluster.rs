@@ -6,14 +6,16 @@
 //!
 //! [`KubeCluster`] is a thin [`ClusterSource`] and [`Binder`] over its parts: the watch caches
 //! ([`crate::watch`]) that come in, the tracker that turns them into the scheduler's view, and
-//! the writer ([`crate::write`]) that sends bindings, evictions, claims, Events and statuses
-//! out.
+//! the writer ([`crate::write`]) that sends bindings, evictions, claims, preflight pods, Events
+//! and statuses out.
 
 use std::path::Path;
 use std::sync::Arc;
 use std::time::Duration;
 
-use gantry_core::{BindOutcome, Binder, Changes, ClusterSource, CycleOutput, Scheduler, Symbols};
+use gantry_core::{
+    BindOutcome, Binder, Changes, ClusterSource, CycleOutput, NodeState, Scheduler, Symbols,
+};
 
 use crate::Result;
 use crate::config::KubeConfig;
@@ -50,7 +52,11 @@ impl KubeCluster {
         let write_client = client_with(&runtime, path, false, Some(CALL_TIMEOUT))?;
         let handle = runtime.handle().clone();
         let watch = Watch::start(handle.clone(), client, write_client.clone(), &config);
-        let writer = Writer::new(handle, write_client, evict_client);
+        let preflights = crate::write::preflight::Preflights::new(
+            config.health.preflight.clone(),
+            &config.gpu_resource,
+        );
+        let writer = Writer::new(handle, write_client, evict_client, preflights);
         let tracker = Tracker::new(config.clone(), Symbols::new());
         Ok(Self {
             runtime,
@@ -130,6 +136,36 @@ impl KubeCluster {
                         self.tracker.stopping(scheduler, job);
                     }
                 }
+                NodeSignal::PreflightDue {
+                    node,
+                    after_failure,
+                } => {
+                    let Some(index) = self.tracker.node_index(&node) else {
+                        continue;
+                    };
+                    let (cause, from, to) = if after_failure {
+                        let cause = format!(
+                            "its {} annotation was removed: tested again",
+                            crate::preflight::FAILED_ANNOTATION
+                        );
+                        (cause, NodeState::Repair, NodeState::Retest)
+                    } else {
+                        let cause = format!(
+                            "tainted {}: tested before it takes work",
+                            crate::preflight::PREFLIGHT_TAINT
+                        );
+                        (cause, NodeState::Ready, NodeState::Preflight)
+                    };
+                    tracing::info!(node, cause, "preflight due");
+                    // A taint rebuilt the table, whose lifecycle starts the node in Preflight:
+                    // the step is recorded; an annotation removed in place is taken here.
+                    match scheduler.lifecycle().state(index) {
+                        NodeState::Preflight | NodeState::Retest => {
+                            scheduler.lifecycle_mut().record(index, from, &cause, now_s)
+                        }
+                        _ => scheduler.set_node_state(index, to, &cause, now_s),
+                    }
+                }
                 NodeSignal::Cleared { node } => {
                     let Some(index) = self.tracker.node_index(&node) else {
                         continue;
@@ -182,6 +218,10 @@ impl ClusterSource for KubeCluster {
         self.writer.gone.extend(synced.gone);
         let mut changes = self.tracker.finish_sync(scheduler, crate::evict::GIVE_UP);
         self.node_signals(scheduler, now_s, synced.rebuilt);
+        let preflight_pods = self.watch.preflight_pods();
+        self.writer
+            .preflights
+            .observe(&preflight_pods, &self.tracker, scheduler, unix_s, now_s);
         changes.nodes = synced.nodes;
         changes.queues = synced.queues_changed;
         changes.rebuilt = synced.rebuilt;

@@ -53,7 +53,7 @@ pub use write::evict;
 // The rules, pure, live in `gantry-kube-model`; re-exported so that `gantry_kube::tracker` and
 // the rest keep their paths for this crate and its users.
 pub use gantry_kube_model::{
-    claims, config, dra, health, mapping, podspec, quantity, queues, tenancy, tracker,
+    claims, config, dra, health, mapping, podspec, preflight, quantity, queues, tenancy, tracker,
 };
 
 pub use cluster::KubeCluster;

@@ -90,6 +90,7 @@ pub(super) fn serve(kubeconfig: PathBuf, opts: ServeArgs) -> anyhow::Result<()> 
     }
     let lifecycle = config.health.lifecycle.clone();
     let signals = config.health.signals.len();
+    let preflight = config.health.preflight.clone();
     let scheduler_name = config.scheduler_name.clone();
     let list = |names: &std::collections::BTreeSet<String>| {
         if names.is_empty() {
@@ -115,6 +116,19 @@ pub(super) fn serve(kubeconfig: PathBuf, opts: ServeArgs) -> anyhow::Result<()> 
             lifecycle.max_out_share * 100.0,
             lifecycle.max_cordons_per_hour
         );
+    }
+    match &preflight {
+        Some(t) => outln!(
+            "  preflight: nodes tainted {} run {} in namespace {} (at most {} s) before they take work",
+            gantry_kube::preflight::PREFLIGHT_TAINT,
+            t.image,
+            t.namespace,
+            t.timeout_s
+        ),
+        None => outln!(
+            "  preflight: none configured; nodes tainted {} wait until something removes the taint",
+            gantry_kube::preflight::PREFLIGHT_TAINT
+        ),
     }
     let (live, tokens) = start_live(
         &opts.server,

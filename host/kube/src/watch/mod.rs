@@ -71,6 +71,8 @@ struct Logs {
     slices: SharedLog,
     claims: SharedLog,
     templates: SharedLog,
+    /// Never taken: the preflight pods are read whole at each sync (they are few).
+    preflight: SharedLog,
 }
 
 /// The watch caches, and what the last sync made of them.
@@ -85,6 +87,9 @@ pub(crate) struct Watch {
     pending: Store<Pod>,
     /// Every pod bound to a node and not finished.
     bound: Store<Pod>,
+    /// Preflight pods (label `gantry.dev/preflight=true`), finished ones too: their results
+    /// are read here. `None` when no preflight is configured.
+    preflight: Option<Store<Pod>>,
     /// scheduler-plugins' PodGroups; `None` when the cluster has no such CRD.
     pod_groups: Option<Store<DynamicObject>>,
     /// Upstream `scheduling.k8s.io` PodGroups (KEP-4671), in the version the API server
@@ -150,12 +155,17 @@ impl Watch {
             &logs.pods,
         );
         let namespaces = reflectors.typed::<Namespace>("namespaces", all(), &logs.namespaces);
+        let preflight = config.health.preflight.as_ref().map(|_| {
+            let selector = format!("{}=true", crate::preflight::POD_LABEL);
+            reflectors.typed::<Pod>("preflight pods", all().labels(&selector), &logs.preflight)
+        });
         let mut watch = Self {
             reflectors,
             discovery_client,
             nodes,
             pending,
             bound,
+            preflight,
             pod_groups: None,
             workload_groups: None,
             queues: None,
@@ -410,6 +420,9 @@ impl Watch {
                     let _ = queues.wait_until_ready().await;
                 }
                 let _ = self.namespaces.wait_until_ready().await;
+                if let Some(preflight) = &self.preflight {
+                    let _ = preflight.wait_until_ready().await;
+                }
                 if let Some(local_queues) = &self.local_queues {
                     let _ = local_queues.wait_until_ready().await;
                 }
@@ -424,6 +437,14 @@ impl Watch {
                 .await
                 .map_err(|_| Error::SyncTimeout(timeout.as_secs()))
         })
+    }
+
+    /// The preflight pods in the cache (none when no preflight is configured).
+    pub(crate) fn preflight_pods(&self) -> Vec<std::sync::Arc<Pod>> {
+        self.preflight
+            .as_ref()
+            .map(Store::state)
+            .unwrap_or_default()
     }
 
     /// What the writer reads of the caches.

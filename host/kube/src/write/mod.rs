@@ -1,5 +1,5 @@
 //! What goes out: bindings ([`bind`]), evictions ([`evict`]), gangs stopped by a failing node
-//! ([`stop`]), DRA claim writes ([`claims`]),
+//! ([`stop`]), preflight pods and their results ([`preflight`]), DRA claim writes ([`claims`]),
 //! Events and the PodScheduled condition ([`report`]), and PodGroup and Queue statuses
 //! ([`status`]). [`Writer`] holds the write clients and what it remembers between passes;
 //! it reads the tracker and the watch caches, and checks the Lease before each write.
@@ -7,6 +7,7 @@
 mod bind;
 mod claims;
 pub mod evict;
+pub(crate) mod preflight;
 mod report;
 mod status;
 mod stop;
@@ -140,6 +141,8 @@ pub(crate) struct Writer {
     evicted: Vec<JobId>,
     /// Pods of stopped gangs whose eviction a budget blocked: tried again (see [`stop`]).
     blocked_stops: Vec<stop::BlockedStop>,
+    /// Preflight: the tests due and the results to write (see [`preflight`]).
+    pub(crate) preflights: preflight::Preflights,
     /// Bindings answered as applied after this replica had lost the Lease, since it started
     /// (`gantry_bind_after_lease_loss_total`): the fence keeps it 0.
     pub(crate) binds_after_lease_loss: u64,
@@ -152,6 +155,7 @@ impl Writer {
         handle: tokio::runtime::Handle,
         client: Client,
         evict_client: Client,
+        preflights: preflight::Preflights,
     ) -> Self {
         Self {
             handle,
@@ -168,6 +172,7 @@ impl Writer {
             gone: Vec::new(),
             evicted: Vec::new(),
             blocked_stops: Vec::new(),
+            preflights,
             binds_after_lease_loss: 0,
         }
     }
@@ -206,6 +211,11 @@ impl Writer {
         let mut pass = Pass::default();
         self.release_claims(tracker);
         self.stop_gangs(tracker, output);
+        if self.may_write() {
+            let leadership = self.leadership.as_deref();
+            self.preflights
+                .write(&self.handle, &self.client, leadership, tracker, scheduler);
+        }
         let victim_nodes = self.preempt(tracker, scheduler, output, &mut pass);
         self.bind_placed(tracker, groups, scheduler, output, &victim_nodes, &mut pass);
         self.report_waiting(tracker, groups, scheduler, output, pass.failed);

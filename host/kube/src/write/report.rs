@@ -235,11 +235,43 @@ pub(super) async fn event(
     action: &str,
     note: &str,
 ) -> std::result::Result<(), kube::Error> {
+    let regarding = ObjectReference {
+        api_version: Some("v1".into()),
+        kind: Some("Pod".into()),
+        name: Some(pod.name.clone()),
+        namespace: Some(pod.namespace.clone()),
+        uid: Some(pod.uid.clone()),
+        ..ObjectReference::default()
+    };
+    event_about(
+        client,
+        &pod.namespace,
+        regarding,
+        type_,
+        reason,
+        action,
+        note,
+    )
+    .await
+}
+
+/// Posts an events.k8s.io/v1 Event about `regarding` in `namespace` (a node's in `default`,
+/// where the kubelet posts them).
+pub(super) async fn event_about(
+    client: &Client,
+    namespace: &str,
+    regarding: ObjectReference,
+    type_: &str,
+    reason: &str,
+    action: &str,
+    note: &str,
+) -> std::result::Result<(), kube::Error> {
     let now = k8s_openapi::jiff::Timestamp::now();
+    let name = regarding.name.clone().unwrap_or_default();
     let event = Event {
         metadata: ObjectMeta {
-            name: Some(format!("{}.{:x}", pod.name, now.as_nanosecond())),
-            namespace: Some(pod.namespace.clone()),
+            name: Some(format!("{name}.{:x}", now.as_nanosecond())),
+            namespace: Some(namespace.into()),
             ..ObjectMeta::default()
         },
         event_time: Some(MicroTime(now)),
@@ -250,17 +282,10 @@ pub(super) async fn event(
         note: Some(truncate(note, 1000)),
         reporting_controller: Some(format!("{COMPONENT}.dev/scheduler")),
         reporting_instance: Some(COMPONENT.into()),
-        regarding: Some(ObjectReference {
-            api_version: Some("v1".into()),
-            kind: Some("Pod".into()),
-            name: Some(pod.name.clone()),
-            namespace: Some(pod.namespace.clone()),
-            uid: Some(pod.uid.clone()),
-            ..ObjectReference::default()
-        }),
+        regarding: Some(regarding),
         ..Event::default()
     };
-    Api::<Event>::namespaced(client.clone(), &pod.namespace)
+    Api::<Event>::namespaced(client.clone(), namespace)
         .create(&PostParams::default(), &event)
         .await
         .map(|_| ())

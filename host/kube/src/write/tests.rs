@@ -140,7 +140,12 @@ fn to(calls: &Calls, method: &str, suffix: &str) -> Vec<Call> {
 fn a_placed_pod_binds_through_the_binding_subresource_with_its_uid() {
     let runtime = runtime();
     let (client, calls) = mock_api(&runtime, accepted);
-    let mut writer = Writer::new(runtime.handle().clone(), client.clone(), client);
+    let mut writer = Writer::new(
+        runtime.handle().clone(),
+        client.clone(),
+        client,
+        Default::default(),
+    );
     let (mut tracker, scheduler, output) =
         cycled(&[node("n0", 8, &[], true)], &[pod("p", 8, &[], None)]);
 
@@ -180,7 +185,12 @@ fn a_gang_whose_member_is_refused_evicts_the_members_bound_and_says_why() {
             accepted(call)
         }
     });
-    let mut writer = Writer::new(runtime.handle().clone(), client.clone(), client);
+    let mut writer = Writer::new(
+        runtime.handle().clone(),
+        client.clone(),
+        client,
+        Default::default(),
+    );
     let gang = [("gantry.dev/gang", "g"), ("gantry.dev/gang-size", "2")];
     let (mut tracker, scheduler, output) = cycled(
         &[node("n0", 8, &[], true), node("n1", 8, &[], true)],
@@ -329,7 +339,12 @@ fn a_claim_write_merge_patches_the_status_it_read_and_a_conflict_names_the_claim
 fn a_replica_that_lost_its_lease_writes_nothing() {
     let runtime = runtime();
     let (client, calls) = mock_api(&runtime, accepted);
-    let mut writer = Writer::new(runtime.handle().clone(), client.clone(), client.clone());
+    let mut writer = Writer::new(
+        runtime.handle().clone(),
+        client.clone(),
+        client.clone(),
+        Default::default(),
+    );
     let leadership = Leadership::held(true);
     writer.leadership = Some(leadership.clone());
     let (mut tracker, scheduler, output) =
@@ -369,7 +384,12 @@ fn a_binding_not_answered_before_the_lease_runs_out_is_cut_off_not_counted_as_la
         },
         accepted,
     );
-    let mut writer = Writer::new(runtime.handle().clone(), client.clone(), client);
+    let mut writer = Writer::new(
+        runtime.handle().clone(),
+        client.clone(),
+        client,
+        Default::default(),
+    );
     let leadership = Leadership::held_for(true, std::time::Duration::from_millis(300));
     writer.leadership = Some(leadership.clone());
     let (mut tracker, scheduler, output) =
@@ -493,7 +513,12 @@ fn a_throttled_binding_is_sent_once_and_nothing_lands_after_the_lease_is_lost() 
         Some(crate::connect::CALL_TIMEOUT),
     )
     .expect("a client for the stub");
-    let mut writer = Writer::new(runtime.handle().clone(), writes.clone(), writes);
+    let mut writer = Writer::new(
+        runtime.handle().clone(),
+        writes.clone(),
+        writes,
+        Default::default(),
+    );
     let leadership = Leadership::held_for(true, std::time::Duration::from_millis(300));
     writer.leadership = Some(leadership.clone());
     let (mut tracker, scheduler, output) =

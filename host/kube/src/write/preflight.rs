@@ -1,0 +1,366 @@
+//! Preflight on a live cluster (the rules are `gantry_kube_model::preflight`'s): a node tainted
+//! `gantry.dev/preflight` gets a pod from the `--health-config` template, bound to it by name;
+//! when the pod succeeds the taint is removed and the node takes work, and when it fails (or
+//! runs out of time) the node keeps the taint, gains the `gantry.dev/preflight-failed`
+//! annotation with the reason, and is in repair. Each step posts an Event on the node.
+//!
+//! [`Preflights::observe`] runs in the sync: it reads the preflight pods' cache and moves the
+//! lifecycle (every replica keeps its view). [`Preflights::write`] runs in the bind pass, on
+//! the leader only: it creates the pods due and writes each result, retried at the next pass
+//! until it lands.
+
+use std::collections::{BTreeMap, HashMap, HashSet};
+use std::sync::Arc;
+use std::time::{Duration, Instant};
+
+use gantry_core::Scheduler;
+use k8s_openapi::api::core::v1::{Node, ObjectReference, Pod};
+use kube::api::{DeleteParams, Patch, PatchParams, PostParams, Preconditions};
+use kube::{Api, Client};
+
+use super::fenced;
+use super::report::event_about;
+use crate::leader::Leadership;
+use crate::preflight::{
+    FAILED_ANNOTATION, NodeStatus, Outcome, PREFLIGHT_TAINT, PreflightTemplate, outcome, pod,
+    pod_node,
+};
+use crate::tracker::Tracker;
+
+/// After a test is started or its result written, no other pod is started on the node for
+/// this long: the caches show our own writes only after a while.
+const SETTLE: Duration = Duration::from_secs(30);
+
+/// The namespace a node's Events go to, as the kubelet posts them.
+const NODE_EVENTS: &str = "default";
+
+/// A preflight result seen in the cache and not yet written back.
+#[derive(Debug, Clone)]
+struct Due {
+    /// The pod that gave it: deleted once the result is written.
+    pod: String,
+    uid: String,
+    /// `None` when it passed, else why it failed.
+    failure: Option<String>,
+}
+
+/// What preflight remembers between passes. Why here: the writes of a result (the taint or
+/// the annotation, then the pod) may fail and are tried again, and a result is applied to the
+/// lifecycle once, by the pod's uid.
+#[derive(Debug, Default)]
+pub(crate) struct Preflights {
+    /// The configured test; `None`: Gantry runs none (a tainted node waits for whatever
+    /// removes the taint).
+    template: Option<PreflightTemplate>,
+    /// The GPU resource a preflight pod asks all of.
+    gpu_resource: String,
+    /// Results seen and not yet written, by node name.
+    node_to_due: BTreeMap<String, Due>,
+    /// Uids of the preflight pods whose result the lifecycle has: each is applied once.
+    handled: HashSet<String>,
+    /// Nodes with a preflight pod in the cache now.
+    testing: HashSet<String>,
+    /// When a test was last started, or a result written, per node (see [`SETTLE`]).
+    node_to_last: HashMap<String, Instant>,
+}
+
+impl Preflights {
+    /// Preflight with `template`, whose pods ask every GPU of `gpu_resource`.
+    pub(crate) fn new(template: Option<PreflightTemplate>, gpu_resource: &str) -> Self {
+        Self {
+            template,
+            gpu_resource: gpu_resource.into(),
+            ..Self::default()
+        }
+    }
+
+    /// Reads the preflight pods (`pods`, the cache) at `now_unix_s`: a pod that passed, failed
+    /// or ran out of time moves its node's lifecycle (Ready, or Repair with the reason) and is
+    /// due to be written back.
+    pub(crate) fn observe(
+        &mut self,
+        pods: &[Arc<Pod>],
+        tracker: &Tracker,
+        scheduler: &mut Scheduler,
+        now_unix_s: f64,
+        now_s: f64,
+    ) {
+        let Some(template) = &self.template else {
+            return;
+        };
+        let mut present = HashSet::new();
+        self.testing.clear();
+        for p in pods
+            .iter()
+            .filter(|p| p.metadata.namespace.as_deref() == Some(template.namespace.as_str()))
+        {
+            let (Some(uid), Some(node)) = (p.metadata.uid.clone(), pod_node(p)) else {
+                continue;
+            };
+            self.testing.insert(node.to_string());
+            present.insert(uid.clone());
+            if self.handled.contains(&uid) {
+                continue;
+            }
+            let failure = match outcome(p, template.timeout_s, now_unix_s) {
+                Outcome::Running => continue,
+                Outcome::Passed => None,
+                Outcome::Failed(reason) => Some(reason),
+            };
+            let name = p.metadata.name.clone().unwrap_or_default();
+            if let Some(index) = tracker.node_index(node) {
+                match &failure {
+                    None => scheduler.lifecycle_mut().passed(index, now_s),
+                    Some(reason) => scheduler.lifecycle_mut().test_failed(index, reason, now_s),
+                }
+                scheduler.sync_health(index);
+            }
+            match &failure {
+                None => tracing::info!(node, pod = %name, "preflight passed"),
+                Some(reason) => tracing::warn!(node, pod = %name, %reason, "preflight failed"),
+            }
+            self.handled.insert(uid.clone());
+            self.node_to_due.insert(
+                node.to_string(),
+                Due {
+                    pod: name,
+                    uid,
+                    failure,
+                },
+            );
+        }
+        self.handled.retain(|uid| present.contains(uid));
+    }
+
+    /// Writes the results due and starts the tests due: on the leader only, each write fenced
+    /// by the Lease.
+    pub(crate) fn write(
+        &mut self,
+        handle: &tokio::runtime::Handle,
+        client: &Client,
+        leadership: Option<&Leadership>,
+        tracker: &Tracker,
+        scheduler: &Scheduler,
+    ) {
+        let Some(template) = self.template.clone() else {
+            return;
+        };
+        let namespace = template.namespace.clone();
+        let due: Vec<(String, Due)> = self
+            .node_to_due
+            .iter()
+            .map(|(n, d)| (n.clone(), d.clone()))
+            .collect();
+        for (node, due) in due {
+            let written =
+                handle.block_on(write_result(client, leadership, &namespace, &node, &due));
+            match written {
+                Ok(()) => {
+                    self.node_to_due.remove(&node);
+                    self.node_to_last.insert(node, Instant::now());
+                }
+                Err(why) => {
+                    tracing::warn!(node, %why, "preflight result not written; trying again")
+                }
+            }
+        }
+        self.node_to_last.retain(|_, at| at.elapsed() < SETTLE);
+        let starts: Vec<(String, u32)> = tracker
+            .preflight_nodes()
+            .iter()
+            .filter(|(_, status)| **status == NodeStatus::Testing)
+            .filter(|(node, _)| {
+                !self.testing.contains(*node)
+                    && !self.node_to_due.contains_key(*node)
+                    && !self.node_to_last.contains_key(*node)
+            })
+            .filter_map(|(node, _)| {
+                let index = tracker.node_index(node)?;
+                let gpus = scheduler.state.nodes.gpu_total.get(index).copied()?;
+                Some((node.clone(), gpus))
+            })
+            .collect();
+        for (node, gpus) in starts {
+            let pod = pod(&template, &node, gpus, &self.gpu_resource);
+            match handle.block_on(start(client, leadership, &namespace, &node, &pod)) {
+                Ok(()) => {
+                    tracing::info!(node, "preflight started");
+                    self.node_to_last.insert(node, Instant::now());
+                }
+                Err(why) => tracing::warn!(node, %why, "cannot start the preflight pod"),
+            }
+        }
+    }
+}
+
+/// A node, as its Events name it.
+fn node_ref(node: &str) -> ObjectReference {
+    ObjectReference {
+        api_version: Some("v1".into()),
+        kind: Some("Node".into()),
+        name: Some(node.into()),
+        ..ObjectReference::default()
+    }
+}
+
+/// Creates `node`'s preflight pod (one that exists already is its test running) and posts
+/// PreflightStarted on the node.
+async fn start(
+    client: &Client,
+    leadership: Option<&Leadership>,
+    namespace: &str,
+    node: &str,
+    pod: &Pod,
+) -> Result<(), String> {
+    let api: Api<Pod> = Api::namespaced(client.clone(), namespace);
+    match fenced(leadership, api.create(&PostParams::default(), pod)).await {
+        Err(fenced) => return Err(fenced.to_string()),
+        Ok(Err(kube::Error::Api(status))) if status.code == 409 => return Ok(()),
+        Ok(Err(error)) => return Err(error.to_string()),
+        Ok(Ok(_)) => {}
+    }
+    let name = pod.metadata.name.as_deref().unwrap_or_default();
+    let note = format!("Testing the node before it takes work: preflight pod {namespace}/{name}");
+    post_node_event(
+        client,
+        leadership,
+        node,
+        "Normal",
+        "PreflightStarted",
+        &note,
+    )
+    .await;
+    Ok(())
+}
+
+/// Writes one result: a pass removes the taint, a failure annotates the node with its reason;
+/// then the pod is deleted and the node's Event posted.
+async fn write_result(
+    client: &Client,
+    leadership: Option<&Leadership>,
+    namespace: &str,
+    node: &str,
+    due: &Due,
+) -> Result<(), String> {
+    let nodes: Api<Node> = Api::all(client.clone());
+    match &due.failure {
+        None => {
+            let current = fenced(leadership, nodes.get_opt(node))
+                .await
+                .map_err(|f| f.to_string())?
+                .map_err(|e| e.to_string())?;
+            // A node gone has nothing to remove.
+            if let Some(current) = current {
+                remove_taint(&nodes, leadership, &current).await?;
+            }
+        }
+        Some(reason) => {
+            let mut value = reason.clone();
+            value.truncate(1000);
+            let patch =
+                serde_json::json!({"metadata": {"annotations": {FAILED_ANNOTATION: value}}});
+            let (params, patch) = (PatchParams::default(), Patch::Merge(&patch));
+            let write = nodes.patch(node, &params, &patch);
+            match fenced(leadership, write).await.map_err(|f| f.to_string())? {
+                Ok(_) => {}
+                Err(kube::Error::Api(status)) if status.code == 404 => {}
+                Err(error) => return Err(error.to_string()),
+            }
+        }
+    }
+    let pods: Api<Pod> = Api::namespaced(client.clone(), namespace);
+    let params = DeleteParams {
+        // Finished, or out of time: nothing to shut down gracefully.
+        grace_period_seconds: Some(0),
+        preconditions: Some(Preconditions {
+            uid: Some(due.uid.clone()),
+            resource_version: None,
+        }),
+        ..DeleteParams::default()
+    };
+    match fenced(leadership, pods.delete(&due.pod, &params)).await {
+        Err(fenced) => return Err(fenced.to_string()),
+        Ok(Err(kube::Error::Api(status))) if status.code == 404 || status.code == 409 => {}
+        Ok(Err(error)) => return Err(error.to_string()),
+        Ok(Ok(_)) => {}
+    }
+    let (type_, reason, note) = match &due.failure {
+        None => (
+            "Normal",
+            "PreflightPassed",
+            format!(
+                "Preflight pod {namespace}/{} succeeded: the node takes work",
+                due.pod
+            ),
+        ),
+        Some(why) => (
+            "Warning",
+            "PreflightFailed",
+            format!(
+                "Preflight failed: {why}. The node keeps the {PREFLIGHT_TAINT} taint and is in \
+                 repair; remove its {FAILED_ANNOTATION} annotation to test it again"
+            ),
+        ),
+    };
+    post_node_event(client, leadership, node, type_, reason, &note).await;
+    Ok(())
+}
+
+/// Removes the preflight taint from `node`, as read: the patch carries its resourceVersion,
+/// so a node changed since is read again at the next pass rather than overwritten.
+async fn remove_taint(
+    nodes: &Api<Node>,
+    leadership: Option<&Leadership>,
+    node: &Node,
+) -> Result<(), String> {
+    let taints = node
+        .spec
+        .as_ref()
+        .and_then(|s| s.taints.clone())
+        .unwrap_or_default();
+    if !taints.iter().any(|t| t.key == PREFLIGHT_TAINT) {
+        return Ok(());
+    }
+    let kept: Vec<_> = taints
+        .into_iter()
+        .filter(|t| t.key != PREFLIGHT_TAINT)
+        .collect();
+    // A merge patch carrying the resourceVersion is refused (409) if the node changed since.
+    let patch = serde_json::json!({
+        "metadata": {"resourceVersion": node.metadata.resource_version},
+        "spec": {"taints": kept},
+    });
+    let name = node.metadata.name.as_deref().unwrap_or_default();
+    let (params, patch) = (PatchParams::default(), Patch::Merge(&patch));
+    let write = nodes.patch(name, &params, &patch);
+    fenced(leadership, write)
+        .await
+        .map_err(|f| f.to_string())?
+        .map(|_| ())
+        .map_err(|e| format!("cannot remove the {PREFLIGHT_TAINT} taint: {e}"))
+}
+
+/// Posts an Event on `node`; a failure is logged, never fatal (the result stands).
+async fn post_node_event(
+    client: &Client,
+    leadership: Option<&Leadership>,
+    node: &str,
+    type_: &str,
+    reason: &str,
+    note: &str,
+) {
+    let post = event_about(
+        client,
+        NODE_EVENTS,
+        node_ref(node),
+        type_,
+        reason,
+        "Preflight",
+        note,
+    );
+    match fenced(leadership, post).await {
+        Ok(Ok(())) => {}
+        Ok(Err(error)) => tracing::warn!(node, %error, "cannot post the {reason} Event"),
+        Err(fenced) => tracing::warn!(node, %fenced, "{reason} Event not posted"),
+    }
+}
