@@ -152,7 +152,8 @@ fn a_failing_node_stops_its_gang_whole_and_the_recreated_pods_bind_elsewhere() {
 /// each gets a preflight pod from the health config's template. kwok (`kwok-stages.yaml`)
 /// completes pf-good's: its taint goes, and an 8-GPU pod waiting since the start binds there.
 /// It fails pf-bad's: the node stays tainted, annotated with the container's exit reason, in
-/// repair. pf-stuck's never ends: out of time, the same with the timeout as the reason.
+/// repair. pf-stuck's never ends: out of time, the same with the timeout as the reason. Once
+/// its work is gone, idle pf-good is re-tested, and passes again.
 #[test]
 #[ignore = "needs tests/cluster: scripts/test.sh runs it with --include-ignored"]
 fn new_nodes_pass_or_fail_their_preflight_before_they_take_work() {
@@ -187,7 +188,7 @@ fn new_nodes_pass_or_fail_their_preflight_before_they_take_work() {
         let health = dir.path().join("health.yaml");
         std::fs::write(
             &health,
-            "preflight:\n  image: registry.example/dcgm:4\n  command: [dcgmi, diag, -r, '2']\n  timeout_s: 20\n",
+            "preflight:\n  image: registry.example/dcgm:4\n  command: [dcgmi, diag, -r, '2']\n  timeout_s: 20\n  retest_every_s: 5\n",
         )
         .unwrap();
         let replica = Replica::start(&kubeconfig, &["--health-config", health.to_str().unwrap()]);
@@ -280,6 +281,24 @@ fn new_nodes_pass_or_fail_their_preflight_before_they_take_work() {
         })
         .await;
         drop(metrics);
-        eprintln!("preflight e2e: pf-good passed and took work; pf-bad: {bad}; pf-stuck: {stuck}");
+
+        // Idle again, pf-good is re-tested (every 5 s here), and passes again.
+        pods.delete("work", &Default::default()).await.unwrap();
+        let retest = until("pf-good's PreflightRetest Event", || async {
+            let list = events.list(&ListParams::default()).await.ok()?;
+            notes(&list.items, "pf-good", "PreflightRetest").into_iter().next()
+        })
+        .await;
+        assert!(retest.starts_with("Re-testing an idle node"), "{retest}");
+        until("pf-good's second preflight to pass", || async {
+            let list = events.list(&ListParams::default()).await.ok()?;
+            let node = nodes.get("pf-good").await.ok()?;
+            (notes(&list.items, "pf-good", "PreflightPassed").len() >= 2 && !tainted(&node))
+                .then_some(())
+        })
+        .await;
+        eprintln!(
+            "preflight e2e: pf-good passed, took work, and passed a re-test; pf-bad: {bad}; pf-stuck: {stuck}"
+        );
     });
 }

@@ -12,6 +12,8 @@
 //!   taint, asking every GPU of the node, never restarted.
 //! - [`outcome`]: what a preflight pod's status says: still running, passed, failed with the
 //!   container's exit reason, or out of time.
+//! - Re-tests ([`PreflightTemplate::retest_every_s`]): idle nodes are tainted again, a few at
+//!   a time, while no job waits, and a waiting job ends a re-test early.
 //!
 //! A failed node stays tainted, with the annotation: it is out of the scheduler's hands
 //! (Repair) until an admin removes the annotation, when it is tested again.
@@ -56,6 +58,17 @@ pub struct PreflightTemplate {
     /// A pod that has not finished this long after its creation fails the node (seconds).
     #[serde(default = "default_timeout_s")]
     pub timeout_s: u64,
+    /// Re-test a node idle this long after its last test (or since Gantry started), seconds;
+    /// `None`: no re-tests. A re-test runs only while no job waits, and gives way to one.
+    #[serde(default)]
+    pub retest_every_s: Option<u64>,
+    /// Most nodes re-tested at once.
+    #[serde(default = "default_retest_at_once")]
+    pub retest_at_once: usize,
+}
+
+fn default_retest_at_once() -> usize {
+    1
 }
 
 fn default_namespace() -> String {
@@ -77,6 +90,12 @@ impl PreflightTemplate {
         }
         if self.timeout_s == 0 {
             return Err("field timeout_s: must be at least 1 second".into());
+        }
+        if self.retest_every_s == Some(0) {
+            return Err("field retest_every_s: must be at least 1 second".into());
+        }
+        if self.retest_at_once == 0 {
+            return Err("field retest_at_once: must be at least 1 (leave out retest_every_s to re-test none)".into());
         }
         Ok(())
     }

@@ -4,6 +4,10 @@
 //! runs out of time) the node keeps the taint, gains the `gantry.dev/preflight-failed`
 //! annotation with the reason, and is in repair. Each step posts an Event on the node.
 //!
+//! Idle nodes are re-tested when the template says how often (`retest_every_s`): a few at a
+//! time, tainted again by Gantry, only while no job waits; a job that starts waiting ends the
+//! re-tests under way (pod deleted, taint removed).
+//!
 //! [`Preflights::observe`] runs in the sync: it reads the preflight pods' cache and moves the
 //! lifecycle (every replica keeps its view). [`Preflights::write`] runs in the bind pass, on
 //! the leader only: it creates the pods due and writes each result, retried at the next pass
@@ -30,6 +34,9 @@ use crate::tracker::Tracker;
 /// After a test is started or its result written, no other pod is started on the node for
 /// this long: the caches show our own writes only after a while.
 const SETTLE: Duration = Duration::from_secs(30);
+
+/// Idle nodes are looked for re-tests at most this often: the look walks every node.
+const RETEST_SCAN: Duration = Duration::from_secs(10);
 
 /// The namespace a node's Events go to, as the kubelet posts them.
 const NODE_EVENTS: &str = "default";
@@ -62,6 +69,16 @@ pub(crate) struct Preflights {
     testing: HashSet<String>,
     /// When a test was last started, or a result written, per node (see [`SETTLE`]).
     node_to_last: HashMap<String, Instant>,
+    /// When each node last passed a test this process saw: re-tests count from it, or from
+    /// [`Preflights::since`].
+    node_to_passed: HashMap<String, Instant>,
+    /// When this process started: a node never tested since counts from here.
+    since: Option<Instant>,
+    /// Nodes this process tainted for a re-test, still tainted: at most
+    /// `retest_at_once`, and each gives way to waiting work.
+    retesting: HashSet<String>,
+    /// When idle nodes were last looked for (see [`RETEST_SCAN`]).
+    last_scan: Option<Instant>,
 }
 
 impl Preflights {
@@ -70,6 +87,7 @@ impl Preflights {
         Self {
             template,
             gpu_resource: gpu_resource.into(),
+            since: Some(Instant::now()),
             ..Self::default()
         }
     }
@@ -114,6 +132,9 @@ impl Preflights {
                     Some(reason) => scheduler.lifecycle_mut().test_failed(index, reason, now_s),
                 }
                 scheduler.sync_health(index);
+            }
+            if failure.is_none() {
+                self.node_to_passed.insert(node.to_string(), Instant::now());
             }
             match &failure {
                 None => tracing::info!(node, pod = %name, "preflight passed"),
@@ -190,6 +211,174 @@ impl Preflights {
                 Err(why) => tracing::warn!(node, %why, "cannot start the preflight pod"),
             }
         }
+        if let Some(every_s) = template.retest_every_s {
+            let retest = Retest {
+                every: Duration::from_secs(every_s),
+                at_once: template.retest_at_once,
+                namespace: &namespace,
+            };
+            self.retests(handle, client, leadership, tracker, scheduler, retest);
+        }
+    }
+
+    /// Re-tests idle nodes, a few at a time, while no job waits; a job waiting ends the
+    /// re-tests under way, which give their nodes back.
+    fn retests(
+        &mut self,
+        handle: &tokio::runtime::Handle,
+        client: &Client,
+        leadership: Option<&Leadership>,
+        tracker: &Tracker,
+        scheduler: &Scheduler,
+        retest: Retest<'_>,
+    ) {
+        self.retesting
+            .retain(|node| tracker.preflight_nodes().get(node) == Some(&NodeStatus::Testing));
+        let waiting = scheduler
+            .pending()
+            .into_iter()
+            .any(|id| scheduler.get(id).is_some_and(|spec| !spec.balloon));
+        if waiting {
+            for node in std::mem::take(&mut self.retesting) {
+                let note = "A job waits: the re-test gives the node back";
+                match handle.block_on(give_way(client, leadership, retest.namespace, &node)) {
+                    Ok(()) => {
+                        tracing::info!(node, "re-test gave way to waiting work");
+                        self.node_to_last.insert(node.clone(), Instant::now());
+                        // Not tested: it is due again once idle.
+                        handle.block_on(post_node_event(
+                            client,
+                            leadership,
+                            &node,
+                            "Normal",
+                            "PreflightYielded",
+                            note,
+                        ));
+                    }
+                    Err(why) => {
+                        tracing::warn!(node, %why, "re-test could not give way; trying again");
+                        self.retesting.insert(node);
+                    }
+                }
+            }
+            return;
+        }
+        if self.last_scan.is_some_and(|at| at.elapsed() < RETEST_SCAN) {
+            return;
+        }
+        self.last_scan = Some(Instant::now());
+        let since = self.since.unwrap_or_else(Instant::now);
+        let nodes = &scheduler.state.nodes;
+        let mut due: Vec<(Duration, String)> = tracker
+            .node_names()
+            .iter()
+            .enumerate()
+            .filter(|&(i, _)| {
+                nodes.gpu_total[i] > 0
+                    && nodes.gpu_free[i] == nodes.gpu_total[i]
+                    && scheduler.lifecycle().state(i) == gantry_core::NodeState::Ready
+                    && nodes.health(i) == gantry_core::Health::Healthy
+            })
+            .filter(|(_, name)| {
+                !self.retesting.contains(*name) && !self.node_to_last.contains_key(*name)
+            })
+            .filter_map(|(_, name)| {
+                let idle = self
+                    .node_to_passed
+                    .get(name)
+                    .copied()
+                    .unwrap_or(since)
+                    .elapsed();
+                (idle >= retest.every).then(|| (idle, name.clone()))
+            })
+            .collect();
+        // The longest untested first.
+        due.sort_by_key(|d| std::cmp::Reverse(d.0));
+        let room = retest.at_once.saturating_sub(self.retesting.len());
+        for (untested, node) in due.into_iter().take(room) {
+            match handle.block_on(taint(client, leadership, &node)) {
+                Ok(()) => {
+                    let note = format!(
+                        "Re-testing an idle node, untested for {} s",
+                        untested.as_secs()
+                    );
+                    tracing::info!(node, "{note}");
+                    handle.block_on(post_node_event(
+                        client,
+                        leadership,
+                        &node,
+                        "Normal",
+                        "PreflightRetest",
+                        &note,
+                    ));
+                    self.retesting.insert(node);
+                }
+                Err(why) => tracing::warn!(node, %why, "cannot taint the node for a re-test"),
+            }
+        }
+    }
+}
+
+/// What the re-tests are configured to do.
+struct Retest<'a> {
+    /// A node idle this long after its last test is re-tested.
+    every: Duration,
+    /// Most re-tests at once.
+    at_once: usize,
+    /// Where the preflight pods run.
+    namespace: &'a str,
+}
+
+/// Taints `node` for a re-test, as read: a node changed since is tried at the next scan.
+async fn taint(client: &Client, leadership: Option<&Leadership>, node: &str) -> Result<(), String> {
+    let nodes: Api<Node> = Api::all(client.clone());
+    let current = fenced(leadership, nodes.get(node))
+        .await
+        .map_err(|f| f.to_string())?
+        .map_err(|e| e.to_string())?;
+    let mut taints = current
+        .spec
+        .as_ref()
+        .and_then(|s| s.taints.clone())
+        .unwrap_or_default();
+    if taints.iter().any(|t| t.key == PREFLIGHT_TAINT) {
+        return Ok(());
+    }
+    taints.push(k8s_openapi::api::core::v1::Taint {
+        key: PREFLIGHT_TAINT.into(),
+        effect: "NoSchedule".into(),
+        ..Default::default()
+    });
+    set_taints(&nodes, leadership, &current, taints).await
+}
+
+/// Ends `node`'s re-test early: its pod is deleted and the taint removed.
+async fn give_way(
+    client: &Client,
+    leadership: Option<&Leadership>,
+    namespace: &str,
+    node: &str,
+) -> Result<(), String> {
+    let pods: Api<Pod> = Api::namespaced(client.clone(), namespace);
+    let name = PreflightTemplate::pod_name(node);
+    let params = DeleteParams {
+        grace_period_seconds: Some(0),
+        ..DeleteParams::default()
+    };
+    match fenced(leadership, pods.delete(&name, &params)).await {
+        Err(fenced) => return Err(fenced.to_string()),
+        Ok(Err(kube::Error::Api(status))) if status.code == 404 => {}
+        Ok(Err(error)) => return Err(error.to_string()),
+        Ok(Ok(_)) => {}
+    }
+    let nodes: Api<Node> = Api::all(client.clone());
+    let current = fenced(leadership, nodes.get_opt(node))
+        .await
+        .map_err(|f| f.to_string())?
+        .map_err(|e| e.to_string())?;
+    match current {
+        Some(current) => remove_taint(&nodes, leadership, &current).await,
+        None => Ok(()),
     }
 }
 
@@ -306,8 +495,7 @@ async fn write_result(
     Ok(())
 }
 
-/// Removes the preflight taint from `node`, as read: the patch carries its resourceVersion,
-/// so a node changed since is read again at the next pass rather than overwritten.
+/// Removes the preflight taint from `node`, as read.
 async fn remove_taint(
     nodes: &Api<Node>,
     leadership: Option<&Leadership>,
@@ -321,14 +509,26 @@ async fn remove_taint(
     if !taints.iter().any(|t| t.key == PREFLIGHT_TAINT) {
         return Ok(());
     }
-    let kept: Vec<_> = taints
+    let kept = taints
         .into_iter()
         .filter(|t| t.key != PREFLIGHT_TAINT)
         .collect();
-    // A merge patch carrying the resourceVersion is refused (409) if the node changed since.
+    set_taints(nodes, leadership, node, kept)
+        .await
+        .map_err(|e| format!("cannot remove the {PREFLIGHT_TAINT} taint: {e}"))
+}
+
+/// Sets `node`'s taints to `taints`: the merge patch carries the resourceVersion read, so a
+/// node changed since is refused (409) and read again next time rather than overwritten.
+async fn set_taints(
+    nodes: &Api<Node>,
+    leadership: Option<&Leadership>,
+    node: &Node,
+    taints: Vec<k8s_openapi::api::core::v1::Taint>,
+) -> Result<(), String> {
     let patch = serde_json::json!({
         "metadata": {"resourceVersion": node.metadata.resource_version},
-        "spec": {"taints": kept},
+        "spec": {"taints": taints},
     });
     let name = node.metadata.name.as_deref().unwrap_or_default();
     let (params, patch) = (PatchParams::default(), Patch::Merge(&patch));
@@ -337,7 +537,7 @@ async fn remove_taint(
         .await
         .map_err(|f| f.to_string())?
         .map(|_| ())
-        .map_err(|e| format!("cannot remove the {PREFLIGHT_TAINT} taint: {e}"))
+        .map_err(|e| e.to_string())
 }
 
 /// Posts an Event on `node`; a failure is logged, never fatal (the result stands).
