@@ -23,7 +23,8 @@ use serde_json::json;
 /// running 4-pod PodGroup stopped whole through the Eviction API, in one decision: a Stopped
 /// Event naming the node and the signal on every pod, and the job's explanation says so; the
 /// node is in repair (`gantry_nodes`), and the pods recreated as their controller would bind
-/// on other nodes.
+/// on other nodes. A second failing node trips the breaker, which says so in an Event and
+/// stops nothing.
 #[test]
 #[ignore = "needs tests/cluster: scripts/test.sh runs it with --include-ignored"]
 fn a_failing_node_stops_its_gang_whole_and_the_recreated_pods_bind_elsewhere() {
@@ -144,7 +145,45 @@ fn a_failing_node_stops_its_gang_whole_and_the_recreated_pods_bind_elsewhere() {
         })
         .await;
         assert!(!second.contains(&failing), "{second:?} avoids {failing}");
-        eprintln!("health e2e: gang on {first:?}; {failing} failed; recreated on {second:?}");
+
+        // A second failure would put 2 of 6 nodes out, over the 10% share (one node may always
+        // be out): the breaker trips, says so on the node, and leaves its gang running.
+        let next = second.iter().next().unwrap().clone();
+        nodes
+            .patch_status(
+                &next,
+                &kube::api::PatchParams::default(),
+                &kube::api::Patch::Strategic(&xid),
+            )
+            .await
+            .unwrap();
+        let tripped = until("the HealthBreakerTripped Event", || async {
+            let list = events.list(&ListParams::default()).await.ok()?;
+            notes(&list.items, &next, "HealthBreakerTripped")
+                .into_iter()
+                .next()
+        })
+        .await;
+        assert!(
+            tripped.contains("one more cordon would put 2 of 6 nodes out")
+                && tripped.contains("gantry health reset"),
+            "{tripped}"
+        );
+        until("gantry_health_breaker_tripped to be 1", || async {
+            let (_, body) = replica.get("/metrics")?;
+            body.contains("gantry_health_breaker_tripped 1").then_some(())
+        })
+        .await;
+        let list = pods.list(&ListParams::default()).await.unwrap();
+        assert!(
+            list.items
+                .iter()
+                .all(|p| p.metadata.deletion_timestamp.is_none()),
+            "a held signal stops nothing"
+        );
+        eprintln!(
+            "health e2e: gang on {first:?}; {failing} failed; recreated on {second:?}; {next} held by the breaker"
+        );
     });
 }
 

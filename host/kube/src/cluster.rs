@@ -135,6 +135,26 @@ impl KubeCluster {
                     for job in failure.stopped {
                         self.tracker.stopping(scheduler, job);
                     }
+                    // The first signal held since the breaker tripped says so, once, on the
+                    // node whose signal tripped it.
+                    let breaker = &scheduler.lifecycle().breaker;
+                    if failure.verdict == gantry_core::health::Verdict::HeldByBreaker
+                        && breaker.held == 1
+                        && let Some(trip) = &breaker.tripped
+                    {
+                        let note = format!(
+                            "The health breaker tripped: {}. Automated cordons stop until an admin \
+                             resets it (gantry health reset); {node} reported {cause} and was left \
+                             in service",
+                            trip.reason
+                        );
+                        self.writer.node_events.push(crate::write::NodeEvent {
+                            node: node.clone(),
+                            type_: "Warning",
+                            reason: "HealthBreakerTripped",
+                            note,
+                        });
+                    }
                 }
                 NodeSignal::PreflightDue {
                     node,

@@ -64,6 +64,15 @@ pub(crate) enum Fenced {
     CutOff,
 }
 
+/// An Event on a node the sync found due.
+#[derive(Debug, Clone)]
+pub(crate) struct NodeEvent {
+    pub(crate) node: String,
+    pub(crate) type_: &'static str,
+    pub(crate) reason: &'static str,
+    pub(crate) note: String,
+}
+
 /// One write attempt under the Lease: refused when this replica does not hold it, and cut off
 /// when what is left of the Lease ([`Leadership::time_left`]) or
 /// [`crate::connect::CALL_TIMEOUT`] runs out
@@ -143,6 +152,9 @@ pub(crate) struct Writer {
     blocked_stops: Vec<stop::BlockedStop>,
     /// Preflight: the tests due and the results to write (see [`preflight`]).
     pub(crate) preflights: preflight::Preflights,
+    /// Events on nodes the sync found due (the health breaker tripping), posted by the next
+    /// pass on the leader.
+    pub(crate) node_events: Vec<NodeEvent>,
     /// Bindings answered as applied after this replica had lost the Lease, since it started
     /// (`gantry_bind_after_lease_loss_total`): the fence keeps it 0.
     pub(crate) binds_after_lease_loss: u64,
@@ -173,6 +185,7 @@ impl Writer {
             evicted: Vec::new(),
             blocked_stops: Vec::new(),
             preflights,
+            node_events: Vec::new(),
             binds_after_lease_loss: 0,
         }
     }
@@ -215,6 +228,18 @@ impl Writer {
             let leadership = self.leadership.as_deref();
             self.preflights
                 .write(&self.handle, &self.client, leadership, tracker, scheduler);
+            for e in std::mem::take(&mut self.node_events) {
+                let (reason, action) = (e.reason, "Health");
+                let post = report::post_node_event(
+                    &self.client,
+                    leadership,
+                    &e.node,
+                    e.type_,
+                    (reason, action),
+                    &e.note,
+                );
+                self.handle.block_on(post);
+            }
         }
         let victim_nodes = self.preempt(tracker, scheduler, output, &mut pass);
         self.bind_placed(tracker, groups, scheduler, output, &victim_nodes, &mut pass);

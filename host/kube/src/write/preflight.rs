@@ -18,12 +18,12 @@ use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 use gantry_core::Scheduler;
-use k8s_openapi::api::core::v1::{Node, ObjectReference, Pod};
+use k8s_openapi::api::core::v1::{Node, Pod};
 use kube::api::{DeleteParams, Patch, PatchParams, PostParams, Preconditions};
 use kube::{Api, Client};
 
 use super::fenced;
-use super::report::event_about;
+use super::report::post_node_event;
 use crate::leader::Leadership;
 use crate::preflight::{
     FAILED_ANNOTATION, NodeStatus, Outcome, PREFLIGHT_TAINT, PreflightTemplate, outcome, pod,
@@ -37,9 +37,6 @@ const SETTLE: Duration = Duration::from_secs(30);
 
 /// Idle nodes are looked for re-tests at most this often: the look walks every node.
 const RETEST_SCAN: Duration = Duration::from_secs(10);
-
-/// The namespace a node's Events go to, as the kubelet posts them.
-const NODE_EVENTS: &str = "default";
 
 /// A preflight result seen in the cache and not yet written back.
 #[derive(Debug, Clone)]
@@ -251,7 +248,7 @@ impl Preflights {
                             leadership,
                             &node,
                             "Normal",
-                            "PreflightYielded",
+                            ("PreflightYielded", "Preflight"),
                             note,
                         ));
                     }
@@ -308,7 +305,7 @@ impl Preflights {
                         leadership,
                         &node,
                         "Normal",
-                        "PreflightRetest",
+                        ("PreflightRetest", "Preflight"),
                         &note,
                     ));
                     self.retesting.insert(node);
@@ -382,16 +379,6 @@ async fn give_way(
     }
 }
 
-/// A node, as its Events name it.
-fn node_ref(node: &str) -> ObjectReference {
-    ObjectReference {
-        api_version: Some("v1".into()),
-        kind: Some("Node".into()),
-        name: Some(node.into()),
-        ..ObjectReference::default()
-    }
-}
-
 /// Creates `node`'s preflight pod (one that exists already is its test running) and posts
 /// PreflightStarted on the node.
 async fn start(
@@ -415,7 +402,7 @@ async fn start(
         leadership,
         node,
         "Normal",
-        "PreflightStarted",
+        ("PreflightStarted", "Preflight"),
         &note,
     )
     .await;
@@ -491,7 +478,15 @@ async fn write_result(
             ),
         ),
     };
-    post_node_event(client, leadership, node, type_, reason, &note).await;
+    post_node_event(
+        client,
+        leadership,
+        node,
+        type_,
+        (reason, "Preflight"),
+        &note,
+    )
+    .await;
     Ok(())
 }
 
@@ -538,29 +533,4 @@ async fn set_taints(
         .map_err(|f| f.to_string())?
         .map(|_| ())
         .map_err(|e| e.to_string())
-}
-
-/// Posts an Event on `node`; a failure is logged, never fatal (the result stands).
-async fn post_node_event(
-    client: &Client,
-    leadership: Option<&Leadership>,
-    node: &str,
-    type_: &str,
-    reason: &str,
-    note: &str,
-) {
-    let post = event_about(
-        client,
-        NODE_EVENTS,
-        node_ref(node),
-        type_,
-        reason,
-        "Preflight",
-        note,
-    );
-    match fenced(leadership, post).await {
-        Ok(Ok(())) => {}
-        Ok(Err(error)) => tracing::warn!(node, %error, "cannot post the {reason} Event"),
-        Err(fenced) => tracing::warn!(node, %fenced, "{reason} Event not posted"),
-    }
 }

@@ -12,7 +12,8 @@ use k8s_openapi::apimachinery::pkg::apis::meta::v1::{MicroTime, ObjectMeta};
 use kube::api::{Patch, PatchParams, PostParams};
 use kube::{Api, Client};
 
-use super::{COMPONENT, CONCURRENCY, EVENT_CONCURRENCY, Groups, TRIM_EVERY, Writer};
+use super::{COMPONENT, CONCURRENCY, EVENT_CONCURRENCY, Groups, TRIM_EVERY, Writer, fenced};
+use crate::leader::Leadership;
 use crate::mapping::PendingPod;
 use crate::tracker::{PodKey, Tracker};
 
@@ -290,6 +291,45 @@ pub(super) async fn event_about(
         .await
         .map(|_| ())
 }
+
+/// A node, as its Events name it.
+fn node_ref(node: &str) -> ObjectReference {
+    ObjectReference {
+        api_version: Some("v1".into()),
+        kind: Some("Node".into()),
+        name: Some(node.into()),
+        ..ObjectReference::default()
+    }
+}
+
+/// Posts an Event on `node` (in `default`, where the kubelet posts a node's), fenced by the
+/// Lease; a failure is logged, never fatal: what it reports stands.
+pub(super) async fn post_node_event(
+    client: &Client,
+    leadership: Option<&Leadership>,
+    node: &str,
+    type_: &str,
+    (reason, action): (&str, &str),
+    note: &str,
+) {
+    let post = event_about(
+        client,
+        NODE_EVENTS,
+        node_ref(node),
+        type_,
+        reason,
+        action,
+        note,
+    );
+    match fenced(leadership, post).await {
+        Ok(Ok(())) => {}
+        Ok(Err(error)) => tracing::warn!(node, %error, "cannot post the {reason} Event"),
+        Err(fenced) => tracing::warn!(node, %fenced, "{reason} Event not posted"),
+    }
+}
+
+/// The namespace a node's Events go to, as the kubelet posts them.
+const NODE_EVENTS: &str = "default";
 
 fn truncate(text: &str, max: usize) -> String {
     if text.len() <= max {
