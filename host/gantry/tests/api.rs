@@ -403,6 +403,18 @@ fn shadow_activate_rollback_explain_and_lookups() {
     assert_eq!(nodes["gpu_free"].as_array().map(Vec::len), Some(7500));
     let (status, detail) = server.get(&format!("/api/cluster/nodes/{node}"));
     assert_eq!(status, 200, "{detail}");
+    // `gantry explain` of a node's name is its health: its state and transitions.
+    let out = server.cli(&["explain", &node]);
+    let stdout = text(&out.stdout);
+    assert!(out.status.success(), "{stdout}{}", text(&out.stderr));
+    assert!(stdout.starts_with(&format!("{node}: ")), "{stdout}");
+    let out = server.cli(&["explain", "no-such-job-or-node"]);
+    assert!(!out.status.success());
+    assert!(
+        text(&out.stderr).contains("no-such-job-or-node"),
+        "{}",
+        text(&out.stderr)
+    );
     let (_, queues) = server.get("/api/queues");
     assert!(
         queues

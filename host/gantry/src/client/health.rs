@@ -94,6 +94,22 @@ pub fn health(args: HealthArgs) -> anyhow::Result<ExitCode> {
     })
 }
 
+/// Prints a node's health (the server's answer `body` to GET `path`) as `gantry health node`
+/// does: `gantry explain NODE` shows it.
+pub(super) fn print_node(body: serde_json::Value, path: &str, json: bool) -> anyhow::Result<()> {
+    if json {
+        outln!("{}", serde_json::to_string_pretty(&body)?);
+        return Ok(());
+    }
+    let view: NodeHealthView = serde_json::from_value(body).map_err(|e| {
+        anyhow::anyhow!("the server's answer to GET {path} is not what this CLI reads: {e}")
+    })?;
+    for line in node_text(&view) {
+        outln!("{line}");
+    }
+    Ok(())
+}
+
 /// How long before `now_ms` `at_ms` was: "12 min ago", "just now".
 fn ago(at_ms: u64, now_ms: u64) -> String {
     let s = now_ms.saturating_sub(at_ms) as f64 / 1000.0;

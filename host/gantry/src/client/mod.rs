@@ -373,7 +373,7 @@ pub enum ShadowCommand {
 
 #[derive(Args, Debug)]
 pub struct ExplainArgs {
-    /// A pod or job name.
+    /// A pod or job name, or a node's (its health history).
     name: String,
     /// Print the server's JSON instead of the text.
     #[arg(long)]
@@ -842,8 +842,19 @@ pub fn explain(args: ExplainArgs) -> anyhow::Result<ExitCode> {
     run(|| {
         let client = args.conn.client()?;
         let path = format!("/api/explain/{}", encode(&args.name));
-        let e: Explain = match client.typed("GET", &path, None)? {
-            Ok(v) => v,
+        let answer = client.call("GET", &path, &[], None)?;
+        if answer.status == 404 {
+            // Not a job or a pod: a node explains itself by its health history.
+            let node = format!("/api/nodes/{}/health", encode(&args.name));
+            let health = client.call("GET", &node, &[], None)?;
+            if (200..300).contains(&health.status) {
+                return health::print_node(health.body, &node, args.json).map(Ok);
+            }
+        }
+        let e: Explain = match client.expect_ok(answer) {
+            Ok(v) => serde_json::from_value(v).map_err(|e| {
+                anyhow::anyhow!("the server's answer to GET {path} is not what this CLI reads: {e}")
+            })?,
             Err(code) => return Ok(Err(code)),
         };
         if args.json {
