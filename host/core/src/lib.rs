@@ -36,7 +36,7 @@ pub use roles::{FailurePolicy, PolicyRole};
 pub use scheduler::plan::{EstimateSource, PlanConfig, PlanStats, RuntimeEstimate, WhatIf};
 pub use scheduler::{
     Blocked, CycleOutput, Decision, ForecastRun, Forecasts, JobId, JobSpec, Mode, RestartBy,
-    Scheduler, SchedulerConfig, TopologyPref, TopologyStats, WhatIfRun,
+    Scheduler, SchedulerConfig, StopPolicy, TopologyPref, TopologyStats, WhatIfRun,
 };
 pub use shadow::{Disagreement, DisagreementKind, compare};
 pub use source::{BindOutcome, Binder, Changes, Cluster, ClusterSource, Step, VirtualClock, step};

@@ -341,3 +341,98 @@ fn new_nodes_pass_or_fail_their_preflight_before_they_take_work() {
         );
     });
 }
+
+/// A gang whose PodGroup says `gantry.dev/stop-policy: pod` loses only its pod on the failing
+/// node: that pod alone is evicted, with a Stopped Event saying why, the other runs on, and the
+/// recreated pod binds on the node left, not the failed one.
+#[test]
+#[ignore = "needs tests/cluster: scripts/test.sh runs it with --include-ignored"]
+fn a_gang_with_stop_policy_pod_loses_only_its_pod_on_the_failing_node() {
+    let bin = cluster_bin("kube stop policy e2e");
+    let plane = ControlPlane::start(&bin);
+    let kubeconfig = plane.kubeconfig();
+    create_gpu_nodes(&kubeconfig, "sp", 3, 8);
+    let runtime = test_runtime();
+    runtime.block_on(async {
+        let client = client(&kubeconfig).await;
+        create_first_pod_group(&client, "workers", 2).await;
+        let groups: Api<kube::api::DynamicObject> =
+            Api::namespaced_with(client.clone(), "default", &pod_group_resource());
+        let annotate = json!({"metadata": {"annotations": {"gantry.dev/stop-policy": "pod"}}});
+        groups
+            .patch(
+                "workers",
+                &kube::api::PatchParams::default(),
+                &kube::api::Patch::Merge(&annotate),
+            )
+            .await
+            .unwrap();
+        let dir = tempfile::tempdir().unwrap();
+        let health = dir.path().join("health.yaml");
+        std::fs::write(&health, "signals:\n- condition: GpuXidError\n").unwrap();
+        let replica = Replica::start(&kubeconfig, &["--health-config", health.to_str().unwrap()]);
+        let pods: Api<Pod> = Api::namespaced(client.clone(), "default");
+        let member = |name: &str| {
+            let labels = json!({"scheduling.x-k8s.io/pod-group": "workers"});
+            with_priority(pod(name, 8, labels), None, 0)
+        };
+        for name in ["w-0", "w-1"] {
+            pods.create(&PostParams::default(), &member(name))
+                .await
+                .unwrap();
+        }
+        let first = until("the gang to bind", || async {
+            let on: BTreeMap<String, String> = nodes_by_pod(&pods)
+                .await
+                .into_iter()
+                .filter_map(|(name, node)| Some((name, node?)))
+                .collect();
+            (on.len() == 2).then_some(on)
+        })
+        .await;
+        let failing = first["w-0"].clone();
+        let nodes: Api<Node> = Api::all(client.clone());
+        let xid = json!({"status": {"conditions": [{
+            "type": "GpuXidError", "status": "True", "reason": "Xid79",
+        }]}});
+        nodes
+            .patch_status(
+                &failing,
+                &kube::api::PatchParams::default(),
+                &kube::api::Patch::Strategic(&xid),
+            )
+            .await
+            .unwrap();
+        until("w-0 to be evicted", || async {
+            let pod = pods.get_opt("w-0").await.ok()?;
+            pod.is_none_or(|p| p.metadata.deletion_timestamp.is_some())
+                .then_some(())
+        })
+        .await;
+        let events: Api<Event> = Api::namespaced(client.clone(), "default");
+        let note = until("w-0's Stopped Event", || async {
+            let list = events.list(&ListParams::default()).await.ok()?;
+            notes(&list.items, "w-0", "Stopped").into_iter().next()
+        })
+        .await;
+        assert!(note.contains("stop policy is pod"), "{note}");
+        // The replica's decision is made and applied: w-1 was never evicted.
+        let w1 = pods.get("w-1").await.unwrap();
+        assert!(w1.metadata.deletion_timestamp.is_none(), "w-1 runs on");
+        let list = events.list(&ListParams::default()).await.unwrap();
+        assert!(notes(&list.items, "w-1", "Stopped").is_empty());
+        until("w-0 to be gone", || async {
+            pods.get_opt("w-0").await.ok()?.is_none().then_some(())
+        })
+        .await;
+        create_retrying(&pods, &member("w-0")).await;
+        let again = until("the recreated pod to bind", || async {
+            node_of(&pods.get("w-0").await.ok()?)
+        })
+        .await;
+        assert_ne!(again, failing);
+        assert_ne!(again, first["w-1"]);
+        drop(replica);
+        eprintln!("stop policy e2e: w-0 on {failing} stopped alone, recreated on {again}");
+    });
+}

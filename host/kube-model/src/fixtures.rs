@@ -112,6 +112,7 @@ pub fn build(
     let declared = queues
         .iter()
         .map(|def| DeclaredQueue {
+            stop_policy: Default::default(),
             def: def.clone(),
             namespace_selector: Some(Default::default()),
         })

@@ -337,6 +337,28 @@ pub(crate) fn widen(shape: &mut PodShape, other: &PodShape) {
     shape.resources.sort_unstable();
 }
 
+/// The annotation that says what a node failure stops of a gang: `whole` (the default) or
+/// `pod` (only its pods on the node), on a pod of the gang or on its PodGroup.
+pub const STOP_POLICY_ANNOTATION: &str = "gantry.dev/stop-policy";
+
+/// The stop policy `annotations` declare (of `what`, for the error), if any, or why the value
+/// cannot be read.
+pub fn stop_policy(
+    annotations: Option<&std::collections::BTreeMap<String, String>>,
+    what: &str,
+) -> Result<Option<gantry_core::StopPolicy>, String> {
+    let Some(value) = annotations.and_then(|a| a.get(STOP_POLICY_ANNOTATION)) else {
+        return Ok(None);
+    };
+    match value.trim().to_ascii_lowercase().as_str() {
+        "whole" => Ok(Some(gantry_core::StopPolicy::Whole)),
+        "pod" => Ok(Some(gantry_core::StopPolicy::Pod)),
+        _ => Err(format!(
+            "{what}: annotation {STOP_POLICY_ANNOTATION}: {value:?} is neither whole (stop the gang whole when a node under it fails) nor pod (only its pods on that node)"
+        )),
+    }
+}
+
 /// What the node table reads of a node's DRA devices.
 #[derive(Debug, Clone, Copy, Default)]
 pub struct NodeDra<'a> {

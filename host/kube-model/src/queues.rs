@@ -32,6 +32,8 @@ pub struct DeclaredQueue {
     pub def: QueueDef,
     /// `None` when absent or null: no namespace may use the queue.
     pub namespace_selector: Option<NamespaceSelector>,
+    /// `spec.stopPolicy`: what a node failure stops of its gangs that say nothing themselves.
+    pub stop_policy: gantry_core::StopPolicy,
 }
 
 /// One `Queue` object's spec, or why it cannot be used.
@@ -86,6 +88,18 @@ pub fn parse(object: &DynamicObject) -> Result<DeclaredQueue, String> {
                 )
             })?,
     };
+    let stop_policy = match field("stopPolicy") {
+        None => gantry_core::StopPolicy::Whole,
+        Some(value) => match value.as_str() {
+            Some("Whole") => gantry_core::StopPolicy::Whole,
+            Some("Pod") => gantry_core::StopPolicy::Pod,
+            _ => {
+                return Err(format!(
+                    "queue {name}: spec.stopPolicy must be Whole or Pod, found {value}"
+                ));
+            }
+        },
+    };
     let def = QueueDef {
         reclaim,
         name: name.clone(),
@@ -106,6 +120,7 @@ pub fn parse(object: &DynamicObject) -> Result<DeclaredQueue, String> {
     Ok(DeclaredQueue {
         def,
         namespace_selector,
+        stop_policy,
     })
 }
 
@@ -184,7 +199,7 @@ mod tests {
             queue("research", serde_json::json!({"nominalGpus": 16})),
             queue(
                 "team-a",
-                serde_json::json!({"parent": "research", "nominalGpus": 8, "weight": 2, "borrowingLimitGpus": 4, "namespaceSelector": {}, "reclaimWithinCohort": "Any"}),
+                serde_json::json!({"parent": "research", "nominalGpus": 8, "weight": 2, "borrowingLimitGpus": 4, "namespaceSelector": {}, "reclaimWithinCohort": "Any", "stopPolicy": "Pod"}),
             ),
             queue(
                 "team-c",
@@ -206,6 +221,7 @@ mod tests {
                 "reclaim",
                 serde_json::json!({"reclaimWithinCohort": "LowerPriority"}),
             ),
+            queue("stop", serde_json::json!({"stopPolicy": "Rank"})),
         ];
         let (queues, problems) = check(&objects);
         let names: Vec<&str> = queues.iter().map(|q| q.def.name.as_str()).collect();
@@ -213,6 +229,8 @@ mod tests {
         assert_eq!(queues[1].def.borrowing_limit_gpus, Some(4));
         assert_eq!(queues[1].def.weight, 2);
         assert_eq!(queues[1].def.reclaim, gantry_core::Reclaim::Any);
+        assert_eq!(queues[1].stop_policy, gantry_core::StopPolicy::Pod);
+        assert_eq!(queues[0].stop_policy, gantry_core::StopPolicy::Whole);
         assert_eq!(
             queues[0].def.reclaim,
             gantry_core::Reclaim::Never,
@@ -232,6 +250,7 @@ mod tests {
                 "queue neg: spec.nominalGpus must be a whole number of GPUs ≥ 0, found -1",
                 "queue lend: spec.lendingLimitGpus (2) is more than spec.nominalGpus (1)",
                 "queue reclaim: spec.reclaimWithinCohort must be Never or Any, found \"LowerPriority\"",
+                "queue stop: spec.stopPolicy must be Whole or Pod, found \"Rank\"",
                 "queue orphan: spec.parent nowhere is not a usable Queue",
                 "queue x: the parent chain loops: x -> y -> x",
                 "queue y: the parent chain loops: y -> x -> y",

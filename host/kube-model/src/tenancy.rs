@@ -498,6 +498,7 @@ mod tests {
         selector: Option<serde_json::Value>,
     ) -> DeclaredQueue {
         DeclaredQueue {
+            stop_policy: Default::default(),
             def: QueueDef {
                 name: name.into(),
                 parent: parent.map(str::to_string),

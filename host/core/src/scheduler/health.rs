@@ -28,6 +28,32 @@ fn recreate_after_s(mode: Mode) -> f64 {
     }
 }
 
+/// What a node failure stops of a gang with a pod on the node: a per-gang policy (a live
+/// cluster reads it from a PodGroup's or pod's `gantry.dev/stop-policy` annotation, or its
+/// Queue's default). Why a choice: an MPI gang halts whole when one rank dies, but a gang of
+/// independent workers (data loaders, a parameter-server job, an elastic trainer) loses only
+/// the pods on the node.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+pub enum StopPolicy {
+    /// Stop every pod of the gang: the default, as an MPI job needs.
+    #[default]
+    Whole,
+    /// Stop only its pods on the failed node; the rest run on, and the recreated pods are
+    /// placed again first. Honoured on a live cluster (`RestartBy::Recreated`); a replay
+    /// stops the gang whole.
+    Pod,
+}
+
+impl StopPolicy {
+    /// The policy's name, as annotations and Queues spell it.
+    pub fn name(self) -> &'static str {
+        match self {
+            Self::Whole => "whole",
+            Self::Pod => "pod",
+        }
+    }
+}
+
 /// A node a gang avoids because it failed under it.
 #[derive(Debug, Clone, PartialEq)]
 pub struct BadNode {
@@ -113,6 +139,7 @@ impl Scheduler {
         let name = self.node_name(node);
         let gantry = self.config.mode == Mode::Gantry;
         let recreated = self.config.restart == RestartBy::Recreated;
+        let pods_only = gantry && recreated && self.stop_policy(id) == StopPolicy::Pod;
         if gantry && recreated {
             // Its pods are evicted by the binder; the job leaves once they are gone, and
             // the recreated pods come back through `restarted`.
@@ -132,7 +159,14 @@ impl Scheduler {
             self.halted.push((now_s + HALT_S, id));
         }
         let entry = self.job_to_entry.get_mut(&id).expect("a running job");
-        let waiting_for = if gantry && recreated {
+        let waiting_for = if pods_only {
+            format!(
+                "a restart of its pods on {name}: the node reported {cause}; the gang's stop \
+                 policy is pod, so only those pods are evicted and its others run on; when their \
+                 controller recreates them they go to the head of its queue, avoiding {name} for {}",
+                duration_text(self.lifecycle.config.avoid_s)
+            )
+        } else if gantry && recreated {
             format!(
                 "a restart: node {name} reported {cause}; the gang was stopped whole, its pods \
                  are evicted, and when its controller recreates them they go to the head of its \
@@ -209,6 +243,22 @@ impl Scheduler {
                 self.queue.push(id, key);
             }
         }
+    }
+
+    /// Sets what a node failure stops of job `id` (see [`StopPolicy`]).
+    pub fn set_stop_policy(&mut self, id: JobId, policy: StopPolicy) {
+        match policy {
+            StopPolicy::Whole => self.job_to_stop_policy.remove(&id),
+            StopPolicy::Pod => self.job_to_stop_policy.insert(id, policy),
+        };
+    }
+
+    /// What a node failure stops of job `id`.
+    pub fn stop_policy(&self, id: JobId) -> StopPolicy {
+        self.job_to_stop_policy
+            .get(&id)
+            .copied()
+            .unwrap_or_default()
     }
 
     /// When the next stopped job moves on (see [`Scheduler::stopped_jobs_due`]): a virtual

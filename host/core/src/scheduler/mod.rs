@@ -43,7 +43,7 @@ use crate::queues::{Admission, QueueId, Queues};
 use crate::symbols::Symbols;
 
 pub use forecast::{ForecastRun, KnownFuture, WhatIfRun};
-pub use health::{BadNode, HALT_S, NodeFailure};
+pub use health::{BadNode, HALT_S, NodeFailure, StopPolicy};
 pub use place::TopologyStats;
 pub use plan::Forecasts;
 pub use queue::{Blocked, Epochs, JobKey, RoomAsk, SchedulingQueue};
@@ -353,6 +353,9 @@ pub struct Scheduler {
     /// Per job stopped by a node failure, the nodes it avoids for a while: the per-workload
     /// bad-node list. Dropped when the job finishes.
     job_to_bad_nodes: BTreeMap<JobId, Vec<BadNode>>,
+    /// Per job whose stop policy is not the default (whole), its policy: few jobs, set by the
+    /// cluster source. Dropped when the job finishes.
+    job_to_stop_policy: BTreeMap<JobId, health::StopPolicy>,
     /// Decisions of the stops since the last cycle, and their jobs: the next cycle's output
     /// carries them, so that what a binder applies and the store keeps comes in one place.
     stops: Vec<Decision>,
@@ -378,6 +381,7 @@ impl Scheduler {
         Self {
             lifecycle,
             job_to_bad_nodes: BTreeMap::new(),
+            job_to_stop_policy: BTreeMap::new(),
             stops: Vec::new(),
             stopped_jobs: Vec::new(),
             halted: Vec::new(),
@@ -616,6 +620,7 @@ impl Scheduler {
         }
         self.plan.backfill_to_owner.remove(&id);
         self.job_to_bad_nodes.remove(&id);
+        self.job_to_stop_policy.remove(&id);
         self.release(id);
         self.queue.placed(id);
         self.job_to_entry.remove(&id);

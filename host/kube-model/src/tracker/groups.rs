@@ -11,6 +11,15 @@ use crate::mapping::{self, Gang, GroupPolicy};
 use super::{PodKey, Role, Tracker};
 
 impl Tracker {
+    /// The `gantry.dev/stop-policy` annotations of the PodGroups (both kinds), by
+    /// `(namespace, name)`: what a node failure stops of their gangs, from their next job on.
+    pub fn group_stop_policies_changed(
+        &mut self,
+        group_to_policy: HashMap<PodKey, Result<gantry_core::StopPolicy, String>>,
+    ) {
+        self.group_to_stop_policy = group_to_policy;
+    }
+
     /// PodGroups' `minMember` changed: every PodGroup gang is looked at again.
     pub fn pod_groups_changed(&mut self, group_to_min: HashMap<PodKey, u32>) {
         if group_to_min == self.group_to_min {

@@ -167,6 +167,11 @@ pub struct Tracker {
     /// Nodes tainted for preflight, by name, with their status: few, so the cluster source
     /// walks them at each sync to start their tests.
     preflight_nodes: BTreeMap<String, crate::preflight::NodeStatus>,
+    /// Per Queue whose `spec.stopPolicy` is Pod, by name: its gangs' default.
+    queue_to_stop_policy: HashMap<String, gantry_core::StopPolicy>,
+    /// Per PodGroup (either kind) with a `gantry.dev/stop-policy` annotation, its policy or
+    /// why the annotation cannot be read.
+    group_to_stop_policy: HashMap<PodKey, Result<gantry_core::StopPolicy, String>>,
 }
 
 /// Whole-cluster inputs of a rebuild.
@@ -213,6 +218,8 @@ impl Tracker {
             gang_to_restart: HashMap::new(),
             suspect_to_cause: BTreeMap::new(),
             preflight_nodes: BTreeMap::new(),
+            queue_to_stop_policy: HashMap::new(),
+            group_to_stop_policy: HashMap::new(),
         }
     }
 

@@ -24,6 +24,11 @@ impl Tracker {
     ) {
         let affected = self.tenancy.set_queues(&declared, left_out);
         self.mark(affected);
+        self.queue_to_stop_policy = declared
+            .iter()
+            .filter(|q| q.stop_policy != gantry_core::StopPolicy::Whole)
+            .map(|q| (q.def.name.clone(), q.stop_policy))
+            .collect();
         let defs: Vec<QueueDef> = declared.into_iter().map(|q| q.def).collect();
         if defs == self.declared_queues {
             return;

@@ -110,6 +110,12 @@ impl Tracker {
             expected_runtime_s: crate::mapping::expected_runtime(&first).ok().flatten(),
         };
         let id = scheduler.adopt(spec, &nodes);
+        let known = (&self.group_to_stop_policy, &self.queue_to_stop_policy);
+        match stop_policy(known, gang, &first, &queue) {
+            Ok(policy) => scheduler.set_stop_policy(id, policy),
+            // Running already: it keeps the default, and the log says why.
+            Err(why) => tracing::warn!(job = id, %why, "stop policy not read; stopping it whole"),
+        }
         tracing::debug!(job = id, gang = ?gang, pods = nodes.len(), "adopted running pods");
         self.job_to_gang.insert(id, (gang.clone(), true));
         if let Some(group) = self.gang_to_running.get_mut(gang) {
@@ -186,6 +192,17 @@ impl Tracker {
             Some(Err(why)) => (None, Some(why)),
             None => (None, None),
         };
+        // What a node failure stops of it, or why its annotation cannot be read.
+        let stop = match (&first, &queue) {
+            (Some(pod), Some(queue)) => Some(stop_policy(
+                (&self.group_to_stop_policy, &self.queue_to_stop_policy),
+                gang,
+                pod,
+                queue,
+            )),
+            _ => None,
+        };
+        let refused = refused.or_else(|| stop.clone()?.err());
         // A field Gantry does not honour refuses the gang, naming the field and the pod; so
         // do pods of one gang that ask for different nodes (a gang is placed as one shape).
         let refused = refused.or_else(|| {
@@ -282,6 +299,9 @@ impl Tracker {
         };
         let (spec, warning) = declared_runtime(spec, &members);
         let id = scheduler.submit(spec);
+        if let Some(Ok(policy)) = stop {
+            scheduler.set_stop_policy(id, policy);
+        }
         if let Some(restart) = restart {
             let bad = self.bad_nodes(&restart);
             tracing::info!(job = id, gang = ?gang, avoiding = ?restart.avoid, "recreated pods of a stopped gang: restarted first");
@@ -321,4 +341,40 @@ fn declared_runtime(mut spec: JobSpec, members: &[PendingPod]) -> (JobSpec, Opti
         spec.expected_runtime_s = None;
     }
     (spec, warning)
+}
+
+/// What the tracker knows of stop policies: the PodGroups' annotations and the Queues'
+/// defaults.
+type StopPolicies<'a> = (
+    &'a HashMap<PodKey, Result<gantry_core::StopPolicy, String>>,
+    &'a HashMap<String, gantry_core::StopPolicy>,
+);
+
+/// What a node failure stops of `gang` (its pod `first`, charged to `queue`): a pod's
+/// `gantry.dev/stop-policy` annotation, else its PodGroup's, else its Queue's
+/// `spec.stopPolicy`, else whole; or why an annotation cannot be read.
+fn stop_policy(
+    (group_to_policy, queue_to_policy): StopPolicies<'_>,
+    gang: &Gang,
+    first: &k8s_openapi::api::core::v1::Pod,
+    queue: &str,
+) -> Result<gantry_core::StopPolicy, String> {
+    let what = format!(
+        "pod {}/{}",
+        first.metadata.namespace.as_deref().unwrap_or_default(),
+        first.metadata.name.as_deref().unwrap_or_default()
+    );
+    if let Some(policy) = crate::mapping::stop_policy(first.metadata.annotations.as_ref(), &what)? {
+        return Ok(policy);
+    }
+    let group = match gang {
+        Gang::PodGroup(ns, name) | Gang::Workload(ns, name) => {
+            group_to_policy.get(&(ns.clone(), name.clone()))
+        }
+        Gang::Single(..) | Gang::Labels(..) => None,
+    };
+    if let Some(policy) = group {
+        return policy.clone();
+    }
+    Ok(queue_to_policy.get(queue).copied().unwrap_or_default())
 }

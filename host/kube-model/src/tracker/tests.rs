@@ -493,6 +493,7 @@ fn a_new_queue_or_a_changed_quota_keeps_what_runs_charged() {
         reclaim: gantry_core::Reclaim::Never,
     };
     let small = DeclaredQueue {
+        stop_policy: Default::default(),
         def: small,
         namespace_selector: Some(Default::default()),
     };
@@ -901,6 +902,7 @@ fn a_refused_pod_waits_with_why_until_its_namespace_is_admitted() {
     let (mut tracker, mut s) = build(&nodes, &[], &pending, &[], &[]);
     assert_eq!(s.pending_count(), 1, "no Queue declared: nothing enforced");
     let team_a = DeclaredQueue {
+        stop_policy: Default::default(),
         def: queue_def("team-a", 8, None),
         namespace_selector: Some(
             crate::tenancy::NamespaceSelector::parse(
@@ -1268,4 +1270,100 @@ fn a_preflight_taint_is_due_through_a_rebuild_and_a_cleared_failure_in_place() {
         }]
     );
     assert_eq!(s.state.nodes.health(b), Health::Preflight);
+}
+
+#[test]
+fn a_gangs_stop_policy_comes_from_its_pod_its_group_or_its_queue() {
+    use gantry_core::StopPolicy;
+    let nodes = [node("a", 8, &[], true)];
+    let annotated = |name: &str, value: &str, on: Option<&str>| {
+        let mut pod = (*pod(name, 1, &[], on)).clone();
+        pod.metadata.annotations = Some(
+            [("gantry.dev/stop-policy".to_string(), value.to_string())]
+                .into_iter()
+                .collect(),
+        );
+        Arc::new(pod)
+    };
+    let bound = [annotated("workers", "pod", Some("a"))];
+    let pending = [
+        annotated("elastic", "Pod", None),
+        annotated("mpi", "whole", None),
+        annotated("typo", "rank", None),
+    ];
+    let (tracker, s) = build(&nodes, &bound, &pending, &[], &[]);
+    let job = |name: &str| {
+        s.pending()
+            .into_iter()
+            .chain(s.running())
+            .find(|&id| s.job(id).name.ends_with(name))
+    };
+    assert_eq!(s.stop_policy(job("workers").unwrap()), StopPolicy::Pod);
+    assert_eq!(s.stop_policy(job("elastic").unwrap()), StopPolicy::Pod);
+    assert_eq!(s.stop_policy(job("mpi").unwrap()), StopPolicy::Whole);
+    // A value Gantry cannot read keeps the pod waiting, naming the annotation.
+    assert_eq!(job("typo"), None);
+    let reasons = waiting_by_key(&tracker);
+    assert!(
+        reasons.iter().any(|(key, why)| key.ends_with("typo")
+            && why.contains("annotation gantry.dev/stop-policy: \"rank\" is neither whole")),
+        "{reasons:?}"
+    );
+}
+
+#[test]
+fn a_gang_with_stop_policy_pod_loses_only_its_pod_on_the_failed_node() {
+    let nodes = [
+        node("a", 8, &[], true),
+        node("b", 8, &[], true),
+        node("c", 8, &[], true),
+    ];
+    let pg = [("scheduling.x-k8s.io/pod-group", "pg")];
+    let member = |name: &str, on: Option<&str>| {
+        let mut p = (*pod(name, 8, &pg, on)).clone();
+        p.metadata.annotations = Some(
+            [("gantry.dev/stop-policy".to_string(), "pod".to_string())]
+                .into_iter()
+                .collect(),
+        );
+        Arc::new(p)
+    };
+    let bound = [member("p0", Some("a")), member("p1", Some("b"))];
+    let (mut tracker, mut s) = build(&nodes, &bound, &[], &[("pg", 2)], &[]);
+    s.config.restart = gantry_core::RestartBy::Recreated;
+    let running = s.running().next().unwrap();
+    assert_eq!(s.stop_policy(running), gantry_core::StopPolicy::Pod);
+    let failure = s.node_failed(0, "condition GpuXidError=True (Xid79)", 10.0);
+    assert_eq!(failure.stopped, [running]);
+    tracker.stopping(&s, running);
+    let out = s.cycle(10.0, &mut BuiltinOnly);
+    assert_eq!(out.stopped, [running]);
+    let said = out
+        .decisions
+        .iter()
+        .find(|d| d.job == running)
+        .map(|d| d.explanation.summary())
+        .unwrap();
+    assert!(
+        said.contains("stop policy is pod, so only those pods are evicted"),
+        "{said}"
+    );
+    // The writer evicts p0 alone (its node is the one avoided); p1 runs on as its own job.
+    assert_eq!(s.avoided(running)[0].node, 0);
+    tracker.pod_changed(&mut s, key("p0"), None, None);
+    tracker.finish_sync(&mut s, Duration::from_secs(120));
+    let rest: Vec<_> = s.running().collect();
+    assert_eq!(rest.len(), 1);
+    assert_eq!(s.job(rest[0]).pods, 1);
+    assert_eq!(s.stop_policy(rest[0]), gantry_core::StopPolicy::Pod);
+    // The recreated pod joins the gang (its running member counts) and avoids node a.
+    tracker.pod_changed(&mut s, key("q0"), Some(&member("q0", None)), None);
+    tracker.finish_sync(&mut s, Duration::from_secs(120));
+    let again = s.pending()[0];
+    assert_eq!(s.job(again).pods, 1);
+    assert_eq!(s.avoided(again).len(), 1);
+    let out = s.cycle(20.0, &mut BuiltinOnly);
+    assert!(out.decisions.iter().any(|d| d.job == again && d.placed));
+    let on: Vec<u32> = s.slots(again).iter().map(|slot| slot.node).collect();
+    assert_eq!(on, [2], "not on a (failed) nor b (its member's)");
 }

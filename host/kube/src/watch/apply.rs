@@ -258,6 +258,24 @@ impl Watch {
             })
             .collect();
         tracker.workload_groups_changed(group_to_policy);
+        let group_to_stop = self
+            .pod_groups
+            .iter()
+            .chain(self.workload_groups.iter().map(|(store, _)| store))
+            .flat_map(|store| store.state())
+            .filter_map(|group| {
+                let key = (
+                    group.metadata.namespace.clone()?,
+                    group.metadata.name.clone()?,
+                );
+                let what = format!("pod group {}/{}", key.0, key.1);
+                let policy =
+                    crate::mapping::stop_policy(group.metadata.annotations.as_ref(), &what)
+                        .transpose()?;
+                Some((key, policy))
+            })
+            .collect();
+        tracker.group_stop_policies_changed(group_to_stop);
     }
 
     /// Applies what the DRA caches changed to the tracker's view, once they hold full lists.

@@ -223,7 +223,7 @@ impl Writer {
         let groups = watched.groups;
         let mut pass = Pass::default();
         self.release_claims(tracker);
-        self.stop_gangs(tracker, output);
+        self.stop_gangs(tracker, scheduler, output);
         if self.may_write() {
             let leadership = self.leadership.as_deref();
             self.preflights

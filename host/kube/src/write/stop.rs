@@ -1,7 +1,8 @@
 //! Gangs stopped by a node failure (`CycleOutput::stopped`): every pod of each is evicted
 //! through the Eviction API (PodDisruptionBudgets honoured, its uid as a precondition) with a
 //! `Stopped` Event naming the node and the signal, so that its controller recreates the pods;
-//! the recreated pods go first (see `gantry_kube_model::tracker`'s `health`). An eviction a
+//! the recreated pods go first (see `gantry_kube_model::tracker`'s `health`). A gang whose
+//! stop policy is `pod` loses only its pods on the failed node. An eviction a
 //! budget blocks is tried again every [`RETRY_BLOCKED`] until [`GIVE_UP`].
 
 use std::time::{Duration, Instant};
@@ -30,7 +31,12 @@ pub(crate) struct BlockedStop {
 
 impl Writer {
     /// Evicts the pods of the gangs the cycle stopped, and tries the blocked ones again.
-    pub(super) fn stop_gangs(&mut self, tracker: &Tracker, output: &CycleOutput) {
+    pub(super) fn stop_gangs(
+        &mut self,
+        tracker: &Tracker,
+        scheduler: &gantry_core::Scheduler,
+        output: &CycleOutput,
+    ) {
         if !self.may_write() {
             return;
         }
@@ -42,8 +48,21 @@ impl Writer {
                 .find(|d| d.job == job && !d.placed)
                 .map(|d| d.explanation.summary())
                 .unwrap_or_else(|| "Stopped: a node under it failed".into());
-            let running = tracker.running_pods(job);
-            tracing::warn!(job, pods = running.len(), %note, "stopping a gang whole");
+            let mut running = tracker.running_pods(job);
+            // Stop policy pod: only its pods on the node that failed (the latest it avoids).
+            let failed = scheduler
+                .avoided(job)
+                .iter()
+                .max_by(|a, b| a.until_s.total_cmp(&b.until_s))
+                .map(|b| b.node);
+            if scheduler.stop_policy(job) == gantry_core::StopPolicy::Pod
+                && let Some(node) = failed
+            {
+                running.retain(|(_, on)| *on == node);
+                tracing::warn!(job, pods = running.len(), %note, "stopping a gang's pods on a failed node");
+            } else {
+                tracing::warn!(job, pods = running.len(), %note, "stopping a gang whole");
+            }
             pods.extend(running.into_iter().map(|(p, _)| (p, note.clone())));
         }
         let now = Instant::now();
