@@ -436,3 +436,62 @@ fn a_gang_with_stop_policy_pod_loses_only_its_pod_on_the_failing_node() {
         eprintln!("stop policy e2e: w-0 on {failing} stopped alone, recreated on {again}");
     });
 }
+
+/// A node that already shows a suspect signal when Gantry starts is failing under whatever
+/// runs there: its gangs are stopped at the first sync, as if the signal had come later, and
+/// the Stopped Event says it came before Gantry started.
+#[test]
+#[ignore = "needs tests/cluster: scripts/test.sh runs it with --include-ignored"]
+fn a_signal_from_before_gantry_started_stops_the_gangs_on_its_node() {
+    let bin = cluster_bin("kube signal at start e2e");
+    let plane = ControlPlane::start(&bin);
+    let kubeconfig = plane.kubeconfig();
+    create_gpu_nodes(&kubeconfig, "st", 2, 8);
+    let runtime = test_runtime();
+    runtime.block_on(async {
+        let client = client(&kubeconfig).await;
+        let nodes: Api<Node> = Api::all(client.clone());
+        let xid = json!({"status": {"conditions": [{
+            "type": "GpuXidError", "status": "True", "reason": "Xid79",
+        }]}});
+        nodes
+            .patch_status(
+                "st-0",
+                &kube::api::PatchParams::default(),
+                &kube::api::Patch::Strategic(&xid),
+            )
+            .await
+            .unwrap();
+        // Bound before Gantry runs (by an earlier Gantry, say).
+        let pods: Api<Pod> = Api::namespaced(client.clone(), "default");
+        let mut early = with_priority(pod("early", 8, json!({})), None, 0);
+        early.spec.as_mut().unwrap().node_name = Some("st-0".into());
+        pods.create(&PostParams::default(), &early).await.unwrap();
+        let dir = tempfile::tempdir().unwrap();
+        let health = dir.path().join("health.yaml");
+        std::fs::write(&health, "signals:\n- condition: GpuXidError\n").unwrap();
+        let replica = Replica::start(&kubeconfig, &["--health-config", health.to_str().unwrap()]);
+        let events: Api<Event> = Api::namespaced(client.clone(), "default");
+        let note = until("early's Stopped Event", || async {
+            let list = events.list(&ListParams::default()).await.ok()?;
+            notes(&list.items, "early", "Stopped").into_iter().next()
+        })
+        .await;
+        assert!(
+            note.contains(
+                "node st-0 reported condition GpuXidError=True (Xid79), before Gantry started"
+            ),
+            "{note}"
+        );
+        until("early to be evicted", || async {
+            pods.get_opt("early").await.ok()?.is_none().then_some(())
+        })
+        .await;
+        until("gantry_nodes to show st-0 in repair", || async {
+            let (_, body) = replica.get("/metrics")?;
+            body.contains("gantry_nodes{state=\"repair\"} 1")
+                .then_some(())
+        })
+        .await;
+    });
+}

@@ -37,6 +37,9 @@ pub struct KubeCluster {
     writer: Writer,
     /// The scheduler's view of the caches, kept up to date by [`ClusterSource::sync`].
     tracker: Tracker,
+    /// Whether the first build of the scheduler's view is done: a signal a node showed before
+    /// Gantry started stops its gangs then, as one arriving later would.
+    built: bool,
 }
 
 impl KubeCluster {
@@ -64,6 +67,7 @@ impl KubeCluster {
             watch,
             writer,
             tracker,
+            built: false,
         })
     }
 
@@ -196,11 +200,28 @@ impl KubeCluster {
                 }
             }
         }
-        for (node, cause) in self.tracker.suspect_nodes() {
+        let first = rebuilt && !self.built;
+        self.built |= rebuilt;
+        let suspect: Vec<(String, String)> = self
+            .tracker
+            .suspect_nodes()
+            .iter()
+            .map(|(n, c)| (n.clone(), c.clone()))
+            .collect();
+        for (node, cause) in &suspect {
             let Some(index) = self.tracker.node_index(node) else {
                 continue;
             };
-            if rebuilt && !failed.contains(node) {
+            if first && !failed.contains(node) {
+                // Gantry starts (or takes over) with the signal already showing: the node's
+                // gangs run on a failing node, so they stop now (the breaker still applies).
+                let cause = format!("{cause}, before Gantry started");
+                let failure = scheduler.node_failed(index, &cause, now_s);
+                tracing::warn!(node, cause, verdict = ?failure.verdict, stopped = failure.stopped.len(), "node signal at start");
+                for job in failure.stopped {
+                    self.tracker.stopping(scheduler, job);
+                }
+            } else if rebuilt && !failed.contains(node) {
                 let cause = format!("still reports {cause}");
                 scheduler.set_node_state(index, gantry_core::NodeState::Repair, &cause, now_s);
             }
