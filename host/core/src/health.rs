@@ -265,6 +265,12 @@ impl Lifecycle {
         }
         self.out = self.out + usize::from(to.out()) - usize::from(from.out());
         self.node_to_state[node] = to;
+        self.push(node, from, to, cause, now_s);
+        true
+    }
+
+    /// Records the step `from` → `to` of `node`.
+    fn push(&mut self, node: usize, from: NodeState, to: NodeState, cause: &str, now_s: f64) {
         self.transitions.push(Transition {
             node,
             from,
@@ -272,7 +278,6 @@ impl Lifecycle {
             cause: cause.to_string(),
             at_s: now_s,
         });
-        true
     }
 
     /// Records a step the cluster source took outside the lifecycle, so that the node's history
@@ -282,13 +287,7 @@ impl Lifecycle {
     pub fn record(&mut self, node: usize, from: NodeState, cause: &str, now_s: f64) {
         let to = self.state(node);
         if from != to {
-            self.transitions.push(Transition {
-                node,
-                from,
-                to,
-                cause: cause.to_string(),
-                at_s: now_s,
-            });
+            self.push(node, from, to, cause, now_s);
         }
     }
 

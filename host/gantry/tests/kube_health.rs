@@ -37,13 +37,8 @@ fn a_failing_node_stops_its_gang_whole_and_the_recreated_pods_bind_elsewhere() {
         let client = client(&kubeconfig).await;
         create_first_pod_group(&client, "train", 4).await;
         let dir = tempfile::tempdir().unwrap();
-        let health = dir.path().join("health.yaml");
-        std::fs::write(
-            &health,
-            "signals:\n- condition: GpuXidError\n- taint: nvidia.com/gpu-xid-error\n",
-        )
-        .unwrap();
-        let replica = Replica::start(&kubeconfig, &["--health-config", health.to_str().unwrap()]);
+        let health = health_file(dir.path(), "signals:\n- condition: GpuXidError\n- taint: nvidia.com/gpu-xid-error\n");
+        let replica = Replica::start(&kubeconfig, &["--health-config", &health]);
         let pods: Api<Pod> = Api::namespaced(client.clone(), "default");
         let members = |tag: &str| -> Vec<Pod> {
             (0..4)
@@ -69,19 +64,7 @@ fn a_failing_node_stops_its_gang_whole_and_the_recreated_pods_bind_elsewhere() {
         let failing = first["train-0"].clone();
 
         let nodes: Api<Node> = Api::all(client.clone());
-        // As node-problem-detector would set it: a condition in the node's status.
-        let xid = json!({"status": {"conditions": [{
-            "type": "GpuXidError", "status": "True", "reason": "Xid79",
-            "message": "GPU 3 has fallen off the bus",
-        }]}});
-        nodes
-            .patch_status(
-                &failing,
-                &kube::api::PatchParams::default(),
-                &kube::api::Patch::Strategic(&xid),
-            )
-            .await
-            .unwrap();
+        report_xid(&nodes, &failing).await;
         // Every pod goes, those on healthy nodes too: an MPI gang stops whole.
         until("the gang's pods to be evicted", || async {
             let list = pods.list(&ListParams::default()).await.ok()?;
@@ -93,11 +76,7 @@ fn a_failing_node_stops_its_gang_whole_and_the_recreated_pods_bind_elsewhere() {
         .await;
         let events: Api<Event> = Api::namespaced(client.clone(), "default");
         for name in ["train-0", "train-1", "train-2", "train-3"] {
-            let note = until(&format!("{name}'s Stopped Event"), || async {
-                let list = events.list(&ListParams::default()).await.ok()?;
-                notes(&list.items, name, "Stopped").into_iter().next()
-            })
-            .await;
+            let note = event_note(&events, name, "Stopped").await;
             assert!(
                 note.contains(&format!(
                     "node {failing} reported condition GpuXidError=True (Xid79)"
@@ -149,21 +128,8 @@ fn a_failing_node_stops_its_gang_whole_and_the_recreated_pods_bind_elsewhere() {
         // A second failure would put 2 of 6 nodes out, over the 10% share (one node may always
         // be out): the breaker trips, says so on the node, and leaves its gang running.
         let next = second.iter().next().unwrap().clone();
-        nodes
-            .patch_status(
-                &next,
-                &kube::api::PatchParams::default(),
-                &kube::api::Patch::Strategic(&xid),
-            )
-            .await
-            .unwrap();
-        let tripped = until("the HealthBreakerTripped Event", || async {
-            let list = events.list(&ListParams::default()).await.ok()?;
-            notes(&list.items, &next, "HealthBreakerTripped")
-                .into_iter()
-                .next()
-        })
-        .await;
+        report_xid(&nodes, &next).await;
+        let tripped = event_note(&events, &next, "HealthBreakerTripped").await;
         assert!(
             tripped.contains("one more cordon would put 2 of 6 nodes out")
                 && tripped.contains("gantry health reset"),
@@ -224,13 +190,8 @@ fn new_nodes_pass_or_fail_their_preflight_before_they_take_work() {
     runtime.block_on(async {
         let client = client(&kubeconfig).await;
         let dir = tempfile::tempdir().unwrap();
-        let health = dir.path().join("health.yaml");
-        std::fs::write(
-            &health,
-            "preflight:\n  image: registry.example/dcgm:4\n  command: [dcgmi, diag, -r, '2']\n  timeout_s: 20\n  retest_every_s: 5\n",
-        )
-        .unwrap();
-        let replica = Replica::start(&kubeconfig, &["--health-config", health.to_str().unwrap()]);
+        let health = health_file(dir.path(), "preflight:\n  image: registry.example/dcgm:4\n  command: [dcgmi, diag, -r, '2']\n  timeout_s: 20\n  retest_every_s: 5\n");
+        let replica = Replica::start(&kubeconfig, &["--health-config", &health]);
         let pods: Api<Pod> = Api::namespaced(client.clone(), "default");
         // Work that fits only a whole node: it waits until one passes.
         let work = with_priority(pod("work", 8, json!({})), None, 0);
@@ -238,11 +199,7 @@ fn new_nodes_pass_or_fail_their_preflight_before_they_take_work() {
 
         let events: Api<Event> = Api::namespaced(client.clone(), "default");
         for name in names {
-            let note = until(&format!("{name}'s PreflightStarted Event"), || async {
-                let list = events.list(&ListParams::default()).await.ok()?;
-                notes(&list.items, name, "PreflightStarted").into_iter().next()
-            })
-            .await;
+            let note = event_note(&events, name, "PreflightStarted").await;
             assert!(note.contains(&format!("gantry-preflight-{name}")), "{note}");
         }
         let nodes: Api<Node> = Api::all(client.clone());
@@ -283,11 +240,7 @@ fn new_nodes_pass_or_fail_their_preflight_before_they_take_work() {
             "{stuck}"
         );
         assert!(stuck_tainted, "a timed-out node keeps its taint");
-        let failed = until("pf-bad's PreflightFailed Event", || async {
-            let list = events.list(&ListParams::default()).await.ok()?;
-            notes(&list.items, "pf-bad", "PreflightFailed").into_iter().next()
-        })
-        .await;
+        let failed = event_note(&events, "pf-bad", "PreflightFailed").await;
         assert!(failed.contains("GPU 3 failed the memory test"), "{failed}");
         // The preflight pods are gone once their results are written.
         until("the preflight pods to be deleted", || async {
@@ -323,11 +276,7 @@ fn new_nodes_pass_or_fail_their_preflight_before_they_take_work() {
 
         // Idle again, pf-good is re-tested (every 5 s here), and passes again.
         pods.delete("work", &Default::default()).await.unwrap();
-        let retest = until("pf-good's PreflightRetest Event", || async {
-            let list = events.list(&ListParams::default()).await.ok()?;
-            notes(&list.items, "pf-good", "PreflightRetest").into_iter().next()
-        })
-        .await;
+        let retest = event_note(&events, "pf-good", "PreflightRetest").await;
         assert!(retest.starts_with("Re-testing an idle node"), "{retest}");
         until("pf-good's second preflight to pass", || async {
             let list = events.list(&ListParams::default()).await.ok()?;
@@ -368,9 +317,8 @@ fn a_gang_with_stop_policy_pod_loses_only_its_pod_on_the_failing_node() {
             .await
             .unwrap();
         let dir = tempfile::tempdir().unwrap();
-        let health = dir.path().join("health.yaml");
-        std::fs::write(&health, "signals:\n- condition: GpuXidError\n").unwrap();
-        let replica = Replica::start(&kubeconfig, &["--health-config", health.to_str().unwrap()]);
+        let health = health_file(dir.path(), "signals:\n- condition: GpuXidError\n");
+        let replica = Replica::start(&kubeconfig, &["--health-config", &health]);
         let pods: Api<Pod> = Api::namespaced(client.clone(), "default");
         let member = |name: &str| {
             let labels = json!({"scheduling.x-k8s.io/pod-group": "workers"});
@@ -392,17 +340,7 @@ fn a_gang_with_stop_policy_pod_loses_only_its_pod_on_the_failing_node() {
         .await;
         let failing = first["w-0"].clone();
         let nodes: Api<Node> = Api::all(client.clone());
-        let xid = json!({"status": {"conditions": [{
-            "type": "GpuXidError", "status": "True", "reason": "Xid79",
-        }]}});
-        nodes
-            .patch_status(
-                &failing,
-                &kube::api::PatchParams::default(),
-                &kube::api::Patch::Strategic(&xid),
-            )
-            .await
-            .unwrap();
+        report_xid(&nodes, &failing).await;
         until("w-0 to be evicted", || async {
             let pod = pods.get_opt("w-0").await.ok()?;
             pod.is_none_or(|p| p.metadata.deletion_timestamp.is_some())
@@ -410,11 +348,7 @@ fn a_gang_with_stop_policy_pod_loses_only_its_pod_on_the_failing_node() {
         })
         .await;
         let events: Api<Event> = Api::namespaced(client.clone(), "default");
-        let note = until("w-0's Stopped Event", || async {
-            let list = events.list(&ListParams::default()).await.ok()?;
-            notes(&list.items, "w-0", "Stopped").into_iter().next()
-        })
-        .await;
+        let note = event_note(&events, "w-0", "Stopped").await;
         assert!(note.contains("stop policy is pod"), "{note}");
         // The replica's decision is made and applied: w-1 was never evicted.
         let w1 = pods.get("w-1").await.unwrap();
@@ -451,32 +385,17 @@ fn a_signal_from_before_gantry_started_stops_the_gangs_on_its_node() {
     runtime.block_on(async {
         let client = client(&kubeconfig).await;
         let nodes: Api<Node> = Api::all(client.clone());
-        let xid = json!({"status": {"conditions": [{
-            "type": "GpuXidError", "status": "True", "reason": "Xid79",
-        }]}});
-        nodes
-            .patch_status(
-                "st-0",
-                &kube::api::PatchParams::default(),
-                &kube::api::Patch::Strategic(&xid),
-            )
-            .await
-            .unwrap();
+        report_xid(&nodes, "st-0").await;
         // Bound before Gantry runs (by an earlier Gantry, say).
         let pods: Api<Pod> = Api::namespaced(client.clone(), "default");
         let mut early = with_priority(pod("early", 8, json!({})), None, 0);
         early.spec.as_mut().unwrap().node_name = Some("st-0".into());
         pods.create(&PostParams::default(), &early).await.unwrap();
         let dir = tempfile::tempdir().unwrap();
-        let health = dir.path().join("health.yaml");
-        std::fs::write(&health, "signals:\n- condition: GpuXidError\n").unwrap();
-        let replica = Replica::start(&kubeconfig, &["--health-config", health.to_str().unwrap()]);
+        let health = health_file(dir.path(), "signals:\n- condition: GpuXidError\n");
+        let replica = Replica::start(&kubeconfig, &["--health-config", &health]);
         let events: Api<Event> = Api::namespaced(client.clone(), "default");
-        let note = until("early's Stopped Event", || async {
-            let list = events.list(&ListParams::default()).await.ok()?;
-            notes(&list.items, "early", "Stopped").into_iter().next()
-        })
-        .await;
+        let note = event_note(&events, "early", "Stopped").await;
         assert!(
             note.contains(
                 "node st-0 reported condition GpuXidError=True (Xid79), before Gantry started"
@@ -494,4 +413,37 @@ fn a_signal_from_before_gantry_started_stops_the_gangs_on_its_node() {
         })
         .await;
     });
+}
+
+/// Sets an `Xid 79`-style condition on `node`, as node-problem-detector would: a condition in
+/// the node's status.
+async fn report_xid(nodes: &Api<Node>, node: &str) {
+    let xid = json!({"status": {"conditions": [{
+        "type": "GpuXidError", "status": "True", "reason": "Xid79",
+        "message": "GPU 3 has fallen off the bus",
+    }]}});
+    nodes
+        .patch_status(
+            node,
+            &kube::api::PatchParams::default(),
+            &kube::api::Patch::Strategic(&xid),
+        )
+        .await
+        .unwrap();
+}
+
+/// The note of the first Event about `name` with `reason`, once there is one.
+async fn event_note(events: &Api<Event>, name: &str, reason: &str) -> String {
+    until(&format!("{name}'s {reason} Event"), || async {
+        let list = events.list(&ListParams::default()).await.ok()?;
+        notes(&list.items, name, reason).into_iter().next()
+    })
+    .await
+}
+
+/// A `--health-config` file of `text` in `dir`: its path.
+fn health_file(dir: &std::path::Path, text: &str) -> String {
+    let path = dir.join("health.yaml");
+    std::fs::write(&path, text).unwrap();
+    path.to_string_lossy().into_owned()
 }

@@ -226,8 +226,12 @@ impl Writer {
         self.stop_gangs(tracker, scheduler, output);
         if self.may_write() {
             let leadership = self.leadership.as_deref();
-            self.preflights
-                .write(&self.handle, &self.client, leadership, tracker, scheduler);
+            let io = preflight::Io {
+                handle: &self.handle,
+                client: &self.client,
+                leadership,
+            };
+            self.preflights.write(io, tracker, scheduler);
             for e in std::mem::take(&mut self.node_events) {
                 let (reason, action) = (e.reason, "Health");
                 let post = report::post_node_event(

@@ -152,14 +152,12 @@ impl Preflights {
 
     /// Writes the results due and starts the tests due: on the leader only, each write fenced
     /// by the Lease.
-    pub(crate) fn write(
-        &mut self,
-        handle: &tokio::runtime::Handle,
-        client: &Client,
-        leadership: Option<&Leadership>,
-        tracker: &Tracker,
-        scheduler: &Scheduler,
-    ) {
+    pub(crate) fn write(&mut self, io: Io<'_>, tracker: &Tracker, scheduler: &Scheduler) {
+        let Io {
+            handle,
+            client,
+            leadership,
+        } = io;
         let Some(template) = self.template.clone() else {
             return;
         };
@@ -214,7 +212,7 @@ impl Preflights {
                 at_once: template.retest_at_once,
                 namespace: &namespace,
             };
-            self.retests(handle, client, leadership, tracker, scheduler, retest);
+            self.retests(io, tracker, scheduler, retest);
         }
     }
 
@@ -222,13 +220,16 @@ impl Preflights {
     /// re-tests under way, which give their nodes back.
     fn retests(
         &mut self,
-        handle: &tokio::runtime::Handle,
-        client: &Client,
-        leadership: Option<&Leadership>,
+        io: Io<'_>,
         tracker: &Tracker,
         scheduler: &Scheduler,
         retest: Retest<'_>,
     ) {
+        let Io {
+            handle,
+            client,
+            leadership,
+        } = io;
         self.retesting
             .retain(|node| tracker.preflight_nodes().get(node) == Some(&NodeStatus::Testing));
         let waiting = scheduler
@@ -314,6 +315,15 @@ impl Preflights {
             }
         }
     }
+}
+
+/// What preflight writes with: the runtime a pass blocks on, the write client, and the Lease
+/// every write checks.
+#[derive(Clone, Copy)]
+pub(crate) struct Io<'a> {
+    pub(crate) handle: &'a tokio::runtime::Handle,
+    pub(crate) client: &'a Client,
+    pub(crate) leadership: Option<&'a Leadership>,
 }
 
 /// What the re-tests are configured to do.
