@@ -256,6 +256,41 @@ impl Lifecycle {
         }
     }
 
+    /// Takes over `old`, the lifecycle of a node table rebuilt since, for this one's: its
+    /// config, breaker and cordon count, and each node's failures and state, where
+    /// `node_to_old` gives a node's index in the old table. Nothing is recorded: nothing
+    /// happened to the nodes. The states only Gantry knows (a node it took out, or is
+    /// re-testing) win over the table's Ready, which is all the node object shows; anything
+    /// else the table shows is newer. Without this a rebuild forgot which nodes were out, and a
+    /// node the breaker had held, still signalling, went out past the breaker's cap.
+    ///
+    /// Returns the nodes whose state it carried, for the caller to bring the table's health in
+    /// line.
+    pub fn carry_from(
+        &mut self,
+        old: Lifecycle,
+        node_to_old: impl Fn(usize) -> Option<usize>,
+    ) -> Vec<usize> {
+        let mut carried = Vec::new();
+        for node in 0..self.node_to_state.len() {
+            let Some(was) = node_to_old(node) else {
+                continue;
+            };
+            let state = old.state(was);
+            self.node_to_failures[node] = old.node_to_failures.get(was).copied().unwrap_or(0);
+            let gantry_only = state.out() || state == NodeState::Retest;
+            if gantry_only && self.node_to_state[node] == NodeState::Ready {
+                self.out += usize::from(state.out());
+                self.node_to_state[node] = state;
+                carried.push(node);
+            }
+        }
+        self.cordons = old.cordons;
+        self.breaker = old.breaker;
+        self.config = old.config;
+        carried
+    }
+
     /// Moves `node` to `to` for `cause`, recording the step; nothing when it is there already.
     pub fn set(&mut self, node: usize, to: NodeState, cause: &str, now_s: f64) -> bool {
         self.ensure(node);

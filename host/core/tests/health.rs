@@ -155,3 +155,55 @@ fn failures_never_leave_a_pod_on_a_bad_node_and_gangs_restart_whole() {
         "stops and restarts: {totals:?}"
     );
 }
+
+/// A live cluster's node set changes and the scheduler is rebuilt (`Scheduler::reset`): the
+/// nodes a failure took out stay out, a node the breaker held stays in service, and the breaker
+/// stays tripped. Before, every node started afresh from the node table, which shows none of
+/// this, and a cluster source put every node still signalling out, past the breaker's cap.
+#[test]
+fn a_rebuild_keeps_each_nodes_lifecycle_and_the_tripped_breaker() {
+    let pools = [Pool::h100(16, 4, None), Pool::l4(4, 4)];
+    let mut fx = Fixture::new(&pools, &property_queue_tree());
+    let names = ["h100-0", "h100-1", "h100-2"];
+    // 10% of 20 nodes: two may be out, and the third signal trips the breaker.
+    for name in names {
+        let node = fx.node(name);
+        fx.sched.node_failed(node, "Xid 79", 0.0);
+    }
+    let states = |fx: &Fixture| -> Vec<NodeState> {
+        names
+            .iter()
+            .map(|n| fx.sched.lifecycle().state(fx.node(n)))
+            .collect()
+    };
+    let expected = [NodeState::Repair, NodeState::Repair, NodeState::Ready];
+    assert_eq!(states(&fx), expected);
+    assert!(fx.sched.lifecycle().breaker.tripped.is_some());
+
+    // The same nodes in another order, as a rebuilt table may number them.
+    let reordered = [pools[1].clone(), pools[0].clone()];
+    let table = common::node_table(&fx.symbols, &reordered);
+    let queues = gantry_core::Queues::new(&fx.queue_defs, common::capacity(&table), 3600.0)
+        .expect("valid queue tree");
+    fx.sched
+        .reset(gantry_core::ClusterState::new(table), queues);
+    assert_eq!(
+        fx.node("h100-0"),
+        4,
+        "the rebuilt table numbers the nodes anew"
+    );
+    assert_eq!(states(&fx), expected);
+    let repair = NodeState::ALL.iter().position(|s| *s == NodeState::Repair);
+    assert_eq!(fx.sched.lifecycle().counts()[repair.unwrap()], 2);
+    for name in &names[..2] {
+        assert_eq!(
+            fx.sched.state.nodes.health(fx.node(name)),
+            Health::Unhealthy,
+            "{name} is out of the scheduler's hands in the new table too"
+        );
+    }
+    assert!(fx.sched.lifecycle().breaker.tripped.is_some());
+    // Still tripped: a new signal is held, and no third node goes out.
+    let held = fx.sched.node_failed(fx.node("h100-2"), "Xid 79", 1.0);
+    assert_eq!(held.verdict, gantry_core::health::Verdict::HeldByBreaker);
+}

@@ -116,9 +116,10 @@ impl KubeCluster {
 impl KubeCluster {
     /// Hands the nodes' signal changes to the lifecycle: a suspect signal that starts firing
     /// stops the node's gangs whole (`Scheduler::node_failed`; the next bind pass evicts their
-    /// pods, and their recreated pods go first); one that clears brings the node back. A
-    /// rebuilt scheduler starts its lifecycle afresh: a node still showing a signal goes
-    /// straight back to repair.
+    /// pods, and their recreated pods go first); one that clears brings the node back. A node
+    /// new to the table (every node, at the first build) already showing a signal is taken
+    /// the same way; a node Gantry knew keeps its lifecycle across a rebuild (held by the
+    /// breaker, it stays in service).
     fn node_signals(&mut self, scheduler: &mut Scheduler, now_s: f64, rebuilt: bool) {
         let mut failed = std::collections::BTreeSet::new();
         for signal in self.tracker.take_node_signals() {
@@ -202,6 +203,7 @@ impl KubeCluster {
         }
         let first = rebuilt && !self.built;
         self.built |= rebuilt;
+        let new_nodes = self.tracker.take_new_nodes();
         let suspect: Vec<(String, String)> = self
             .tracker
             .suspect_nodes()
@@ -212,18 +214,19 @@ impl KubeCluster {
             let Some(index) = self.tracker.node_index(node) else {
                 continue;
             };
-            if first && !failed.contains(node) {
-                // Gantry starts (or takes over) with the signal already showing: the node's
-                // gangs run on a failing node, so they stop now (the breaker still applies).
-                let cause = format!("{cause}, before Gantry started");
+            if new_nodes.contains(node) && !failed.contains(node) {
+                // The signal showed before Gantry saw the node: its gangs run on a failing
+                // node, so they stop now (the breaker still applies).
+                let cause = if first {
+                    format!("{cause}, before Gantry started")
+                } else {
+                    format!("{cause}, when it joined")
+                };
                 let failure = scheduler.node_failed(index, &cause, now_s);
-                tracing::warn!(node, cause, verdict = ?failure.verdict, stopped = failure.stopped.len(), "node signal at start");
+                tracing::warn!(node, cause, verdict = ?failure.verdict, stopped = failure.stopped.len(), "node signal when first seen");
                 for job in failure.stopped {
                     self.tracker.stopping(scheduler, job);
                 }
-            } else if rebuilt && !failed.contains(node) {
-                let cause = format!("still reports {cause}");
-                scheduler.set_node_state(index, gantry_core::NodeState::Repair, &cause, now_s);
             }
             // Out of the scheduler's hands whatever an in-place health change set (a node the
             // breaker held stays Ready, and schedulable).

@@ -30,7 +30,7 @@ pub mod queue;
 mod quota;
 mod unestimated;
 
-use std::collections::{BTreeMap, BTreeSet};
+use std::collections::{BTreeMap, BTreeSet, HashMap};
 use std::sync::Arc;
 
 use serde::{Deserialize, Serialize};
@@ -477,15 +477,18 @@ impl Scheduler {
 
     /// Start over on a new cluster and queue tree (a live cluster's node set changed, or a
     /// watch had to relist): every job is dropped, to be submitted or adopted again. Job ids
-    /// keep counting, so none is ever reused.
+    /// keep counting, so none is ever reused. Each node's lifecycle goes on by name (see
+    /// [`crate::health::Lifecycle::carry_from`]), with the breaker.
     pub fn reset(&mut self, state: ClusterState, queues: Queues) {
         let next_id = self.next_id;
         let cycle_no = self.cycle_no;
         let runtimes = std::mem::take(&mut self.plan.runtimes);
         let arrivals = std::mem::take(&mut self.plan.arrivals);
         let (clock_s, plan_config) = (self.clock_s, self.plan_config.clone());
-        let health_config = self.lifecycle.config.clone();
-        let breaker = self.lifecycle.breaker.clone();
+        let lifecycle = std::mem::take(&mut self.lifecycle);
+        let name_to_old: HashMap<String, usize> = (0..self.state.len())
+            .map(|node| (self.node_name(node), node))
+            .collect();
         *self = Self::new(state, queues, self.symbols.clone(), self.config.clone());
         self.next_id = next_id;
         self.cycle_no = cycle_no;
@@ -493,8 +496,13 @@ impl Scheduler {
         self.plan_config = plan_config;
         self.plan.runtimes = runtimes;
         self.plan.arrivals = arrivals;
-        self.lifecycle.config = health_config;
-        self.lifecycle.breaker = breaker;
+        let names: Vec<String> = (0..self.state.len()).map(|n| self.node_name(n)).collect();
+        let carried = self
+            .lifecycle
+            .carry_from(lifecycle, |node| name_to_old.get(&names[node]).copied());
+        for node in carried {
+            self.sync_health(node);
+        }
     }
 
     /// Take a placed job off its nodes and back to the front of its queue, to be placed again

@@ -120,6 +120,12 @@ impl Tracker {
         &self.suspect_to_cause
     }
 
+    /// The nodes the last rebuild added to the table (every node, at the first), since the
+    /// last call.
+    pub fn take_new_nodes(&mut self) -> BTreeSet<String> {
+        std::mem::take(&mut self.new_nodes)
+    }
+
     /// The node table's index of node `name`.
     pub fn node_index(&self, name: &str) -> Option<usize> {
         self.name_to_node.get(name).copied()

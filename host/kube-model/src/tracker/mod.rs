@@ -167,6 +167,10 @@ pub struct Tracker {
     /// Nodes tainted for preflight, by name, with their status: few, so the cluster source
     /// walks them at each sync to start their tests.
     preflight_nodes: BTreeMap<String, crate::preflight::NodeStatus>,
+    /// Nodes the last rebuild found that the table before it did not hold (every node, at the
+    /// first), until the cluster source takes them: a signal one shows already is news to
+    /// Gantry, while a node it knew keeps its lifecycle across the rebuild.
+    new_nodes: BTreeSet<String>,
     /// Per Queue whose `spec.stopPolicy` is Pod, by name: its gangs' default.
     queue_to_stop_policy: HashMap<String, gantry_core::StopPolicy>,
     /// Per PodGroup (either kind) with a `gantry.dev/stop-policy` annotation, its policy or
@@ -218,6 +222,7 @@ impl Tracker {
             gang_to_restart: HashMap::new(),
             suspect_to_cause: BTreeMap::new(),
             preflight_nodes: BTreeMap::new(),
+            new_nodes: BTreeSet::new(),
             queue_to_stop_policy: HashMap::new(),
             group_to_stop_policy: HashMap::new(),
         }

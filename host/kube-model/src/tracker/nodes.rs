@@ -75,6 +75,11 @@ impl Tracker {
                 self.note_preflight(name, preflight.as_ref(), digest.preflight.as_ref());
             }
         }
+        self.new_nodes = digests
+            .keys()
+            .filter(|name| !self.name_to_digest.contains_key(*name))
+            .cloned()
+            .collect();
         self.preflight_nodes = digests
             .iter()
             .filter_map(|(name, d)| Some((name.clone(), d.preflight.clone()?)))

@@ -1207,6 +1207,13 @@ fn a_taint_signal_arrives_through_a_rebuild_and_a_new_node_reports_nothing() {
         tracker.suspect_nodes().keys().collect::<Vec<_>>(),
         ["b", "c"]
     );
+    // The cluster source takes c's signal as news (its gangs stop, the breaker counts it); b's
+    // lifecycle goes on from before the rebuild.
+    assert_eq!(
+        tracker.take_new_nodes().into_iter().collect::<Vec<_>>(),
+        ["c"]
+    );
+    assert!(tracker.take_new_nodes().is_empty(), "taken once");
 }
 
 #[test]
