@@ -84,172 +84,126 @@ impl Metrics {
     /// The registry with every metric registered at zero; `Live` owns the one instance.
     pub fn new() -> Self {
         let registry = Registry::new();
-        let attempts = IntCounterVec::new(
-            Opts::new(
-                "scheduler_schedule_attempts_total",
-                "Number of attempts to schedule pods, by the result.",
-            ),
+        let r = &registry;
+        let attempts = counter_vec(
+            r,
+            "scheduler_schedule_attempts_total",
+            "Number of attempts to schedule pods, by the result.",
             &["result", "profile"],
-        )
-        .expect("valid metric");
-        let attempt_duration = HistogramVec::new(
+        );
+        let attempt_duration = histogram_vec(
+            r,
             HistogramOpts::new(
                 "scheduler_scheduling_attempt_duration_seconds",
                 "Scheduling attempt latency in seconds (scheduling algorithm + binding).",
             )
             .buckets(prometheus::exponential_buckets(0.000_01, 2.0, 20).expect("buckets")),
             &["result", "profile"],
-        )
-        .expect("valid metric");
-        let pending_pods_vec = IntGaugeVec::new(
-            Opts::new(
-                "scheduler_pending_pods",
-                "Number of pending pods, by the queue type.",
-            ),
+        );
+        let pending_pods = gauge_vec(
+            r,
+            "scheduler_pending_pods",
+            "Number of pending pods, by the queue type.",
             &["queue"],
         )
-        .expect("valid metric");
-        let pending_pods = pending_pods_vec.with_label_values(&["active"]);
-        let balloon_pods = IntGaugeVec::new(
-            Opts::new(
-                "gantry_balloon_pods",
-                "Balloon pods holding idle capacity, by state (pending or running).",
-            ),
+        .with_label_values(&["active"]);
+        let balloon_pods = gauge_vec(
+            r,
+            "gantry_balloon_pods",
+            "Balloon pods holding idle capacity, by state (pending or running).",
             &["state"],
-        )
-        .expect("valid metric");
-        let incoming_pods_vec = IntCounterVec::new(
-            Opts::new(
-                "scheduler_queue_incoming_pods_total",
-                "Number of pods added to scheduling queues by event and queue type.",
-            ),
+        );
+        let incoming_pods = counter_vec(
+            r,
+            "scheduler_queue_incoming_pods_total",
+            "Number of pods added to scheduling queues by event and queue type.",
             &["event", "queue"],
         )
-        .expect("valid metric");
-        let incoming_pods = incoming_pods_vec.with_label_values(&["PodAdd", "active"]);
-        let cycle_failures = IntCounter::new(
-            "gantry_cycle_failures_total",
-            "Scheduling cycles whose decisions could not be stored.",
-        )
-        .expect("valid metric");
-        let cycles =
-            IntCounter::new("gantry_cycles_total", "Scheduling cycles run.").expect("valid metric");
-        let cycle_duration = Histogram::with_opts(
+        .with_label_values(&["PodAdd", "active"]);
+        let cycle_duration = histogram(
+            r,
             HistogramOpts::new(
                 "gantry_scheduling_cycle_duration_seconds",
                 "Time of each scheduling cycle that decided at least one job.",
             )
             .buckets(prometheus::exponential_buckets(0.000_1, 2.0, 20).expect("buckets")),
-        )
-        .expect("valid metric");
-        let preemptions = IntCounter::new(
-            "scheduler_preemption_victims_total",
-            "Jobs evicted to make room for others.",
-        )
-        .expect("valid metric");
-        let active_set = IntGauge::new(
-            "gantry_policy_set_active_version",
-            "The policy-set version new cycles run on.",
-        )
-        .expect("valid metric");
-        let activations = IntCounter::new(
-            "gantry_policy_set_activations_total",
-            "Activations and rollbacks of policy sets.",
-        )
-        .expect("valid metric");
-        let shadow_disagreements = IntCounterVec::new(
-            Opts::new(
-                "gantry_shadow_disagreements_total",
-                "Decisions where the shadow candidate disagreed with the active set, by kind.",
-            ),
-            &["kind"],
-        )
-        .expect("valid metric");
-        let shadow_cycles = IntCounterVec::new(
-            Opts::new(
-                "gantry_shadow_cycles_total",
-                "Cycles the shadow candidate ran, or skipped because its thread was busy.",
-            ),
-            &["result"],
-        )
-        .expect("valid metric");
-        let budget_exhausted = IntCounter::new(
-            "gantry_cycle_budget_exhausted_total",
-            "Cycles whose policy-call budget ran out before they reached every job.",
-        )
-        .expect("valid metric");
-        let forecast_duration = Histogram::with_opts(
+        );
+        let forecast_duration = histogram(
+            r,
             HistogramOpts::new(
                 "gantry_forecast_duration_seconds",
                 "Time of each forecast of pending jobs' starts, run beside the loop.",
             )
             .buckets(prometheus::exponential_buckets(0.001, 2.0, 16).expect("buckets")),
-        )
-        .expect("valid metric");
-        let bind_after_lease_loss = IntCounter::new(
-            "gantry_bind_after_lease_loss_total",
-            "Bindings answered as applied after this replica had lost its Lease.",
-        )
-        .expect("valid metric");
-        let nodes_by_state = IntGaugeVec::new(
-            Opts::new("gantry_nodes", "Nodes in each health-lifecycle state."),
-            &["state"],
-        )
-        .expect("valid metric");
-        let breaker_tripped = IntGauge::new(
-            "gantry_health_breaker_tripped",
-            "1 while the health breaker holds automated cordons back, else 0.",
-        )
-        .expect("valid metric");
-        let failure_stops = IntCounter::new(
-            "gantry_failure_stops_total",
-            "Jobs stopped whole because a node failed under them.",
-        )
-        .expect("valid metric");
-        for collector in [
-            Box::new(attempts.clone()) as Box<dyn prometheus::core::Collector>,
-            Box::new(nodes_by_state.clone()),
-            Box::new(breaker_tripped.clone()),
-            Box::new(failure_stops.clone()),
-            Box::new(bind_after_lease_loss.clone()),
-            Box::new(attempt_duration.clone()),
-            Box::new(pending_pods_vec.clone()),
-            Box::new(balloon_pods.clone()),
-            Box::new(incoming_pods_vec),
-            Box::new(cycle_failures.clone()),
-            Box::new(cycles.clone()),
-            Box::new(cycle_duration.clone()),
-            Box::new(preemptions.clone()),
-            Box::new(active_set.clone()),
-            Box::new(activations.clone()),
-            Box::new(shadow_disagreements.clone()),
-            Box::new(shadow_cycles.clone()),
-            Box::new(budget_exhausted.clone()),
-            Box::new(forecast_duration.clone()),
-        ] {
-            registry.register(collector).expect("unique metric names");
-        }
+        );
         Self {
-            registry,
             attempts,
             attempt_duration,
             pending_pods,
             balloon_pods,
             incoming_pods,
-            cycle_failures,
-            cycles,
+            cycle_failures: counter(
+                r,
+                "gantry_cycle_failures_total",
+                "Scheduling cycles whose decisions could not be stored.",
+            ),
+            cycles: counter(r, "gantry_cycles_total", "Scheduling cycles run."),
             cycle_duration,
-            preemptions,
-            active_set,
-            activations,
-            shadow_disagreements,
-            shadow_cycles,
-            budget_exhausted,
+            preemptions: counter(
+                r,
+                "scheduler_preemption_victims_total",
+                "Jobs evicted to make room for others.",
+            ),
+            active_set: gauge(
+                r,
+                "gantry_policy_set_active_version",
+                "The policy-set version new cycles run on.",
+            ),
+            activations: counter(
+                r,
+                "gantry_policy_set_activations_total",
+                "Activations and rollbacks of policy sets.",
+            ),
+            shadow_disagreements: counter_vec(
+                r,
+                "gantry_shadow_disagreements_total",
+                "Decisions where the shadow candidate disagreed with the active set, by kind.",
+                &["kind"],
+            ),
+            shadow_cycles: counter_vec(
+                r,
+                "gantry_shadow_cycles_total",
+                "Cycles the shadow candidate ran, or skipped because its thread was busy.",
+                &["result"],
+            ),
+            budget_exhausted: counter(
+                r,
+                "gantry_cycle_budget_exhausted_total",
+                "Cycles whose policy-call budget ran out before they reached every job.",
+            ),
             forecast_duration,
-            bind_after_lease_loss,
-            nodes_by_state,
-            breaker_tripped,
-            failure_stops,
+            bind_after_lease_loss: counter(
+                r,
+                "gantry_bind_after_lease_loss_total",
+                "Bindings answered as applied after this replica had lost its Lease.",
+            ),
+            nodes_by_state: gauge_vec(
+                r,
+                "gantry_nodes",
+                "Nodes in each health-lifecycle state.",
+                &["state"],
+            ),
+            breaker_tripped: gauge(
+                r,
+                "gantry_health_breaker_tripped",
+                "1 while the health breaker holds automated cordons back, else 0.",
+            ),
+            failure_stops: counter(
+                r,
+                "gantry_failure_stops_total",
+                "Jobs stopped whole because a node failed under them.",
+            ),
+            registry,
         }
     }
 
@@ -392,6 +346,57 @@ fn escape(value: &str) -> String {
         .replace('\\', "\\\\")
         .replace('"', "\\\"")
         .replace('\n', "\\n")
+}
+
+/// Registers `collector` and hands it back, so each metric is made and registered in one
+/// place and none can be left out of the registry.
+fn registered<C: prometheus::core::Collector + Clone + 'static>(
+    registry: &Registry,
+    collector: C,
+) -> C {
+    registry
+        .register(Box::new(collector.clone()))
+        .expect("unique metric names");
+    collector
+}
+
+/// A registered counter.
+fn counter(registry: &Registry, name: &str, help: &str) -> IntCounter {
+    registered(registry, IntCounter::new(name, help).expect("valid metric"))
+}
+
+/// A registered gauge.
+fn gauge(registry: &Registry, name: &str, help: &str) -> IntGauge {
+    registered(registry, IntGauge::new(name, help).expect("valid metric"))
+}
+
+/// A registered counter with `labels`.
+fn counter_vec(registry: &Registry, name: &str, help: &str, labels: &[&str]) -> IntCounterVec {
+    registered(
+        registry,
+        IntCounterVec::new(Opts::new(name, help), labels).expect("valid metric"),
+    )
+}
+
+/// A registered gauge with `labels`.
+fn gauge_vec(registry: &Registry, name: &str, help: &str, labels: &[&str]) -> IntGaugeVec {
+    registered(
+        registry,
+        IntGaugeVec::new(Opts::new(name, help), labels).expect("valid metric"),
+    )
+}
+
+/// A registered histogram.
+fn histogram(registry: &Registry, opts: HistogramOpts) -> Histogram {
+    registered(registry, Histogram::with_opts(opts).expect("valid metric"))
+}
+
+/// A registered histogram with `labels`.
+fn histogram_vec(registry: &Registry, opts: HistogramOpts, labels: &[&str]) -> HistogramVec {
+    registered(
+        registry,
+        HistogramVec::new(opts, labels).expect("valid metric"),
+    )
 }
 
 #[cfg(test)]
