@@ -378,14 +378,46 @@ impl Queues {
     }
 
     /// The most GPUs leaf queue `id` may ever hold at once, of a cluster of `total`: its
-    /// nominal quota plus its borrowing limit, or the whole cluster when it has none. How long
-    /// a queue's backlog takes to run is its work over this, at best.
+    /// nominal quota plus the most it could borrow, within its borrowing limit, with every
+    /// other queue idle ([`Queues::most_borrowable`]). How long a queue's backlog takes to run
+    /// is its work over this, at best. (It was the nominal plus the borrowing limit, or the
+    /// whole cluster with no limit, which a queue with nothing to borrow from never reaches:
+    /// the bound it gave a job the forecast did not reach was that much too early.)
     pub fn most_gpus(&self, id: QueueId, total: u64) -> u64 {
-        self.queues[id]
+        let borrowable = self.most_borrowable(id);
+        let borrow = self.queues[id]
             .def
             .borrowing_limit_gpus
-            .map_or(total, |limit| self.nominal(id).saturating_add(limit))
+            .map_or(borrowable, |limit| limit.min(borrowable));
+        self.nominal(id)
+            .saturating_add(borrow)
             .clamp(1, total.max(1))
+    }
+
+    /// The most queue `id` could ever borrow: its siblings' nominal quotas (within their
+    /// lending limits), and what its parent could borrow in turn within the parent's limit,
+    /// with all of them idle. [`Queues::spare_for`] is the same sum over what is idle now.
+    fn most_borrowable(&self, id: QueueId) -> u64 {
+        let here: u64 = self
+            .siblings(id)
+            .iter()
+            .filter(|&&s| s != id)
+            .map(|&s| {
+                let nominal = self.nominal(s);
+                self.queues[s]
+                    .def
+                    .lending_limit_gpus
+                    .map_or(nominal, |limit| nominal.min(limit))
+            })
+            .fold(0, u64::saturating_add);
+        let above = self.queues[id].parent.map_or(0, |parent| {
+            let borrowable = self.most_borrowable(parent);
+            self.queues[parent]
+                .def
+                .borrowing_limit_gpus
+                .map_or(borrowable, |limit| limit.min(borrowable))
+        });
+        here.saturating_add(above)
     }
 
     /// The quota check, a refusal not yet in words: the one rule [`Queues::admission`],
@@ -633,6 +665,29 @@ mod tests {
             3600.0,
         )
         .unwrap()
+    }
+
+    /// `most_gpus` is what the quota check admits with every other queue idle, and no more:
+    /// the bound a job beyond the forecast is given rests on it.
+    #[test]
+    fn the_most_a_queue_may_hold_is_what_the_quota_admits_with_the_others_idle() {
+        let q = tree();
+        let most = |name: &str| q.most_gpus(q.id(name).unwrap(), 52);
+        // rl: 16 and its borrowing limit of 8; pretraining: 20 and rl's 16 and the 4 applied
+        // lends; applied: 16 and the research cohort's 36.
+        assert_eq!(
+            [most("rl"), most("pretraining"), most("applied")],
+            [24, 40, 52]
+        );
+        for name in ["rl", "pretraining", "applied"] {
+            let id = q.id(name).unwrap();
+            assert!(q.admits(id, most(name)), "{name} admits {}", most(name));
+            assert!(!q.admits(id, most(name) + 1), "{name} refuses one more");
+        }
+        // A queue alone has nothing to borrow: its nominal, not the cluster.
+        let alone = Queues::new(&[def("default", None, 16)], Resources::gpus(32), 3600.0).unwrap();
+        assert_eq!(alone.most_gpus(0, 32), 16);
+        assert!(alone.admits(0, 16) && !alone.admits(0, 17));
     }
 
     #[test]

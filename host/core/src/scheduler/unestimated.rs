@@ -88,7 +88,7 @@ impl Scheduler {
         if spec.total().gpus > most_gpus {
             return format!(
                 "it can never start as it is: it asks {} GPUs, and queue {queue} may hold at most \
-                 {most_gpus} (its nominal quota plus its borrowing limit)",
+                 {most_gpus} (its nominal quota and the most it may borrow)",
                 spec.total().gpus
             );
         }
