@@ -27,9 +27,22 @@ mkdir -p "$artifacts"
 reclaiming="$artifacts/reclaiming-cluster.yaml"
 sed 's/^\(    nominal_gpus: .*\)$/\1\n    reclaim_within_cohort: any/' \
     ../shared/clusters/openai-like-7500.yaml >"$reclaiming"
+# Nodes fail far more often than the demo's default (one every 3 min), so that within seconds
+# a running job has been restarted by a node failure, and Suspect, Repair and Preflight nodes
+# show on the heatmap: over 7,500 nodes, a failure every 4 s or so. The breaker's hourly cap is
+# raised so that it never trips on this rate: a tripped breaker would stop the restarts (the
+# banner's test intercepts /api/health to show a tripped one instead).
+failures="$artifacts/failures.yaml"
+cat >"$failures" <<'YAML'
+mtbf_node_days: 0.35
+repair_s: 240
+preflight_s: 60
+health:
+  max_cordons_per_hour: 1000000
+YAML
 # A heavy load fills the cluster within seconds, so there are pending jobs to explain.
 start_test_server "$(printf 'tokens:\n  - {name: alice, role: admin, token: %s}\n  - {name: bob, role: viewer, token: %s}\n' "$admin" "$viewer")" \
-    --jobs-per-s 200 --cluster "$reclaiming"
+    --jobs-per-s 200 --cluster "$reclaiming" --failures "$failures"
 rc=0
 (cd web && GANTRY_URL="$url" ADMIN_TOKEN="$admin" VIEWER_TOKEN="$viewer" UI_ARTIFACTS="$artifacts" \
     PLUGIN_DIR="$CARGO_TARGET_DIR/wasm32-wasip2/plugin" CHROMIUM="$(command -v chromium)" \

@@ -122,3 +122,11 @@ export type RunningPolicy = Schemas["RunningPolicy"];
 export type Validation = Schemas["Validation"];
 export type ShadowReport = Schemas["ShadowReport"];
 export type AuditEntry = Schemas["AuditEntry"];
+/** Where a node stands in its health lifecycle: `preflight`, `ready`, `suspect`, … */
+export type NodeState = Schemas["NodeState"];
+export type HealthView = Schemas["HealthView"];
+export type NodeHealth = Schemas["NodeHealthView"];
+export type Transition = Schemas["TransitionView"];
+export type BreakerReset = Schemas["BreakerReset"];
+/** A node a job avoids because it failed under it: why the job restarted. */
+export type BadNode = Schemas["BadNodeView"];

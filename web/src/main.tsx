@@ -7,6 +7,7 @@ import { QueuesPage } from "./pages/queues";
 import { JobsPage } from "./pages/jobs";
 import { PoliciesPage } from "./pages/policies";
 import { FeedPage } from "./pages/feed";
+import { BreakerBanner } from "./health";
 import "uplot/dist/uPlot.min.css";
 import "./style.css";
 
@@ -91,6 +92,7 @@ function App() {
         <button type="button" onClick={() => { token.clear(); setWho(null); }}>Sign out</button>
       </header>
       <main id="main">
+        <BreakerBanner admin={admin} showClosed={page === "cluster"} />
         {page === "cluster" && <ClusterPage />}
         {page === "queues" && <QueuesPage />}
         {page === "jobs" && <JobsPage name={params.get("name") ?? ""} />}

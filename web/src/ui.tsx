@@ -6,6 +6,20 @@ export const time = (ms: number) => new Date(ms).toLocaleTimeString();
 export const dateTime = (ms: number) => new Date(ms).toLocaleString();
 export const short = (sha: string) => sha.slice(0, 12);
 
+/** `ms` as `45 s`, `12 min` or `3 h 5 min`: how long people read a wait. */
+export function duration(ms: number) {
+  const s = Math.max(0, Math.round(ms / 1000));
+  if (s < 60) return `${s} s`;
+  const min = Math.round(s / 60);
+  if (min < 60) return `${min} min`;
+  return `${Math.floor(min / 60)} h ${min % 60} min`;
+}
+
+/** A past moment as `12 min ago` (`just now` under a second), the clock time on hover. */
+export function Ago({ ms, now = Date.now() }: { ms: number; now?: number }) {
+  return <time dateTime={new Date(ms).toISOString()} title={dateTime(ms)}>{now - ms < 1000 ? "just now" : `${duration(now - ms)} ago`}</time>;
+}
+
 export function Status({ error, ok }: { error?: string | null; ok?: string | null }) {
   return (
     <div>

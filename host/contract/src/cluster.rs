@@ -1,5 +1,6 @@
 //! The cluster as the UI's heatmap and a node's page read it.
 
+use gantry_core::NodeState;
 use gantry_store::DecisionRecord;
 use serde::{Deserialize, Serialize};
 use utoipa::ToSchema;
@@ -70,8 +71,12 @@ pub struct NodeColumns {
     /// Of each node's GPUs in use, those balloons hold: idle capacity kept warm, not work,
     /// which the heatmap shades apart.
     pub balloon_gpus: Vec<u32>,
-    /// `healthy`, `unhealthy`, `preflight`, `not-ready` or `cordoned`.
+    /// `healthy`, `unhealthy`, `preflight`, `not-ready` or `cordoned`: what the filters see.
     pub health: Vec<String>,
+    /// Each node's health-lifecycle state (`ready`, `suspect`, `repair`, …): what the heatmap
+    /// colours by, since `health` folds Suspect and Draining into `cordoned`, and Repair and
+    /// Retired into `unhealthy`.
+    pub state: Vec<NodeState>,
     /// Per topology level, its name and each node's domain index.
     pub levels: Vec<(String, Vec<u32>)>,
     /// Running jobs on each node.
@@ -93,6 +98,8 @@ pub struct NodeDetail {
     pub gpu_free: u32,
     /// As in [`NodeColumns::health`].
     pub health: String,
+    /// Its health-lifecycle state, as in [`NodeColumns::state`].
+    pub state: NodeState,
     /// Its domain at each topology level, e.g. `rack 12`.
     pub domains: Vec<String>,
     /// Jobs running on it.

@@ -1,7 +1,7 @@
 //! "Why is it pending now?" (or where it went): the answer of `GET /api/explain/{name}`, which
 //! `gantry explain` prints and the UI's job page shows.
 
-use crate::{EstimateView, QueueView};
+use crate::{BadNodeView, EstimateView, QueueView};
 use gantry_store::DecisionRecord;
 use serde::{Deserialize, Serialize};
 use utoipa::ToSchema;
@@ -76,6 +76,9 @@ pub struct Explain {
     pub estimate: Option<EstimateView>,
     /// Why a pending job has no estimate, when it has none (see `JobView::no_estimate`).
     pub no_estimate: Option<String>,
+    /// The nodes that failed under it and that it avoids (see `JobView::avoiding`): not
+    /// empty when a node failure restarted it. Empty once it is done.
+    pub avoiding: Vec<BadNodeView>,
     /// The latest decision; none for a job that waits for its first attempt.
     pub latest: Option<DecisionRecord>,
     /// The latest decision's quota, as one verdict in words (`QuotaExplain::verdict_text`),

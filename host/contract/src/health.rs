@@ -1,7 +1,8 @@
 //! The node health lifecycle as the API serves it: nodes per state and the circuit breaker
 //! ([`HealthView`]), one node's state and steps ([`NodeHealthView`]), each step with its cause
-//! ([`TransitionView`]), and what an admin's breaker reset cleared ([`BreakerReset`]). The
-//! engine fills them from the core's lifecycle; the server and the CLI read them.
+//! ([`TransitionView`]), what an admin's breaker reset cleared ([`BreakerReset`]), and a node
+//! a job avoids because it failed under it ([`BadNodeView`]). The engine fills them from the
+//! core's lifecycle and bad-node lists; the server, the CLI and the UI read them.
 
 use std::collections::BTreeMap;
 
@@ -85,4 +86,24 @@ pub struct BreakerReset {
     pub reset_at_ms: u64,
     /// Who reset it (the token's name).
     pub by: String,
+}
+
+/// A node a job avoids because it failed under it: why the job restarted, and for how long it
+/// stays off the node. The core's `BadNode`, with the node named and its times on the wall
+/// clock too, so the job's page can say "restarted after h100-0421 reported Xid 79 12 min
+/// ago; avoiding h100-0421 for 5 h 48 min more" without asking the scheduler's clock.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize, utoipa::ToSchema)]
+pub struct BadNodeView {
+    /// The node's name.
+    pub node: String,
+    /// What it reported ("Xid 79 (GPU fell off the bus)", "condition GpuXidError=True").
+    pub cause: String,
+    /// When it failed under the job, on the scheduler's clock (seconds).
+    pub at_s: f64,
+    /// The same, in ms since the epoch.
+    pub at_ms: u64,
+    /// Until when the job avoids it, on the scheduler's clock (seconds).
+    pub until_s: f64,
+    /// The same, in ms since the epoch: a past time means the job may use the node again.
+    pub until_ms: u64,
 }

@@ -19,7 +19,8 @@
 //!   shadow reports, upload validations), which the engine fills;
 //! - [`estimates`]: start estimates and what-if questions and answers, with their words;
 //! - [`health`]: the node health lifecycle: nodes per state, the breaker, each node's steps
-//!   ([`HealthView`], [`NodeHealthView`], [`TransitionView`], [`BreakerReset`]).
+//!   ([`HealthView`], [`NodeHealthView`], [`TransitionView`], [`BreakerReset`]), and the
+//!   nodes a restarted job avoids ([`BadNodeView`]).
 //!
 //! The store's records and the core's explanations derive their schema beside the code that
 //! makes them, behind their crates' `schema` feature, and are re-exported here, so a client
@@ -45,7 +46,9 @@ pub use error::ErrorBody;
 pub use explain::{
     Explain, ExplainKind, ExplainState, JobEvent, JobEventKind, not_attempted_waiting_for,
 };
-pub use health::{BreakerReset, BreakerView, HealthView, NodeHealthView, TransitionView};
+pub use health::{
+    BadNodeView, BreakerReset, BreakerView, HealthView, NodeHealthView, TransitionView,
+};
 pub use jobs::JobRow;
 pub use policies::{ConfigQuery, NewSet, RunningPolicy, SetList, ShadowStart, WasmModule};
 pub use query::{HistoryQuery, JobQuery, JobSort, JobState, Limit, TimeRange};

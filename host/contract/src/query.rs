@@ -84,6 +84,9 @@ pub struct JobQuery {
     /// By queue and position (`position`, the default), or longest waiting first (`wait`).
     #[param(value_type = Option<JobSort>)]
     pub sort: Option<String>,
+    /// Only jobs a node failure restarted (`true`): those that avoid a node that failed
+    /// under them.
+    pub restarted: Option<bool>,
     /// At most this many (default 100).
     #[param(minimum = 1, maximum = 10000)]
     pub limit: Option<usize>,

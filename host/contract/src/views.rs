@@ -9,7 +9,7 @@ use gantry_core::Explanation;
 use gantry_store::PolicyManifest;
 use serde::{Deserialize, Serialize};
 
-use crate::EstimateView;
+use crate::{BadNodeView, EstimateView};
 
 /// One queue's quota, usage, borrowing and fair share.
 #[derive(Debug, Clone, Serialize, Deserialize, utoipa::ToSchema)]
@@ -80,6 +80,10 @@ pub struct JobView {
     /// within 2 h: the last forecast (40 s ago) looked 2 h ahead and did not reach it, …".
     /// Every pending job has one or the other.
     pub no_estimate: Option<String>,
+    /// The nodes that failed under it, each with what it reported and until when the job
+    /// avoids it, oldest first: a node failure restarted it when this is not empty. A live
+    /// cluster's recreated pods inherit the stopped job's list, so theirs says so too.
+    pub avoiding: Vec<BadNodeView>,
 }
 
 /// A decision as the SSE feed sends it: small, with the one-line summary.

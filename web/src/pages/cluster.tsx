@@ -1,15 +1,21 @@
 // The GPU occupancy heatmap along the topology: one panel per block, one column per rack, one
-// cell per node. Drawn on a canvas (7,500 DOM cells would not update at 1 Hz smoothly), with
-// positions computed once per topology and colours redrawn on every poll. Keyboard users move a
+// cell per node. A Ready node is shaded by the GPUs its work uses; any other node by its
+// health-lifecycle state (Preflight, Suspect, Draining, Repair, Re-test, Retired), so a failure
+// and its repair are seen where they happen, with a legend that counts each. Drawn on a canvas
+// (7,500 DOM cells would not update at 1 Hz smoothly), with positions computed once per topology
+// and colours redrawn on every poll. Keyboard users move a
 // focus cell with the arrow keys (a box drawn over the canvas, so moving it redraws nothing),
 // hear the focused node named through a live region, and open it with Enter.
 import { useEffect, useMemo, useRef, useState } from "preact/hooks";
-import { get, message, type NodeColumns, type NodeDetail, type Queue } from "../api";
-import { Status, time } from "../ui";
+import { get, message, type NodeColumns, type NodeDetail, type NodeHealth, type NodeState, type Queue } from "../api";
+import { STATES, STATE_COLOR, STATE_NAME } from "../health";
+import { Ago, Status, time } from "../ui";
 
 const CELL = 6, GAP = 1, STEP = CELL + GAP, LABEL = 14, PANEL_GAP = 10, WIDTH = 980;
 const PALETTE = ["#f1f6fc", "#c6dbef", "#6baed6", "#2171b5", "#08306b"];
-const UNHEALTHY = "#d62828", FILTERED = "#e4e4e4";
+// A node the lifecycle has as Ready that Kubernetes reports not ready or cordoned (an admin's
+// cordon, a kubelet gone): out of the lifecycle's hands, so shaded apart from its states.
+const UNHEALTHY = "#5c677d", FILTERED = "#e4e4e4";
 // A node whose GPUs in use are mostly balloons': idle capacity kept warm, not work, so it is not
 // shaded as busy.
 const BALLOON = "#f6d28b";
@@ -71,14 +77,15 @@ function describe(cols: NodeColumns, i: number): string {
   const held = cols.balloon_gpus[i] ? ` (${cols.balloon_gpus[i]} by balloons)` : "";
   const where = cols.levels.map(([level, domain]) => `${level} ${domain[i]}`).join(", ");
   const queues = cols.queues[i] ? `; queues ${cols.queues[i].split(",").join(", ")}` : "";
-  return `Node ${cols.name[i]}: ${used} of ${cols.gpu_total[i]} GPUs in use${held}, ${cols.health[i]}, ${where}${queues}. Enter opens it.`;
+  return `Node ${cols.name[i]}: ${used} of ${cols.gpu_total[i]} GPUs in use${held}, ${STATE_NAME[cols.state[i]] ?? cols.state[i]}, ${cols.health[i]}, ${where}${queues}. Enter opens it.`;
 }
 
-export interface Filters { gpu: string; health: string; queue: string }
+export interface Filters { gpu: string; health: string; state: string; queue: string }
 
 function passes(cols: NodeColumns, i: number, f: Filters) {
   if (f.gpu && cols.gpu_type[i] !== f.gpu) return false;
   if (f.health && cols.health[i] !== f.health) return false;
+  if (f.state && cols.state[i] !== f.state) return false;
   if (f.queue && !cols.queues[i].split(",").includes(f.queue)) return false;
   return true;
 }
@@ -93,9 +100,15 @@ function draw(canvas: HTMLCanvasElement, cols: NodeColumns, lay: Layout, f: Filt
   // One fillStyle per colour bucket: switching styles per cell is what costs on a canvas.
   const buckets: number[][] = PALETTE.map(() => []);
   const red: number[] = [], grey: number[] = [], balloon: number[] = [];
+  const byState = new Map<NodeState, number[]>();
   for (let i = 0; i < cols.name.length; i++) {
+    const state = cols.state[i];
     if (!passes(cols, i, f)) grey.push(i);
-    else if (cols.health[i] !== "healthy") red.push(i);
+    else if (state !== "ready") {
+      let idx = byState.get(state);
+      if (!idx) byState.set(state, (idx = []));
+      idx.push(i);
+    } else if (cols.health[i] !== "healthy") red.push(i);
     else {
       const held = cols.balloon_gpus[i], work = cols.gpu_total[i] - cols.gpu_free[i] - held;
       if (held > work) { balloon.push(i); continue; }
@@ -110,6 +123,7 @@ function draw(canvas: HTMLCanvasElement, cols: NodeColumns, lay: Layout, f: Filt
   buckets.forEach((idx, b) => paint(PALETTE[b], idx));
   paint(BALLOON, balloon);
   paint(UNHEALTHY, red);
+  for (const [state, idx] of byState) paint(STATE_COLOR[state] ?? UNHEALTHY, idx);
   paint(FILTERED, grey);
 }
 
@@ -122,7 +136,7 @@ export function ClusterPage() {
   const canvas = useRef<HTMLCanvasElement>(null);
   const [cols, setCols] = useState<NodeColumns | null>(null);
   const [queues, setQueues] = useState<Queue[]>([]);
-  const [filters, setFilters] = useState<Filters>({ gpu: "", health: "", queue: "" });
+  const [filters, setFilters] = useState<Filters>({ gpu: "", health: "", state: "", queue: "" });
   const [error, setError] = useState<string | null>(null);
   const [selected, setSelected] = useState<string | null>(null);
   const [focus, setFocus] = useState<number | null>(null);
@@ -163,12 +177,15 @@ export function ClusterPage() {
   const healths = useMemo(() => [...new Set(["healthy", ...(cols?.health ?? [])])].sort(), [cols]);
   const totals = useMemo(() => {
     if (!cols) return null;
-    let total = 0, free = 0, shown = 0;
+    let total = 0, free = 0, shown = 0, other = 0;
+    const states = new Map<string, number>();
     for (let i = 0; i < cols.name.length; i++) {
       total += cols.gpu_total[i]; free += cols.gpu_free[i];
       if (passes(cols, i, filters)) shown++;
+      states.set(cols.state[i], (states.get(cols.state[i]) ?? 0) + 1);
+      if (cols.state[i] === "ready" && cols.health[i] !== "healthy") other++;
     }
-    return { total, free, shown };
+    return { total, free, shown, states, other };
   }, [cols, filters]);
 
   const onClick = (e: MouseEvent) => {
@@ -222,6 +239,11 @@ export function ClusterPage() {
           <option value="">all</option>
           {healths.map((h) => <option value={h}>{h}</option>)}
         </select>
+        <label for="f-state">State</label>
+        <select id="f-state" value={filters.state} onChange={set("state")}>
+          <option value="">all</option>
+          {STATES.map(([s, name]) => <option value={s}>{name}</option>)}
+        </select>
         <label for="f-queue">Queue</label>
         <select id="f-queue" value={filters.queue} onChange={set("queue")}>
           <option value="">all</option>
@@ -230,11 +252,19 @@ export function ClusterPage() {
         <NodeLookup onOpen={setSelected} />
       </div>
       <div class="legend" aria-hidden="true">
-        GPUs in use by work: {PALETTE.map((c, i) => <span><span class="swatch" style={{ background: c }} />{Math.round((i / (PALETTE.length - 1)) * 100)}%</span>)}
+        Ready nodes, GPUs in use by work: {PALETTE.map((c, i) => <span><span class="swatch" style={{ background: c }} />{Math.round((i / (PALETTE.length - 1)) * 100)}%</span>)}
         <span data-testid="balloon-shade"><span class="swatch" style={{ background: BALLOON }} />held mostly by balloons</span>
-        <span><span class="swatch" style={{ background: UNHEALTHY }} />not healthy</span>
         <span><span class="swatch" style={{ background: FILTERED }} />filtered out</span>
       </div>
+      <ul class="legend" aria-label="Nodes by health-lifecycle state" data-testid="state-legend">
+        {STATES.map(([s, name, color]) => (
+          <li data-state={s}>
+            <span class="swatch" aria-hidden="true" style={{ background: s === "ready" ? PALETTE[2] : color }} />
+            {name}{s === "ready" ? " (shaded by use)" : ""}: <span data-count>{(totals?.states.get(s) ?? 0).toLocaleString()}</span>
+          </li>
+        ))}
+        <li data-state="other"><span class="swatch" aria-hidden="true" style={{ background: UNHEALTHY }} />Ready but not ready or cordoned in Kubernetes: <span data-count>{(totals?.other ?? 0).toLocaleString()}</span></li>
+      </ul>
       <div class="grid2">
         <div>
           <div class="heatwrap">
@@ -269,10 +299,13 @@ function NodeLookup({ onOpen }: { onOpen: (n: string) => void }) {
 
 function NodePanel({ name }: { name: string }) {
   const [d, setD] = useState<NodeDetail | null>(null);
+  const [h, setH] = useState<NodeHealth | null>(null);
   const [error, setError] = useState<string | null>(null);
   useEffect(() => {
-    setD(null); setError(null);
-    get<NodeDetail>(`/api/cluster/nodes/${encodeURIComponent(name)}?limit=10`).then(setD).catch((e) => setError(message(e)));
+    setD(null); setH(null); setError(null);
+    const path = encodeURIComponent(name);
+    get<NodeDetail>(`/api/cluster/nodes/${path}?limit=10`).then(setD).catch((e) => setError(message(e)));
+    get<NodeHealth>(`/api/nodes/${path}/health?limit=20`).then(setH).catch(() => setH(null));
   }, [name]);
   return (
     <section class="card" aria-labelledby="node-title">
@@ -281,6 +314,18 @@ function NodePanel({ name }: { name: string }) {
       {d && (
         <>
           <p>{d.gpu_type}: {d.gpu_total - d.gpu_free} of {d.gpu_total} GPUs in use, {d.health}. {d.domains.join(", ")}.</p>
+          <p data-testid="node-state"><span class="swatch" aria-hidden="true" style={{ background: STATE_COLOR[d.state] }} />Lifecycle state: <strong>{STATE_NAME[d.state] ?? d.state}</strong>.</p>
+          <h3>Health history</h3>
+          {h && h.transitions.length ? (
+            <table aria-label="Health history" data-testid="node-health-history">
+              <thead><tr><th>when</th><th>from → to</th><th>cause</th></tr></thead>
+              <tbody>
+                {h.transitions.map((t) => (
+                  <tr data-to={t.to}><td><Ago ms={t.at_ms} now={h.at_ms} /></td><td>{STATE_NAME[t.from] ?? t.from} → {STATE_NAME[t.to] ?? t.to}</td><td>{t.cause}</td></tr>
+                ))}
+              </tbody>
+            </table>
+          ) : <p>{h ? "No step on record since the server started (it keeps the fleet's latest 10,000)." : "Not available."}</p>}
           <h3>Pods running here</h3>
           {d.jobs.length ? <ul>{d.jobs.map((j) => <li><a href={`#/jobs?name=${encodeURIComponent(j)}`}>{j}</a></li>)}</ul> : <p>None.</p>}
           <h3>Recent decisions</h3>

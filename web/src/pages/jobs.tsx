@@ -3,15 +3,16 @@
 // for a pending job, when the planner expects it to start, and what would start it sooner.
 import { useEffect, useState } from "preact/hooks";
 import {
-  get, message, post, type DecisionRecord, type Estimate, type Explain, type Explanation, type JobRow, type Queue, type WhatIfAnswer, type WhatIfJob,
+  get, message, post, type BadNode, type DecisionRecord, type Estimate, type Explain, type Explanation, type JobRow, type Queue, type WhatIfAnswer, type WhatIfJob,
 } from "../api";
-import { Status, time, short } from "../ui";
+import { Ago, Status, dateTime, duration, time, short } from "../ui";
 
 export function JobsPage({ name }: { name: string }) {
   const [q, setQ] = useState(name);
   const [queue, setQueue] = useState("");
   const [namespace, setNamespace] = useState("");
   const [sort, setSort] = useState<"position" | "wait">("position");
+  const [restarted, setRestarted] = useState(false);
   const [queues, setQueues] = useState<string[]>([]);
   const [rows, setRows] = useState<JobRow[] | null>(null);
   const [error, setError] = useState<string | null>(null);
@@ -20,13 +21,15 @@ export function JobsPage({ name }: { name: string }) {
     e?.preventDefault();
     setError(null);
     const params = new URLSearchParams({ limit: "100", sort });
-    if (q.trim()) params.set("q", q.trim()); else params.set("state", "pending");
+    // Restarted jobs are pending or running again: both, when asked for them alone.
+    if (q.trim()) params.set("q", q.trim()); else if (!restarted) params.set("state", "pending");
+    if (restarted) params.set("restarted", "true");
     if (queue) params.set("queue", queue);
     if (namespace.trim()) params.set("namespace", namespace.trim());
     try { setRows(await get<JobRow[]>(`/api/jobs?${params}`)); } catch (err) { setError(message(err)); }
   };
   useEffect(() => { setQ(name); }, [name]);
-  useEffect(() => { void load(); }, [queue, sort]);
+  useEffect(() => { void load(); }, [queue, sort, restarted]);
   useEffect(() => {
     get<Queue[]>("/api/queues").then((all) => setQueues(all.map((x) => x.name).sort())).catch(() => setQueues([]));
   }, []);
@@ -49,6 +52,7 @@ export function JobsPage({ name }: { name: string }) {
           <option value="position">queue position</option>
           <option value="wait">longest wait</option>
         </select>
+        <label><input type="checkbox" checked={restarted} onChange={(e) => setRestarted((e.target as HTMLInputElement).checked)} /> Only jobs a node failure restarted</label>
         <button type="submit" class="primary">Search</button>
         <button type="button" onClick={() => { location.hash = `#/jobs?name=${encodeURIComponent(q.trim())}`; }}>Explain this name</button>
       </form>
@@ -58,7 +62,9 @@ export function JobsPage({ name }: { name: string }) {
         <table aria-label="Matching jobs">
           <thead><tr><th>job</th><th>queue</th><th>state</th><th class="num">position</th><th class="num">waiting</th><th class="num">pods × GPUs</th><th>expected start</th></tr></thead>
           <tbody>{rows.map((r) => (
-            <tr><td><a href={`#/jobs?name=${encodeURIComponent(r.name)}`}>{r.name}</a></td><td>{r.queue}</td><td>{r.state}</td>
+            <tr><td><a href={`#/jobs?name=${encodeURIComponent(r.name)}`}>{r.name}</a>
+              {r.avoiding.length > 0 && <> <span class="badge warn" title={r.avoiding.map((b) => `${b.node} reported ${b.cause}`).join("; ")}>restarted</span></>}</td>
+              <td>{r.queue}</td><td>{r.state}</td>
               <td class="num">{r.queue_position ?? "—"}</td>
               <td class="num">{r.state === "pending" ? duration(now - r.submitted_ms) : "—"}</td>
               <td class="num">{r.pods} × {r.gpus_per_pod}</td>
@@ -70,15 +76,6 @@ export function JobsPage({ name }: { name: string }) {
       {name && <Detail name={name} />}
     </>
   );
-}
-
-/** `ms` as `45 s`, `12 min` or `3 h 5 min`. */
-function duration(ms: number) {
-  const s = Math.max(0, Math.round(ms / 1000));
-  if (s < 60) return `${s} s`;
-  const min = Math.round(s / 60);
-  if (min < 60) return `${min} min`;
-  return `${Math.floor(min / 60)} h ${min % 60} min`;
 }
 
 function Detail({ name }: { name: string }) {
@@ -111,6 +108,7 @@ function Detail({ name }: { name: string }) {
           {ex.queue && <> Queue {ex.queue.name}: {ex.queue.used_gpus} of {ex.queue.nominal_gpus} GPUs used ({ex.queue.borrowed_gpus} borrowed), fair share {ex.queue.fair_share.toFixed(3)}.</>}
         </p>
       </div>
+      {ex.avoiding.length > 0 && <RestartCard avoiding={ex.avoiding} />}
       {ex.history.length > 0 && (
         <div class="card">
           <h3>History</h3>
@@ -134,6 +132,25 @@ function Detail({ name }: { name: string }) {
         })}</tbody>
       </table>
     </section>
+  );
+}
+
+/** Why a node failure restarted the job, and how long it stays off each failed node: durations
+ * to read, clock times on hover. */
+function RestartCard({ avoiding }: { avoiding: BadNode[] }) {
+  const now = Date.now();
+  return (
+    <div class="card restart" data-testid="restart">
+      <h3>Restarted after a node failure</h3>
+      {avoiding.map((b) => (
+        <p class="why" data-node={b.node}>
+          Restarted after {b.node} reported {b.cause} <Ago ms={b.at_ms} now={now} />;{" "}
+          {b.until_ms > now
+            ? <>avoiding {b.node} for <time dateTime={new Date(b.until_ms).toISOString()} title={`until ${dateTime(b.until_ms)}`}>{duration(b.until_ms - now)}</time> more.</>
+            : <>it may use {b.node} again since <time dateTime={new Date(b.until_ms).toISOString()} title={dateTime(b.until_ms)}>{time(b.until_ms)}</time>.</>}
+        </p>
+      ))}
+    </div>
   );
 }
 

@@ -54,13 +54,19 @@ impl StopPolicy {
     }
 }
 
-/// A node a gang avoids because it failed under it.
+/// A node a gang avoids because it failed under it, with what it reported and when: the
+/// job's page and its explanation say why it restarted ("after h100-0421 reported Xid 79"),
+/// and a live cluster hands all of it on to the recreated pods' job.
 #[derive(Debug, Clone, PartialEq)]
 pub struct BadNode {
     /// The node's index.
     pub node: usize,
     /// Until when the gang avoids it, on the scheduler's clock.
     pub until_s: f64,
+    /// What the node reported: the failure signal's cause, as the lifecycle recorded it.
+    pub cause: String,
+    /// When it failed under the gang, on the scheduler's clock.
+    pub at_s: f64,
 }
 
 /// What a failure signal did.
@@ -191,7 +197,12 @@ impl Scheduler {
             let until_s = now_s + self.lifecycle.config.avoid_s;
             let bad = self.job_to_bad_nodes.entry(id).or_default();
             bad.retain(|b| b.node != node && b.until_s > now_s);
-            bad.push(BadNode { node, until_s });
+            bad.push(BadNode {
+                node,
+                until_s,
+                cause: cause.to_string(),
+                at_s: now_s,
+            });
         }
         let spec = self.job_to_entry[&id].spec.clone();
         let mut explanation = self.blank_explanation(&spec, now_s, 0);
@@ -308,5 +319,129 @@ impl Scheduler {
             std::mem::take(&mut self.stops),
             std::mem::take(&mut self.stopped_jobs),
         )
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::super::{JobSpec, SchedulerConfig, TopologyPref};
+    use super::*;
+    use crate::cluster::ClusterState;
+    use crate::hooks::BuiltinOnly;
+    use crate::model::{LevelColumn, NodeTable, PodShape, Resources};
+    use crate::queues::{QueueDef, Queues, Reclaim};
+    use crate::symbols::Symbols;
+
+    /// Two 8-GPU nodes, `node-0` and `node-1`, in one rack, and one queue.
+    fn scheduler(config: SchedulerConfig) -> Scheduler {
+        let symbols = Symbols::new();
+        let n = 2;
+        let mut nodes = NodeTable {
+            name: (0..n)
+                .map(|i| symbols.intern(&format!("node-{i}")))
+                .collect(),
+            gpu_total: vec![8; n],
+            gpu_free: vec![8; n],
+            gpu_milli_free_max: vec![1000; n],
+            gpu_type: vec![0; n],
+            cpu_free_milli: vec![64_000; n],
+            memory_free_mib: vec![512_000; n],
+            health: vec![0; n],
+            taint_set: vec![0; n],
+            taint_sets: vec![Vec::new()],
+            ..NodeTable::default()
+        };
+        let rack = LevelColumn::from_node_domains(symbols.intern("rack"), vec![0; n], &nodes);
+        nodes.levels.push(rack);
+        let queues = Queues::new(
+            &[QueueDef {
+                name: "default".into(),
+                parent: None,
+                nominal_gpus: 16,
+                weight: 1,
+                borrowing_limit_gpus: None,
+                lending_limit_gpus: None,
+                reclaim: Reclaim::Never,
+            }],
+            Resources::gpus(16),
+            3600.0,
+        )
+        .expect("queues");
+        Scheduler::new(ClusterState::new(nodes), queues, symbols, config)
+    }
+
+    fn job(s: &Scheduler, name: &str) -> JobSpec {
+        JobSpec {
+            name: name.into(),
+            queue: 0,
+            priority: 0,
+            pods: 1,
+            shape: PodShape {
+                name: s.symbols().intern(name),
+                gpus: 8,
+                cpu_milli: 8000,
+                memory_mib: 65_536,
+                gang_size: 1,
+                ..PodShape::default()
+            },
+            balloon: false,
+            topology: TopologyPref::default(),
+            submit_s: 0.0,
+            expected_runtime_s: None,
+        }
+    }
+
+    #[test]
+    fn a_stopped_job_remembers_what_the_node_reported_and_when_and_runs_elsewhere() {
+        let mut s = scheduler(SchedulerConfig::default());
+        let id = s.submit(job(&s, "train"));
+        s.cycle(0.0, &mut BuiltinOnly);
+        let node = s.slots(id)[0].node as usize;
+        let failure = s.node_failed(node, "Xid 79 (GPU fell off the bus)", 30.0);
+        assert_eq!(failure.stopped, [id]);
+        let avoid_s = s.lifecycle().config.avoid_s;
+        assert_eq!(
+            s.avoided(id),
+            [BadNode {
+                node,
+                until_s: 30.0 + avoid_s,
+                cause: "Xid 79 (GPU fell off the bus)".into(),
+                at_s: 30.0,
+            }]
+        );
+        // Restarted, it runs on the other node and still says why it restarted.
+        let out = s.cycle(31.0, &mut BuiltinOnly);
+        assert!(out.decisions.iter().any(|d| d.job == id && d.placed));
+        assert_ne!(s.slots(id)[0].node as usize, node);
+        assert_eq!(s.avoided(id)[0].cause, "Xid 79 (GPU fell off the bus)");
+    }
+
+    #[test]
+    fn recreated_pods_inherit_the_bad_nodes_with_their_cause() {
+        let mut s = scheduler(SchedulerConfig {
+            restart: RestartBy::Recreated,
+            ..SchedulerConfig::default()
+        });
+        let stopped = s.submit(job(&s, "train"));
+        s.cycle(0.0, &mut BuiltinOnly);
+        let node = s.slots(stopped)[0].node as usize;
+        s.node_failed(node, "condition GpuXidError=True (Xid79)", 30.0);
+        let bad = s.avoided(stopped).to_vec();
+        // What a live cluster does once the evicted pods are gone and recreated: a new job.
+        s.finish(stopped);
+        let again = s.submit(job(&s, "train"));
+        s.restarted(again, bad);
+        assert_eq!(s.avoided(again).len(), 1);
+        let inherited = &s.avoided(again)[0];
+        assert_eq!(
+            (inherited.node, inherited.cause.as_str(), inherited.at_s),
+            (node, "condition GpuXidError=True (Xid79)", 30.0)
+        );
+        s.cycle(40.0, &mut BuiltinOnly);
+        assert_ne!(
+            s.slots(again)[0].node as usize,
+            node,
+            "avoids the failed node"
+        );
     }
 }

@@ -32,6 +32,9 @@ pub struct ClusterView {
     pub running_pods: u64,
     /// Balloon pods pending and running: apart, so balloons never read as work.
     pub balloon_pods: BalloonPods,
+    /// Each node's health-lifecycle state, by index in `nodes`: published with the table so
+    /// the heatmap's colours and its nodes are one picture.
+    pub node_states: Vec<gantry_core::NodeState>,
 }
 
 /// Balloon pods by state, counted apart from work everywhere a count is shown.
@@ -165,7 +168,9 @@ impl Live {
         let mut by_queue: HashMap<usize, Vec<(i32, f64, String)>> = HashMap::new();
         let published_ms = now_ms();
         let clock_s = scheduler.clock_s();
-        let view_of = |spec: &gantry_core::JobSpec, state: &'static str| JobView {
+        // A time on the scheduler's clock, past or future, on the wall clock.
+        let wall_ms = |at_s: f64| (published_ms as f64 + (at_s - clock_s) * 1000.0).max(0.0) as u64;
+        let view_of = |id: JobId, spec: &gantry_core::JobSpec, state: &'static str| JobView {
             queue: queues.name(spec.queue).to_string(),
             pods: spec.pods,
             gpus_per_pod: spec.shape.gpus,
@@ -178,6 +183,23 @@ impl Live {
             balloon: spec.balloon,
             estimate: None,
             no_estimate: None,
+            avoiding: scheduler
+                .avoided(id)
+                .iter()
+                .map(|bad| gantry_contract::BadNodeView {
+                    // A rebuild may have shrunk the table since the node failed.
+                    node: if bad.node < scheduler.state.nodes.len() {
+                        scheduler.node_name(bad.node)
+                    } else {
+                        format!("node #{}", bad.node)
+                    },
+                    cause: bad.cause.clone(),
+                    at_s: bad.at_s,
+                    at_ms: wall_ms(bad.at_s),
+                    until_s: bad.until_s,
+                    until_ms: wall_ms(bad.until_s),
+                })
+                .collect(),
         };
         let mut job_to_no_estimate = scheduler.no_estimate_texts();
         // What each pending job's last stored decision waits for, so its estimate says the same
@@ -198,7 +220,7 @@ impl Live {
                 spec.submit_s,
                 spec.name.clone(),
             ));
-            let mut view = view_of(spec, "pending");
+            let mut view = view_of(id, spec, "pending");
             view.estimate = scheduler.start_estimate(id).map(|estimate| {
                 let waiting_for = match job_to_last_stored.get(&spec.name) {
                     Some(last) => last.waiting_for.clone(),
@@ -241,7 +263,7 @@ impl Live {
                     jobs.push(spec.name.clone());
                 }
             }
-            job_to_state.insert(spec.name.clone(), view_of(spec, "running"));
+            job_to_state.insert(spec.name.clone(), view_of(id, spec, "running"));
         }
         let lent = lent_gpus(queues);
         let queue_views: Vec<QueueView> = queues
@@ -275,6 +297,9 @@ impl Live {
             .map(|id| scheduler.usage(id));
         self.metrics.pending_pods.set(total.pending_pods as i64);
         let lifecycle = scheduler.lifecycle();
+        let node_states = (0..scheduler.state.nodes.len())
+            .map(|node| lifecycle.state(node))
+            .collect();
         for (state, nodes) in gantry_core::NodeState::ALL.iter().zip(lifecycle.counts()) {
             self.metrics
                 .nodes_by_state
@@ -308,6 +333,7 @@ impl Live {
             pending_pods: total.pending_pods,
             running_pods: total.running_pods,
             balloon_pods: total.balloon_pods,
+            node_states,
         }));
         self.ready.store(true, Ordering::Release);
     }

@@ -62,9 +62,11 @@ pub struct ServeArgs {
     cold_start: bool,
     /// Node failures in the simulated cluster: `on` (the default: a node fails every few
     /// minutes, far faster than real fleets, so the lifecycle shows), `off`, or a failure
-    /// model file (YAML, as a cluster spec's `failures:` section).
-    #[arg(long, default_value = "on", value_name = "on|off|FILE.yaml")]
-    failures: String,
+    /// model file (YAML, as a cluster spec's `failures:` section). Refused with
+    /// --kubeconfig: a live cluster's nodes fail by themselves, and a flag silently ignored
+    /// would let someone believe they are testing failures.
+    #[arg(long, value_name = "on|off|FILE.yaml", conflicts_with = "kubeconfig")]
+    failures: Option<String>,
     /// Stop submitting new work after this many pods (the balloons not counted).
     #[arg(long)]
     max_pods: Option<u64>,
@@ -132,5 +134,39 @@ mod tests {
         std::fs::create_dir_all(spec.parent().unwrap()).unwrap();
         std::fs::write(&spec, "name: x\n").unwrap();
         assert_eq!(find_default_cluster(&checkout).unwrap(), spec);
+    }
+
+    /// `gantry serve`'s flags alone, as the binary parses them.
+    #[derive(clap::Parser, Debug)]
+    struct Serve {
+        #[command(flatten)]
+        args: ServeArgs,
+    }
+
+    #[test]
+    fn failures_with_a_kubeconfig_are_refused_naming_both_flags() {
+        use clap::Parser;
+        // Refused in either order, as a usage error (exit 2), naming both flags.
+        for argv in [
+            ["serve", "--kubeconfig", "k.yaml", "--failures", "on"],
+            ["serve", "--failures", "on", "--kubeconfig", "k.yaml"],
+        ] {
+            let error = Serve::try_parse_from(argv).unwrap_err();
+            assert_eq!(error.kind(), clap::error::ErrorKind::ArgumentConflict);
+            assert_eq!(error.exit_code(), 2);
+            let text = error.to_string();
+            assert!(
+                text.starts_with("error: the argument '--")
+                    && text.contains(" cannot be used with '--")
+                    && text.contains("'--failures <on|off|FILE.yaml>'")
+                    && text.contains("'--kubeconfig <KUBECONFIG>'"),
+                "{text}"
+            );
+        }
+        // Either alone is fine, and the demo's failures stay on unless asked otherwise.
+        let sim = Serve::try_parse_from(["serve"]).unwrap();
+        assert_eq!(sim.args.failures, None);
+        assert!(Serve::try_parse_from(["serve", "--kubeconfig", "k.yaml"]).is_ok());
+        assert!(Serve::try_parse_from(["serve", "--failures", "off"]).is_ok());
     }
 }

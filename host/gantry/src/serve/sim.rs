@@ -130,11 +130,13 @@ pub(super) fn serve(args: ServeArgs) -> anyhow::Result<()> {
     };
     let mut sim = SimCluster::load(&cluster, &symbols)?;
     args.rule.set_on(&mut sim.scheduler)?;
-    let failures = failure_model(&args.failures, sim.scheduler.state.len())?;
+    // Failures are on in the demo unless asked otherwise.
+    let failures_arg = args.failures.as_deref().unwrap_or("on");
+    let failures = failure_model(failures_arg, sim.scheduler.state.len())?;
     if let Some(model) = &failures {
         // Refused here, naming the field, rather than once the loop runs.
         gantry_sim::failures::Injector::new(model.clone(), &sim.scheduler, args.seed, true)
-            .map_err(|message| anyhow::anyhow!("--failures {}: {message}", args.failures))?;
+            .map_err(|message| anyhow::anyhow!("--failures {failures_arg}: {message}"))?;
     }
     outln!(
         "gantry serve: simulating {} ({} nodes, {} GPUs) under synthetic load; Ctrl-C stops",
@@ -182,7 +184,7 @@ pub(super) fn serve(args: ServeArgs) -> anyhow::Result<()> {
         "  synthetic load: {jobs_per_s:.2} jobs/s (about {:.0}% of the GPUs on average)",
         100.0 * share
     );
-    if args.failures == "on" {
+    if failures_arg == "on" {
         outln!(
             "  node failures: one every {DEMO_FAILURE_EVERY_S:.0} s on average, far more often than a real fleet, so the lifecycle shows (--failures off turns them off)"
         );

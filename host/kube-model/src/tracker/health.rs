@@ -51,8 +51,11 @@ pub enum NodeSignal {
 pub(super) struct Restart {
     /// The stopped job's submission time: ordering and fair share go on from it.
     pub(super) submit_s: f64,
-    /// The nodes it avoids, by name (indexes change with a rebuild), with until when.
-    pub(super) avoid: Vec<(String, f64)>,
+    /// The nodes it avoids, by name (indexes change with a rebuild), each with the rest of
+    /// its entry (until when, what the node reported and when), so that the recreated pods'
+    /// job says why it restarted; the entry's index is the one of the table it was taken
+    /// from, and [`Tracker::bad_nodes`] sets it from the name.
+    pub(super) avoid: Vec<(String, BadNode)>,
     /// When it stopped, to forget it after [`RESTART_MEMORY`].
     pub(super) at: Instant,
 }
@@ -141,7 +144,7 @@ impl Tracker {
         let avoid = scheduler
             .avoided(job)
             .iter()
-            .filter_map(|b| Some((self.node_names.get(b.node)?.clone(), b.until_s)))
+            .filter_map(|b| Some((self.node_names.get(b.node)?.clone(), b.clone())))
             .collect();
         self.gang_to_restart.insert(
             gang.clone(),
@@ -166,10 +169,10 @@ impl Tracker {
         restart
             .avoid
             .iter()
-            .filter_map(|(name, until_s)| {
+            .filter_map(|(name, bad)| {
                 Some(BadNode {
                     node: self.node_index(name)?,
-                    until_s: *until_s,
+                    ..bad.clone()
                 })
             })
             .collect()

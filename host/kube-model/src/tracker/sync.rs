@@ -304,7 +304,8 @@ impl Tracker {
         }
         if let Some(restart) = restart {
             let bad = self.bad_nodes(&restart);
-            tracing::info!(job = id, gang = ?gang, avoiding = ?restart.avoid, "recreated pods of a stopped gang: restarted first");
+            let avoiding: Vec<&str> = restart.avoid.iter().map(|(n, _)| n.as_str()).collect();
+            tracing::info!(job = id, gang = ?gang, ?avoiding, "recreated pods of a stopped gang: restarted first");
             scheduler.restarted(id, bad);
         }
         if let Some(warning) = warning {

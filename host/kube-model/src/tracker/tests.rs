@@ -1164,6 +1164,56 @@ fn a_suspect_signal_stops_its_gang_and_the_recreated_pods_restart_first_elsewher
 }
 
 #[test]
+fn a_restarted_gang_keeps_what_its_failed_node_reported_through_a_rebuild() {
+    let nodes = [
+        node("a", 8, &[], true),
+        node("b", 8, &[], true),
+        node("c", 8, &[], true),
+    ];
+    let pg = [("scheduling.x-k8s.io/pod-group", "pg")];
+    let bound = [pod("p0", 8, &pg, Some("b")), pod("p1", 8, &pg, Some("c"))];
+    let (mut tracker, mut s) = build(&nodes, &bound, &[], &[("pg", 2)], &[]);
+    s.config.restart = gantry_core::RestartBy::Recreated;
+    let running = s.running().next().unwrap();
+    let b = tracker.node_index("b").unwrap();
+    let cause = "condition GpuXidError=True (Xid79)";
+    s.node_failed(b, cause, 10.0);
+    tracker.stopping(&s, running);
+    let until_s = s.avoided(running)[0].until_s;
+    for name in ["p0", "p1"] {
+        tracker.pod_changed(&mut s, key(name), None, None);
+    }
+    tracker.finish_sync(&mut s, Duration::from_secs(120));
+    // Node a leaves: the rebuilt table indexes b elsewhere, and a new node d joins.
+    let world = [nodes[1].clone(), nodes[2].clone(), node("d", 8, &[], true)];
+    tracker.rebuild(
+        &mut s,
+        &World {
+            nodes: &world,
+            bound: &[],
+            pending: &[],
+        },
+    );
+    let b_now = tracker.node_index("b").unwrap();
+    assert_ne!(b_now, b, "the rebuild moved b");
+    for name in ["q0", "q1"] {
+        tracker.pod_changed(&mut s, key(name), Some(&pod(name, 8, &pg, None)), None);
+    }
+    tracker.finish_sync(&mut s, Duration::from_secs(120));
+    let again = s.pending()[0];
+    assert_eq!(
+        s.avoided(again),
+        [gantry_core::scheduler::BadNode {
+            node: b_now,
+            until_s,
+            cause: cause.into(),
+            at_s: 10.0,
+        }],
+        "the recreated pods' job avoids b by its new index, and says what b reported and when"
+    );
+}
+
+#[test]
 fn a_taint_signal_arrives_through_a_rebuild_and_a_new_node_reports_nothing() {
     let nodes = [node("a", 8, &[], true), node("b", 8, &[], true)];
     let (mut tracker, mut s) = build(&nodes, &[], &[], &[], &[]);

@@ -67,6 +67,15 @@ pub(super) fn health_name(health: u8) -> String {
         })
 }
 
+/// Node `index`'s lifecycle state in `view`; a node the lifecycle has not heard of is Ready,
+/// as the core's `Lifecycle::state` says.
+fn node_state(view: &gantry_engine::ClusterView, index: usize) -> gantry_core::NodeState {
+    view.node_states
+        .get(index)
+        .copied()
+        .unwrap_or(gantry_core::NodeState::Ready)
+}
+
 #[utoipa::path(
     get, path = "/api/cluster/nodes", summary = "every node, as columns",
     responses((status = 200, description = "nodes", body = NodeColumns))
@@ -96,6 +105,7 @@ pub(crate) async fn nodes(
             .map(|i| view.node_to_balloon_gpus.get(&i).copied().unwrap_or(0))
             .collect(),
         health: n.health.iter().map(|&h| health_name(h)).collect(),
+        state: (0..n.len()).map(|i| node_state(&view, i)).collect(),
         levels: n
             .levels
             .iter()
@@ -153,6 +163,7 @@ pub(crate) async fn node(
         gpu_total: n.gpu_total[index],
         gpu_free: n.gpu_free[index],
         health: health_name(n.health[index]),
+        state: node_state(&view, index),
         domains: n
             .levels
             .iter()
@@ -239,6 +250,8 @@ pub(crate) async fn jobs(
         .job_to_state
         .iter()
         .filter(|(name, job)| {
+            // A node failure restarted it when a node that failed under it is avoided.
+            let restarted = !job.avoiding.is_empty();
             !job.balloon
                 && q.queue.as_deref().is_none_or(|want| job.queue == want)
                 && q.state.as_deref().is_none_or(|want| job.state == want)
@@ -246,6 +259,7 @@ pub(crate) async fn jobs(
                     .as_deref()
                     .is_none_or(|want| namespace_of(name) == want)
                 && (needle.is_empty() || name.to_lowercase().contains(&needle))
+                && q.restarted.is_none_or(|want| want == restarted)
         })
         .map(|(name, job)| JobRow {
             name: name.clone(),

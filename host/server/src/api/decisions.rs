@@ -372,6 +372,7 @@ pub(crate) async fn explain(
         waiting_for,
         estimate: now.and_then(|j| j.estimate.clone()),
         no_estimate: now.and_then(|j| j.no_estimate.clone()),
+        avoiding: now.map(|j| j.avoiding.clone()).unwrap_or_default(),
         attempts: history.len(),
         quota_verdict: latest
             .as_ref()

@@ -301,3 +301,110 @@ async fn a_follower_refuses_the_reset_naming_the_leader() {
         "this replica is a follower and takes no changes: send them to the leader (gantry-0_1a2b3c4d)"
     );
 }
+
+/// An 8-GPU single pod `name` in queue `default`.
+fn job(scheduler: &Scheduler, name: &str) -> gantry_core::JobSpec {
+    gantry_core::JobSpec {
+        name: name.into(),
+        queue: 0,
+        priority: 0,
+        pods: 1,
+        shape: gantry_core::PodShape {
+            name: scheduler.symbols().intern(name),
+            gpus: 8,
+            cpu_milli: 8_000,
+            memory_mib: 65_536,
+            gang_size: 1,
+            ..gantry_core::PodShape::default()
+        },
+        balloon: false,
+        topology: gantry_core::TopologyPref::default(),
+        submit_s: 0.0,
+        expected_runtime_s: None,
+    }
+}
+
+#[tokio::test]
+async fn the_heatmap_reads_lifecycle_states_and_a_restarted_job_says_why() {
+    let dir = tempfile::tempdir().expect("tempdir");
+    let state = state(dir.path(), DoorOptions::default());
+    let mut scheduler = scheduler(state.live.symbols());
+    let hit = scheduler.submit(job(&scheduler, "train"));
+    scheduler.submit(job(&scheduler, "other"));
+    scheduler.cycle(0.0, &mut gantry_core::BuiltinOnly);
+    let node = scheduler.slots(hit)[0].node as usize;
+    let name = format!("node-{node}");
+    scheduler.advance_clock(30.0);
+    let failure = scheduler.node_failed(node, "Xid 79 (GPU fell off the bus)", 30.0);
+    assert_eq!(failure.stopped, [hit]);
+    pass(&state, &mut scheduler);
+
+    // The columns carry each node's lifecycle state beside the health the filters read.
+    let (status, cols) = call(&state, Method::GET, "/api/cluster/nodes", VIEWER).await;
+    assert_eq!(status, StatusCode::OK, "{cols}");
+    let states: Vec<&str> = cols["state"]
+        .as_array()
+        .expect("state")
+        .iter()
+        .map(|s| s.as_str().unwrap_or_default())
+        .collect();
+    let mut expected = vec!["ready"; 4];
+    expected[node] = "repair";
+    assert_eq!(states, expected);
+    assert_eq!(cols["health"][node], "unhealthy");
+    let (status, detail) = call(
+        &state,
+        Method::GET,
+        &format!("/api/cluster/nodes/{name}"),
+        VIEWER,
+    )
+    .await;
+    assert_eq!(status, StatusCode::OK, "{detail}");
+    assert_eq!(detail["state"], "repair");
+
+    // The stopped job lists the node with its cause and times; the filter finds it alone.
+    let (status, rows) = call(&state, Method::GET, "/api/jobs?restarted=true", VIEWER).await;
+    assert_eq!(status, StatusCode::OK, "{rows}");
+    let names: Vec<&str> = rows
+        .as_array()
+        .expect("rows")
+        .iter()
+        .map(|r| r["name"].as_str().unwrap_or_default())
+        .collect();
+    assert_eq!(names, ["train"]);
+    let bad = &rows[0]["avoiding"][0];
+    assert_eq!(
+        (
+            bad["node"].as_str(),
+            bad["cause"].as_str(),
+            bad["at_s"].as_f64()
+        ),
+        (
+            Some(name.as_str()),
+            Some("Xid 79 (GPU fell off the bus)"),
+            Some(30.0)
+        )
+    );
+    let avoid_s = scheduler.lifecycle().config.avoid_s;
+    assert_eq!(bad["until_s"].as_f64(), Some(30.0 + avoid_s));
+    let (at_ms, until_ms) = (bad["at_ms"].as_u64(), bad["until_ms"].as_u64());
+    assert_eq!(
+        until_ms.zip(at_ms).map(|(u, a)| u - a),
+        Some((avoid_s * 1000.0) as u64),
+        "on the wall clock, as far apart as on the scheduler's"
+    );
+    let (_, rows) = call(&state, Method::GET, "/api/jobs?restarted=false", VIEWER).await;
+    assert_eq!(rows[0]["name"], "other");
+    assert_eq!(rows[0]["avoiding"], serde_json::json!([]));
+
+    // The job's explanation carries the same list, for its page.
+    let (status, explain) = call(&state, Method::GET, "/api/explain/train", VIEWER).await;
+    assert_eq!(status, StatusCode::OK, "{explain}");
+    assert_eq!(explain["avoiding"], rows_avoiding(&state).await);
+}
+
+/// The `avoiding` list of job `train` in the job list.
+async fn rows_avoiding(state: &Arc<AppState>) -> Value {
+    let (_, rows) = call(state, Method::GET, "/api/jobs?q=train", VIEWER).await;
+    rows[0]["avoiding"].clone()
+}
