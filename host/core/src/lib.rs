@@ -9,6 +9,8 @@ pub mod affinity;
 pub mod builtin;
 pub mod cluster;
 pub mod explain;
+#[cfg(any(test, feature = "fixtures"))]
+pub mod fixtures;
 pub mod health;
 pub mod hooks;
 pub mod model;

@@ -538,8 +538,8 @@ mod tests {
     use std::collections::BTreeSet;
 
     use gantry_core::{
-        ClusterSource, ClusterState, JobId, JobSpec, LevelColumn, NodeState, NodeTable, Outcome,
-        PodShape, QueueDef, Queues, Resources, SchedulerConfig, Symbols, TopologyPref,
+        ClusterSource, JobId, JobSpec, NodeState, Outcome, PodShape, SchedulerConfig, Symbols,
+        TopologyPref,
     };
     use gantry_policy::{PolicyEngine, PolicySet};
     use gantry_store::Store;
@@ -558,43 +558,11 @@ mod tests {
         nominal_gpus: u64,
         borrowing: Option<u64>,
     ) -> Scheduler {
-        let n = 4;
-        let mut nodes = NodeTable {
-            name: (0..n)
-                .map(|i| symbols.intern(&format!("node-{i}")))
-                .collect(),
-            gpu_total: vec![8; n],
-            gpu_free: vec![8; n],
-            gpu_milli_free_max: vec![1000; n],
-            gpu_type: vec![0; n],
-            cpu_free_milli: vec![64_000; n],
-            memory_free_mib: vec![512_000; n],
-            health: vec![0; n],
-            taint_set: vec![0; n],
-            taint_sets: vec![Vec::new()],
-            levels: Vec::new(),
-            ..NodeTable::default()
-        };
-        let rack = LevelColumn::from_node_domains(symbols.intern("rack"), vec![0; n], &nodes);
-        nodes.levels.push(rack);
-        let queues = Queues::new(
-            &[QueueDef {
-                name: "default".into(),
-                parent: None,
-                nominal_gpus,
-                weight: 1,
-                borrowing_limit_gpus: borrowing,
-                lending_limit_gpus: None,
-                reclaim: gantry_core::Reclaim::Never,
-            }],
-            Resources::gpus(32),
-            3600.0,
-        )
-        .expect("queues");
-        Scheduler::new(
-            ClusterState::new(nodes),
-            queues,
-            symbols.clone(),
+        gantry_core::fixtures::one_rack(
+            symbols,
+            4,
+            nominal_gpus,
+            borrowing,
             SchedulerConfig::default(),
         )
     }

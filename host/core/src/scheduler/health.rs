@@ -324,71 +324,18 @@ impl Scheduler {
 
 #[cfg(test)]
 mod tests {
-    use super::super::{JobSpec, SchedulerConfig, TopologyPref};
+    use super::super::{JobSpec, SchedulerConfig};
     use super::*;
-    use crate::cluster::ClusterState;
     use crate::hooks::BuiltinOnly;
-    use crate::model::{LevelColumn, NodeTable, PodShape, Resources};
-    use crate::queues::{QueueDef, Queues, Reclaim};
     use crate::symbols::Symbols;
 
     /// Two 8-GPU nodes, `node-0` and `node-1`, in one rack, and one queue.
     fn scheduler(config: SchedulerConfig) -> Scheduler {
-        let symbols = Symbols::new();
-        let n = 2;
-        let mut nodes = NodeTable {
-            name: (0..n)
-                .map(|i| symbols.intern(&format!("node-{i}")))
-                .collect(),
-            gpu_total: vec![8; n],
-            gpu_free: vec![8; n],
-            gpu_milli_free_max: vec![1000; n],
-            gpu_type: vec![0; n],
-            cpu_free_milli: vec![64_000; n],
-            memory_free_mib: vec![512_000; n],
-            health: vec![0; n],
-            taint_set: vec![0; n],
-            taint_sets: vec![Vec::new()],
-            ..NodeTable::default()
-        };
-        let rack = LevelColumn::from_node_domains(symbols.intern("rack"), vec![0; n], &nodes);
-        nodes.levels.push(rack);
-        let queues = Queues::new(
-            &[QueueDef {
-                name: "default".into(),
-                parent: None,
-                nominal_gpus: 16,
-                weight: 1,
-                borrowing_limit_gpus: None,
-                lending_limit_gpus: None,
-                reclaim: Reclaim::Never,
-            }],
-            Resources::gpus(16),
-            3600.0,
-        )
-        .expect("queues");
-        Scheduler::new(ClusterState::new(nodes), queues, symbols, config)
+        crate::fixtures::one_rack(&Symbols::new(), 2, 16, None, config)
     }
 
     fn job(s: &Scheduler, name: &str) -> JobSpec {
-        JobSpec {
-            name: name.into(),
-            queue: 0,
-            priority: 0,
-            pods: 1,
-            shape: PodShape {
-                name: s.symbols().intern(name),
-                gpus: 8,
-                cpu_milli: 8000,
-                memory_mib: 65_536,
-                gang_size: 1,
-                ..PodShape::default()
-            },
-            balloon: false,
-            topology: TopologyPref::default(),
-            submit_s: 0.0,
-            expected_runtime_s: None,
-        }
+        crate::fixtures::job(s, name)
     }
 
     #[test]

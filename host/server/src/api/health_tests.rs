@@ -6,10 +6,7 @@ use std::time::Duration;
 
 use axum::body::Body;
 use axum::extract::connect_info::MockConnectInfo;
-use gantry_core::{
-    ClusterState, HealthConfig, LevelColumn, NodeTable, QueueDef, Queues, Resources, Scheduler,
-    SchedulerConfig, Symbols,
-};
+use gantry_core::{HealthConfig, Scheduler, SchedulerConfig, Symbols};
 use serde_json::Value;
 use tower::ServiceExt;
 
@@ -55,45 +52,8 @@ async fn call(
 /// Four nodes of 8 GPUs, node-0 to node-3, whose breaker trips once more than 30% (two
 /// nodes) would be out.
 fn scheduler(symbols: &Arc<Symbols>) -> Scheduler {
-    let n = 4;
-    let mut nodes = NodeTable {
-        name: (0..n)
-            .map(|i| symbols.intern(&format!("node-{i}")))
-            .collect(),
-        gpu_total: vec![8; n],
-        gpu_free: vec![8; n],
-        gpu_milli_free_max: vec![1000; n],
-        gpu_type: vec![0; n],
-        cpu_free_milli: vec![64_000; n],
-        memory_free_mib: vec![512_000; n],
-        health: vec![0; n],
-        taint_set: vec![0; n],
-        taint_sets: vec![Vec::new()],
-        levels: Vec::new(),
-        ..NodeTable::default()
-    };
-    let rack = LevelColumn::from_node_domains(symbols.intern("rack"), vec![0; n], &nodes);
-    nodes.levels.push(rack);
-    let queues = Queues::new(
-        &[QueueDef {
-            name: "default".into(),
-            parent: None,
-            nominal_gpus: 32,
-            weight: 1,
-            borrowing_limit_gpus: None,
-            lending_limit_gpus: None,
-            reclaim: gantry_core::Reclaim::Never,
-        }],
-        Resources::gpus(32),
-        3600.0,
-    )
-    .expect("queues");
-    let mut scheduler = Scheduler::new(
-        ClusterState::new(nodes),
-        queues,
-        symbols.clone(),
-        SchedulerConfig::default(),
-    );
+    let mut scheduler =
+        gantry_core::fixtures::one_rack(symbols, 4, 32, None, SchedulerConfig::default());
     scheduler.lifecycle_mut().config = HealthConfig {
         max_out_share: 0.3,
         ..HealthConfig::default()
@@ -304,24 +264,7 @@ async fn a_follower_refuses_the_reset_naming_the_leader() {
 
 /// An 8-GPU single pod `name` in queue `default`.
 fn job(scheduler: &Scheduler, name: &str) -> gantry_core::JobSpec {
-    gantry_core::JobSpec {
-        name: name.into(),
-        queue: 0,
-        priority: 0,
-        pods: 1,
-        shape: gantry_core::PodShape {
-            name: scheduler.symbols().intern(name),
-            gpus: 8,
-            cpu_milli: 8_000,
-            memory_mib: 65_536,
-            gang_size: 1,
-            ..gantry_core::PodShape::default()
-        },
-        balloon: false,
-        topology: gantry_core::TopologyPref::default(),
-        submit_s: 0.0,
-        expected_runtime_s: None,
-    }
+    gantry_core::fixtures::job(scheduler, name)
 }
 
 #[tokio::test]
