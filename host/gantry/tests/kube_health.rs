@@ -140,13 +140,7 @@ fn a_failing_node_stops_its_gang_whole_and_the_recreated_pods_bind_elsewhere() {
             shows(&body, "gantry_health_breaker_tripped 1").then_some(())
         })
         .await;
-        let list = pods.list(&ListParams::default()).await.unwrap();
-        assert!(
-            list.items
-                .iter()
-                .all(|p| p.metadata.deletion_timestamp.is_none()),
-            "a held signal stops nothing"
-        );
+        assert_none_stopping(&pods, "a held signal stops nothing").await;
         // A new node changes the node set, and Gantry rebuilds its view: the failed node stays
         // out, the held one in service, and the breaker tripped.
         let joined = gantry_kube::nodes::node_object(
@@ -170,13 +164,7 @@ fn a_failing_node_stops_its_gang_whole_and_the_recreated_pods_bind_elsewhere() {
             .then_some(())
         })
         .await;
-        let list = pods.list(&ListParams::default()).await.unwrap();
-        assert!(
-            list.items
-                .iter()
-                .all(|p| p.metadata.deletion_timestamp.is_none()),
-            "the rebuild stops nothing either"
-        );
+        assert_none_stopping(&pods, "the rebuild stops nothing either").await;
         eprintln!(
             "health e2e: gang on {first:?}; {failing} failed; recreated on {second:?}; {next} held by the breaker, and still after a rebuild"
         );
@@ -470,6 +458,16 @@ async fn event_note(events: &Api<Event>, name: &str, reason: &str) -> String {
     .await
 }
 
+/// Asserts that no pod of `pods` is being deleted: `why` says what stopped nothing.
+async fn assert_none_stopping(pods: &Api<Pod>, why: &str) {
+    let list = pods.list(&ListParams::default()).await.unwrap();
+    assert!(
+        list.items
+            .iter()
+            .all(|p| p.metadata.deletion_timestamp.is_none()),
+        "{why}"
+    );
+}
 /// Whether the `/metrics` `body` has exactly `line`: a sample's whole line, so that neither a
 /// metric's HELP text ("gantry_health_breaker_tripped 1 while …") nor a longer value ("} 10")
 /// passes for it.
