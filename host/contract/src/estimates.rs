@@ -177,6 +177,11 @@ pub struct WhatIfOutcome {
     /// When it would start; `None` when it would not fit the cluster at all, or when the
     /// forecast did not reach it (the text says how far ahead it looked).
     pub estimate: Option<EstimateView>,
+    /// With no `estimate` because the forecast did not reach it: the earliest it could start
+    /// (ms since the epoch), after the work ahead of it on the most GPUs its queue may use.
+    /// Shown on hover, and what a client compares with the estimates of the jobs ahead.
+    #[serde(default)]
+    pub not_before_ms: Option<u64>,
     /// Where, e.g. "16 nodes in rack 3".
     pub nodes: Option<String>,
     /// Its runtime as the planner expects it: p10, p50, p90 seconds, and where that came from.

@@ -410,11 +410,16 @@ fn outcome(
         ),
         (None, None) => "would not fit this cluster even with every running job gone".to_string(),
     };
+    let not_before_ms = match (&estimate, what.beyond_s) {
+        (None, Some(beyond_s)) => Some(now_ms + ((beyond_s - clock_s).max(0.0) * 1000.0) as u64),
+        _ => None,
+    };
     (
         WhatIfOutcome {
             change,
             job,
             estimate,
+            not_before_ms,
             nodes: what.nodes,
             runtime: what.runtime,
             text,

@@ -183,6 +183,13 @@ function StartCard({ job, estimate, noEstimate }: { job: string; estimate: Estim
   );
 }
 
+type Outcome = WhatIfAnswer["answer"];
+/** An answer's start as a clock time (ms): its p50, or, beyond the forecast, the earliest it
+ * could start. The page reads durations; the clock time is for hover and for tests. */
+const startOrBound = (o: Outcome) => o.estimate?.p50_ms ?? o.not_before_ms ?? undefined;
+const startTitle = (o: Outcome) =>
+  o.estimate ? `about ${time(o.estimate.p50_ms)}` : o.not_before_ms ? `not before ${time(o.not_before_ms)}` : undefined;
+
 /** A what-if's answers: the shape asked about, then any variations. */
 function WhatIfTable({ label, answer, outcomes }: { label: string; answer: WhatIfAnswer; outcomes: WhatIfAnswer["variations"] }) {
   return (
@@ -192,7 +199,7 @@ function WhatIfTable({ label, answer, outcomes }: { label: string; answer: WhatI
       <tbody>{outcomes.map((o) => (
         <tr><td>{o.change || "as submitted"}</td>
           <td>{o.job.pods} × {o.job.gpus_per_pod} {o.job.gpu_type || "any GPU"}, queue {o.job.queue}</td>
-          <td title={o.estimate ? `about ${time(o.estimate.p50_ms)}` : undefined}>{o.estimate ? o.estimate.short : "—"}</td><td>{o.text}</td></tr>
+          <td title={startTitle(o)}>{o.estimate ? o.estimate.short : o.not_before_ms ? "later" : "—"}</td><td>{o.text}</td></tr>
       ))}</tbody>
     </table>
   );
@@ -237,7 +244,7 @@ function WhatIfForm({ queues }: { queues: string[] }) {
       <Status error={error} />
       {answer && (
         <>
-          <p class="why" data-testid="whatif-answer">{answer.answer.estimate ? `It would start ${answer.answer.estimate.short}.` : ""} {answer.answer.text}</p>
+          <p class="why" data-testid="whatif-answer" data-start-ms={startOrBound(answer.answer)} title={startTitle(answer.answer)}>{answer.answer.estimate ? `It would start ${answer.answer.estimate.short}.` : ""} {answer.answer.text}</p>
           <WhatIfTable label="What-if answer" answer={answer} outcomes={[answer.answer]} />
         </>
       )}
