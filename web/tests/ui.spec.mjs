@@ -139,9 +139,16 @@ test("what-if form: 16 × 8 GPUs in a queue at its quota answers later than ever
   await page.selectOption("#wi-queue", queue);
   await page.fill("#wi-pods", "16");
   await page.fill("#wi-gpus", "8");
-  // The jobs ahead, as estimated just before the question.
-  const ahead = (await api(VIEWER, `/api/jobs?state=pending&queue=${encodeURIComponent(queue)}&limit=10000`))
-    .filter((j) => j.estimate && !j.balloon).map((j) => j.estimate.p50_ms);
+  // The jobs ahead, as estimated just before the question (a new forecast can replace the
+  // estimates with none for a moment).
+  let ahead = [];
+  await expect
+    .poll(async () => (ahead = (await api(VIEWER, `/api/jobs?state=pending&queue=${encodeURIComponent(queue)}&limit=10000`))
+      .filter((j) => j.estimate && !j.balloon).map((j) => j.estimate.p50_ms)).length, {
+      message: `estimated pending jobs of ${queue}`,
+      timeout: 60_000,
+    })
+    .toBeGreaterThan(0);
   await page.getByRole("button", { name: "When would it start?" }).click();
   const answer = page.getByTestId("whatif-answer");
   await answer.waitFor({ timeout: 30000 });
