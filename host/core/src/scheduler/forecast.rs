@@ -231,15 +231,16 @@ impl WhatIfRun {
     }
 
     /// Runs the forecast and answers: the job's p10, p50 and p90 start as a forecast gives
-    /// every pending job's; when the forecast did not reach it, no start, and the later of how
-    /// far the forecast looked and how long the work ahead of it in its queue takes on the
-    /// most GPUs the queue may use (it would start later than that). Without a forecast (`--no-forecast`), the
+    /// every pending job's; when the forecast did not reach it, no start, and the latest of how
+    /// far the forecast looked, how long the work ahead of it in its queue takes on the
+    /// most GPUs the queue may use, and the latest estimate of a job ahead (it would start
+    /// no earlier than that). Without a forecast (`--no-forecast`), the
     /// plan's answer. `jobs_ahead` counts every pending job of its queue tried before it.
     pub fn run(self) -> WhatIf {
         let base = &self.base;
         let spec = &base.job_to_entry[&self.id].spec;
         let rank = Rank::of(self.id, spec);
-        let ahead: Vec<&JobSpec> = base
+        let ahead: Vec<(JobId, &JobSpec)> = base
             .queue
             .all()
             .into_iter()
@@ -248,7 +249,6 @@ impl WhatIfRun {
             .filter(|(id, other)| {
                 !other.balloon && other.queue == spec.queue && Rank::of(*id, other).ahead_of(&rank)
             })
-            .map(|(_, other)| other)
             .collect();
         let jobs_ahead = ahead.len();
         let mut answer = WhatIf {
@@ -282,10 +282,16 @@ impl WhatIfRun {
         let Some(forecast) = reached else {
             // Not before the forecast's horizon, nor before the work ahead of it in its queue
             // (GPU-seconds by learned runtimes) could run on the most GPUs the queue may use.
-            let work_ahead: f64 = ahead.iter().map(|other| base.work_gpu_s(other)).sum();
+            let work_ahead: f64 = ahead.iter().map(|(_, other)| base.work_gpu_s(other)).sum();
             let wait_s = base.unreached_wait_s(spec.queue, work_ahead, forecasts.reach.horizon_s);
+            // Nor before the jobs ahead of it as they are estimated now: those estimates
+            // come from the last forecast, which may have looked further than this one.
+            let ahead_estimated_s = ahead
+                .iter()
+                .filter_map(|(id, _)| base.start_estimate(*id).map(|e| e.p50_s))
+                .fold(floor_s, f64::max);
             answer.start = None;
-            answer.beyond_s = Some((at_s + wait_s).max(floor_s));
+            answer.beyond_s = Some((at_s + wait_s).max(ahead_estimated_s));
             return answer;
         };
         let p50_s = forecast.p50_s.max(floor_s);
