@@ -61,6 +61,13 @@ pub struct EstimateView {
     pub waiting_for: Option<String>,
 }
 
+/// The wall-clock time (ms since the epoch) of `s` on the scheduler's clock, which read
+/// `clock_s` at `now_ms`; a time already past reads as `now_ms`. Estimates and what-if bounds
+/// are planned on the scheduler's clock and read on the wall clock.
+pub fn wall_ms(s: f64, clock_s: f64, now_ms: u64) -> u64 {
+    now_ms.saturating_add(((s - clock_s).max(0.0) * 1000.0) as u64)
+}
+
 impl EstimateView {
     /// `estimate`, made on the scheduler's clock at `clock_s`, as seen at `now_ms`, of a job
     /// whose latest decision waits for `waiting_for` (none for a job not refused yet).
@@ -70,7 +77,7 @@ impl EstimateView {
         now_ms: u64,
         waiting_for: Option<&str>,
     ) -> Self {
-        let at = |s: f64| now_ms.saturating_add(((s - clock_s).max(0.0) * 1000.0) as u64);
+        let at = |s: f64| wall_ms(s, clock_s, now_ms);
         let (p10_ms, p50_ms, p90_ms) = (at(estimate.p10_s), at(estimate.p50_s), at(estimate.p90_s));
         let (p50_in_s, p90_in_s) = (
             (p50_ms - now_ms) as f64 / 1000.0,
@@ -178,8 +185,9 @@ pub struct WhatIfOutcome {
     /// forecast did not reach it (the text says how far ahead it looked).
     pub estimate: Option<EstimateView>,
     /// With no `estimate` because the forecast did not reach it: the earliest it could start
-    /// (ms since the epoch), after the work ahead of it on the most GPUs its queue may use.
-    /// Shown on hover, and what a client compares with the estimates of the jobs ahead.
+    /// (ms since the epoch): past the forecast's reach, the work ahead of it on the most GPUs
+    /// its queue may use, and the estimates of the jobs ahead. Shown on hover, and what a
+    /// client compares with the estimates of the jobs ahead.
     #[serde(default)]
     pub not_before_ms: Option<u64>,
     /// Where, e.g. "16 nodes in rack 3".

@@ -55,7 +55,7 @@ pub use query::{HistoryQuery, JobQuery, JobSort, JobState, Limit, TimeRange};
 
 pub use estimates::{
     EstimateView, WhatIfAnswer, WhatIfJob, WhatIfOutcome, WhatIfShape, count_text, duration_text,
-    estimate_text,
+    estimate_text, wall_ms,
 };
 pub use gantry_core::{Admission, Explanation, NodeState, Outcome, PolicyRef};
 pub use gantry_store::{

@@ -3,6 +3,7 @@
 //! ([`Scheduler::what_if_run`]); the copy's forecast, the same one the pending jobs' estimates
 //! come from, runs on a thread of its own; and the words an estimate is shown in.
 
+use gantry_contract::wall_ms;
 pub use gantry_contract::{
     EstimateView, WhatIfAnswer, WhatIfJob, WhatIfOutcome, WhatIfShape, duration_text, estimate_text,
 };
@@ -410,10 +411,9 @@ fn outcome(
         ),
         (None, None) => "would not fit this cluster even with every running job gone".to_string(),
     };
-    let not_before_ms = match (&estimate, what.beyond_s) {
-        (None, Some(beyond_s)) => Some(now_ms + ((beyond_s - clock_s).max(0.0) * 1000.0) as u64),
-        _ => None,
-    };
+    let not_before_ms = (what.beyond_s)
+        .filter(|_| estimate.is_none())
+        .map(|beyond_s| wall_ms(beyond_s, clock_s, now_ms));
     (
         WhatIfOutcome {
             change,
